@@ -1,0 +1,1 @@
+"""dpone generator: load, validate, plan, render, format, write."""

@@ -1,0 +1,372 @@
+"""One error root for dpone, a registry of every stable code, and the dpone.error.v1 shape.
+
+Every failure a user can see carries a stable ``code`` (documented in docs/errors.md, which is
+generated from ``REGISTRY``), a message that quotes the offending value, and where there is a file,
+its file:line:column. Errors are collected as data so one ``dpone check`` reports all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in an input file a problem sits (1-based line and column)."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        parts = [self.file]
+        if self.line is not None:
+            parts.append(str(self.line))
+            if self.column is not None:
+                parts.append(str(self.column))
+        return ":".join(parts)
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """A registered code: what it means, why it usually happens and how to fix it."""
+
+    code: str
+    meaning: str
+    cause: str
+    fix: str
+    retryable: bool = False
+
+
+REGISTRY: dict[str, ErrorCode] = {}
+
+
+def _register(code: str, meaning: str, cause: str, fix: str, retryable: bool = False) -> str:
+    REGISTRY[code] = ErrorCode(code, meaning, cause, fix, retryable)
+    return code
+
+
+# --- authoring (catalog / manifest) -------------------------------------------------------------
+YAML_INVALID = _register(
+    "DPONE_YAML_INVALID",
+    "A catalog or manifest file is not valid YAML (or uses a duplicate key).",
+    "A syntax error, a tab indent, or the same key twice in one mapping.",
+    "Fix the YAML at the reported line; `dpone check` shows every such problem at once.",
+)
+FILE_NOT_FOUND = _register(
+    "DPONE_FILE_NOT_FOUND",
+    "A catalog or a manifest it references does not exist or cannot be read.",
+    "A wrong path; manifest paths are relative to the catalog file.",
+    "Correct the path (relative to the catalog's folder) or add the file.",
+)
+CATALOG_INVALID = _register(
+    "DPONE_CATALOG_INVALID",
+    "The workload catalog violates the dpone.workload-catalog.v1 schema.",
+    "A missing required field, an unknown field, or a value of the wrong type.",
+    "Compare the reported node with docs/reference/schemas.md (workload-catalog).",
+)
+MANIFEST_INVALID = _register(
+    "DPONE_MANIFEST_INVALID",
+    "A pipeline manifest violates the dpone.pipeline.v1 schema or its rules.",
+    "A missing required field, an unknown field, a bad chunk spec or a wrong type.",
+    "Compare the reported node with docs/reference/schemas.md (pipeline).",
+)
+BACKFILL_PLAN_INVALID = _register(
+    "DPONE_BACKFILL_PLAN_INVALID",
+    "The backfill window cannot be split into a valid chunk plan.",
+    "start is not before end (a zero-length plan), an unparsable bound, or too many chunks.",
+    "Make start < end and choose a step that yields at most 100,000 chunks.",
+)
+BACKFILL_FULL_REFRESH_MULTI_CHUNK = _register(
+    "DPONE_BACKFILL_FULL_REFRESH_MULTI_CHUNK",
+    "inner_mode full_refresh was combined with a window of more than one chunk.",
+    "full_refresh replaces the whole target; chunk by chunk it would erase earlier chunks.",
+    "Use replace or merge for multi-chunk backfills, or make the window a single chunk.",
+)
+MAPPED_APPEND_UNSAFE = _register(
+    "DPONE_AIRFLOW_MAPPING_APPEND_UNSAFE",
+    "A mapped (visible/summary) process uses inner_mode append while its ledger and sink differ.",
+    "append is not idempotent; without one transaction for data and completion a retry can "
+    "duplicate rows.",
+    "Use replace or merge, or keep the ledger in the same Postgres connection as the sink.",
+)
+PROVIDER_OWNED_ENV = _register(
+    "DPONE_AIRFLOW_PROVIDER_OWNED_ENV",
+    "The catalog sets an environment variable that dpone itself owns.",
+    "DPONE_AIRFLOW_MAPPING_ITEM, DPONE_AIRFLOW_RUN_IDENTITY and DPONE_AIRFLOW_MAPPING_LABEL are "
+    "written by the generator.",
+    "Remove that key from airflow.env; dpone sets it per task.",
+)
+GENERATED_FILE_CONFLICT = _register(
+    "DPONE_GENERATE_CONFLICT",
+    "An output file exists that dpone did not generate, or two workloads want the same file.",
+    "A hand-written DAG with the same dag_id, or a duplicate dag_id in the catalog.",
+    "Rename the dag_id or move the hand-written file; dpone never overwrites files it did not write.",
+)
+# --- mapping policy (contract) ------------------------------------------------------------------
+MAPPING_POLICY_INVALID = _register(
+    "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
+    "The Airflow mapping mode or a limit is malformed.",
+    "mode outside internal|visible|summary, max_items outside 1..200, max_active outside 1..64 "
+    "or above max_items, a non-integer limit, or two conflicting policies.",
+    "Set mode, max_items (1..200) and max_active (1..64, <= max_items) as integers in one place.",
+)
+MAPPING_REQUIRES_CHUNKED_BACKFILL = _register(
+    "DPONE_AIRFLOW_MAPPING_REQUIRES_CHUNKED_BACKFILL",
+    "visible/summary was chosen for a process that is not a chunked backfill.",
+    "sink.strategy.mode is not backfill, or backfill.chunk is missing.",
+    "Declare sink.strategy.mode: backfill with a backfill.chunk, or use mode: internal.",
+)
+MAPPING_TASK_LIMIT_EXCEEDED = _register(
+    "DPONE_AIRFLOW_MAPPING_TASK_LIMIT_EXCEEDED",
+    "visible mode would create more mapped tasks than max_items allows.",
+    "One mapped task per chunk and the window has more chunks than max_items.",
+    "Use mode: summary, a larger step, a shorter window, or raise max_items (at most 200).",
+)
+MAPPING_POOL_REQUIRED = _register(
+    "DPONE_AIRFLOW_MAPPING_POOL_REQUIRED",
+    "visible/summary has no valid Airflow pool.",
+    "pool is missing, empty, or not an Airflow identifier (letters, digits, _ . -).",
+    "Set mapping.pool to a pool name; `dpone generate` writes the pools file.",
+)
+MAPPING_PARALLELISM_MULTIPLIER = _register(
+    "DPONE_AIRFLOW_MAPPING_PARALLELISM_MULTIPLIER",
+    "A mapped process sets backfill.parallel_workers other than 1.",
+    "Each mapped task would run several workers: concurrency would multiply past max_active.",
+    "Set backfill.parallel_workers: 1 and control concurrency with mapping.max_active.",
+)
+MAPPING_STATE_UNSUPPORTED = _register(
+    "DPONE_AIRFLOW_MAPPING_STATE_UNSUPPORTED",
+    "The state backend lacks a distributed lock, chunk lease or compare-and-set completion.",
+    "local_file or clickhouse state, or require_distributed_lock is not true.",
+    "Use state.backend: audit_schema on Postgres or MSSQL with require_distributed_lock: true.",
+)
+MAPPING_PLAN_MISMATCH = _register(
+    "DPONE_AIRFLOW_MAPPING_PLAN_MISMATCH",
+    "The runtime's re-computed plan differs from the one the DAG was generated from.",
+    "The image's catalog or manifests differ from the commit the DAG file was generated from.",
+    "Deploy the image built from the same commit as the DAG files, or regenerate the DAGs.",
+)
+MAPPING_ITEM_INVALID = _register(
+    "DPONE_AIRFLOW_MAPPING_ITEM_INVALID",
+    "DPONE_AIRFLOW_MAPPING_ITEM is malformed, oversized or out of range.",
+    "The env value was edited by hand, truncated, or comes from another plan.",
+    "Do not set it yourself; regenerate the DAG and clear the task.",
+)
+MAPPING_CAMPAIGN_BUSY = _register(
+    "DPONE_AIRFLOW_MAPPING_CAMPAIGN_BUSY",
+    "The short campaign initialization lock could not be taken in time.",
+    "Another task is initializing or verifying the same campaign ledger.",
+    "Retry the task; the lock is held for milliseconds unless the database is overloaded.",
+    retryable=True,
+)
+CHUNK_LEASE_LOST = _register(
+    "DPONE_BACKFILL_CHUNK_LEASE_LOST",
+    "An attempt lost ownership of its chunk before completing it (compare-and-set failed).",
+    "The lease expired (a stalled pod) and another attempt took the chunk over.",
+    "Nothing to repair: the newer attempt owns the chunk. Raise lease_seconds if pods stall often.",
+    retryable=True,
+)
+CHUNK_BUSY = _register(
+    "DPONE_BACKFILL_CHUNK_BUSY",
+    "A chunk of this item holds an active, unexpired lease of another attempt.",
+    "Another task is running the same chunk, or a crashed attempt's lease has not expired yet.",
+    "Wait for the lease to expire (see `dpone ledger status`) and retry the task.",
+    retryable=True,
+)
+MAPPING_UNSUPPORTED = _register(
+    "DPONE_AIRFLOW_MAPPING_UNSUPPORTED",
+    "The installed Airflow or provider cannot materialize the mapped operator.",
+    "An Airflow older than 2.10 or a cncf.kubernetes provider without partial/expand support.",
+    "Use a supported version pair (docs/compatibility.md).",
+)
+RUN_IDENTITY_INVALID = _register(
+    "DPONE_AIRFLOW_RUN_IDENTITY_INVALID",
+    "DPONE_AIRFLOW_RUN_IDENTITY is malformed.",
+    "The env value was edited by hand or truncated.",
+    "Regenerate the DAG; do not set this variable yourself.",
+)
+PACK_MISMATCH = _register(
+    "DPONE_PACK_MISMATCH",
+    "The workload pack compiled in the pod differs from the one the DAG was generated from.",
+    "The image and the DAG file come from different commits.",
+    "Deploy matching image and DAG files (same commit), or regenerate the DAGs.",
+)
+# --- runtime ------------------------------------------------------------------------------------
+USAGE = _register(
+    "DPONE_USAGE",
+    "The command line is incomplete or contradictory.",
+    "A missing argument, an unknown workload or process name.",
+    "See `dpone <command> --help`.",
+)
+CONNECTION_MISSING = _register(
+    "DPONE_CONNECTION_MISSING",
+    "A connection name has no DSN in the environment.",
+    "DPONE_CONN_<NAME> is not set (in Kubernetes it comes from a secret reference).",
+    "Set DPONE_CONN_<NAME> (upper-case name) to the connection's DSN.",
+)
+CONNECTION_FAILED = _register(
+    "DPONE_CONNECTION_FAILED",
+    "A source, sink or ledger database could not be reached or dropped the connection.",
+    "The server is down or restarting, the network failed, or credentials are wrong.",
+    "Check the server; retry the task: committed chunks are skipped, running leases expire.",
+    retryable=True,
+)
+SOURCE_FAILED = _register(
+    "DPONE_SOURCE_FAILED",
+    "Reading a chunk from the source failed.",
+    "A missing table or column, a permission problem, or a bad trusted query.",
+    "Fix the source; the failed chunk is retried on the next run.",
+)
+SINK_FAILED = _register(
+    "DPONE_SINK_FAILED",
+    "Writing a chunk into the sink failed; the chunk's transaction was rolled back.",
+    "A constraint violation, a type mismatch or a missing target table.",
+    "Fix the data or the target; re-run the task: committed chunks are skipped.",
+)
+LEDGER_CORRUPT = _register(
+    "DPONE_LEDGER_CORRUPT",
+    "A ledger record does not match the campaign's shape.",
+    "A chunk record's idempotency key or bounds differ from the campaign, or an unknown state.",
+    "Inspect the record with `dpone ledger status`; never edit ledger rows by hand.",
+)
+LEDGER_SHAPE_MISMATCH = _register(
+    "DPONE_LEDGER_SHAPE_MISMATCH",
+    "The stored campaign has another plan hash, config hash or chunk count than this run.",
+    "The window or chunking changed under the same backfill_id.",
+    "Use a new backfill_id for a new window, or restore the original configuration.",
+)
+LEDGER_UNAVAILABLE = _register(
+    "DPONE_LEDGER_UNAVAILABLE",
+    "The state store cannot be used (missing driver, unsupported backend or schema version).",
+    "psycopg/pyodbc not installed, or the audit schema was created by a newer dpone.",
+    "Install dpone-runtime[postgres] or [mssql]; upgrade dpone to the schema's version.",
+)
+CAMPAIGN_CANCELLED = _register(
+    "DPONE_BACKFILL_CANCELLED",
+    "The campaign was cancelled; no new chunk is started.",
+    "Someone ran `dpone ledger cancel`.",
+    "Start a new campaign (new backfill_id) or resume with `dpone ledger cancel --undo`.",
+)
+CHUNK_FAILED = _register(
+    "DPONE_BACKFILL_CHUNK_FAILED",
+    "One or more chunks failed; the run's status is failed.",
+    "See the chunk's error code in the evidence or `dpone ledger status`.",
+    "Fix the cause and re-run; committed chunks are skipped.",
+)
+INTERNAL = _register(
+    "DPONE_INTERNAL",
+    "An unexpected error inside dpone.",
+    "A bug.",
+    "Report it with the command and the error JSON.",
+)
+CONFIG_INVALID = _register(
+    "DPONE_CONFIG_INVALID",
+    "A setting in the environment or on the command line has an invalid value.",
+    "A malformed DPONE_* variable or option.",
+    "Correct the value named in the message.",
+)
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """One problem as data (the dpone.error.v1 shape), not yet raised."""
+
+    code: str
+    message: str
+    location: Location | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        loc = self.location
+        return {
+            "schema": "dpone.error.v1",
+            "code": self.code,
+            "message": self.message,
+            "file": loc.file if loc else None,
+            "line": loc.line if loc else None,
+            "column": loc.column if loc else None,
+            "retryable": REGISTRY[self.code].retryable,
+        }
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        return f"{where}{self.code}: {self.message}"
+
+
+class DponeError(Exception):
+    """The root of every dpone failure; carries one or more records (``records[0]`` is primary)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        location: Location | None = None,
+        *,
+        records: Iterable[ErrorRecord] = (),
+    ) -> None:
+        if code not in REGISTRY:
+            raise ValueError(f"unregistered error code {code!r}")
+        first = ErrorRecord(code, message, location)
+        extra = tuple(records)
+        self.records: tuple[ErrorRecord, ...] = (first, *extra) if code else extra
+        super().__init__(str(first))
+
+    @classmethod
+    def from_records(cls, records: Iterable[ErrorRecord]) -> DponeError:
+        recs = list(records)
+        if not recs:
+            raise ValueError("no records")
+        first = recs[0]
+        return cls(first.code, first.message, first.location, records=recs[1:])
+
+    @property
+    def code(self) -> str:
+        return self.records[0].code
+
+    @property
+    def message(self) -> str:
+        return self.records[0].message
+
+    @property
+    def location(self) -> Location | None:
+        return self.records[0].location
+
+    @property
+    def retryable(self) -> bool:
+        return REGISTRY[self.code].retryable
+
+    def to_json(self) -> dict[str, Any]:
+        return self.records[0].to_json()
+
+
+@dataclass
+class ErrorCollector:
+    """Collects records so validation can report every problem at once."""
+
+    records: list[ErrorRecord] = field(default_factory=list)
+
+    def add(self, code: str, message: str, location: Location | None = None) -> None:
+        if code not in REGISTRY:
+            raise ValueError(f"unregistered error code {code!r}")
+        self.records.append(ErrorRecord(code, message, location))
+
+    def extend(self, records: Iterable[ErrorRecord]) -> None:
+        self.records.extend(records)
+
+    def __bool__(self) -> bool:
+        return bool(self.records)
+
+    def __iter__(self) -> Iterator[ErrorRecord]:
+        return iter(self.records)
+
+    def raise_if_any(self) -> None:
+        if self.records:
+            raise DponeError.from_records(self.records)
+
+
+def error_json_line(record: ErrorRecord) -> str:
+    """The single stderr line machines read: compact dpone.error.v1 JSON."""
+    return json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)

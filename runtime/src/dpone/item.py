@@ -1,0 +1,132 @@
+"""Strict parsing of DPONE_AIRFLOW_MAPPING_ITEM at the CLI composition root.
+
+The env value is an execution scope, not an authority: it is parsed before any manifest is read
+or connector built, and everything in it is checked against the re-derived plan afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dpone import errors
+from dpone.errors import DponeError
+from dpone.plan.canonical import is_fingerprint
+from dpone.plan.chunks import MAX_CHUNKS
+from dpone.plan.mapping import HARD_MAX_ITEMS, ITEM_MAX_BYTES, ITEM_SCHEMA, MAPPED_MODES
+
+ENV_ITEM = "DPONE_AIRFLOW_MAPPING_ITEM"
+ENV_RUN_IDENTITY = "DPONE_AIRFLOW_RUN_IDENTITY"
+ENV_LABEL = "DPONE_AIRFLOW_MAPPING_LABEL"
+PROVIDER_OWNED_ENV = (ENV_ITEM, ENV_RUN_IDENTITY, ENV_LABEL)
+ITEM_FIELDS = (
+    "schema",
+    "mode",
+    "mapping_plan_fingerprint",
+    "backfill_plan_hash",
+    "item_index",
+    "first_chunk_index",
+    "last_chunk_index",
+    "chunks_count",
+)
+
+
+@dataclass(frozen=True)
+class ParsedItem:
+    mode: str
+    mapping_plan_fingerprint: str
+    backfill_plan_hash: str
+    item_index: int
+    first_chunk_index: int
+    last_chunk_index: int
+
+    @property
+    def chunks_count(self) -> int:
+        return self.last_chunk_index - self.first_chunk_index + 1
+
+    def to_mapping_section(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "plan_fingerprint": self.mapping_plan_fingerprint,
+            "backfill_plan_hash": self.backfill_plan_hash,
+            "item_index": self.item_index,
+            "first_chunk_index": self.first_chunk_index,
+            "last_chunk_index": self.last_chunk_index,
+            "chunks_count": self.chunks_count,
+        }
+
+
+def _fail(message: str) -> DponeError:
+    return DponeError(errors.MAPPING_ITEM_INVALID, f"{ENV_ITEM}: {message}")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _fail(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def _reject_constant(name: str) -> Any:
+    raise _fail(f"non-standard number {name}")
+
+
+def _strict_int(doc: dict[str, Any], key: str, low: int, high: int) -> int:
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(f"{key} must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise _fail(f"{key} {value} is outside {low}..{high}")
+    return value
+
+
+def parse_mapping_item(raw: str) -> ParsedItem:
+    """Parse and bound-check one item; DponeError(DPONE_AIRFLOW_MAPPING_ITEM_INVALID) otherwise.
+
+    Messages never echo the raw value: it may hold something secret-like that was pasted in.
+    """
+    if len(raw.encode("utf-8", errors="surrogatepass")) > ITEM_MAX_BYTES:
+        raise _fail(f"value exceeds {ITEM_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(
+            raw, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
+        )
+    except DponeError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise _fail(f"not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(doc, dict):
+        raise _fail(f"must be a JSON object, got {type(doc).__name__}")
+    unknown = sorted(set(doc) - set(ITEM_FIELDS))
+    if unknown:
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+        raise _fail(f"unknown field(s) {shown}")
+    missing = [key for key in ITEM_FIELDS if key not in doc]
+    if missing:
+        raise _fail(f"missing field(s) {', '.join(missing)}")
+    if doc["schema"] != ITEM_SCHEMA:
+        raise _fail(f"schema must be {ITEM_SCHEMA!r}")
+    if doc["mode"] not in MAPPED_MODES:
+        raise _fail(f"mode must be one of {', '.join(MAPPED_MODES)}")
+    for key in ("mapping_plan_fingerprint", "backfill_plan_hash"):
+        if not is_fingerprint(doc[key]):
+            raise _fail(f"{key} must be sha256: followed by 64 lowercase hex digits")
+    item_index = _strict_int(doc, "item_index", 0, HARD_MAX_ITEMS - 1)
+    first = _strict_int(doc, "first_chunk_index", 1, MAX_CHUNKS)
+    last = _strict_int(doc, "last_chunk_index", 1, MAX_CHUNKS)
+    count = _strict_int(doc, "chunks_count", 1, MAX_CHUNKS)
+    if last < first:
+        raise _fail(f"last_chunk_index {last} is before first_chunk_index {first}")
+    if count != last - first + 1:
+        raise _fail(f"chunks_count {count} does not match range {first}..{last}")
+    return ParsedItem(
+        mode=doc["mode"],
+        mapping_plan_fingerprint=doc["mapping_plan_fingerprint"],
+        backfill_plan_hash=doc["backfill_plan_hash"],
+        item_index=item_index,
+        first_chunk_index=first,
+        last_chunk_index=last,
+    )

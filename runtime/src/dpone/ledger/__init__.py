@@ -1,0 +1,1 @@
+"""The campaign ledger: a state-store port and its adapters (Postgres, MSSQL, local file)."""

@@ -1,0 +1,177 @@
+"""The state-store port every ledger adapter implements, and the records it speaks in.
+
+The ledger, never Airflow, decides what is committed. Adapters declare their capabilities;
+mapped execution refuses a store that lacks any of the three distributed ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+from dpone.plan.chunks import Chunk
+
+T = TypeVar("T")
+
+
+class ChunkState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMMITTED = "committed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    distributed_lock: bool
+    distributed_chunk_lease: bool
+    compare_and_set_completion: bool
+
+    @property
+    def mapped_ready(self) -> bool:
+        return (
+            self.distributed_lock
+            and self.distributed_chunk_lease
+            and self.compare_and_set_completion
+        )
+
+
+@dataclass(frozen=True)
+class CampaignShape:
+    """What a campaign is: its key, the chunk list and the hashes that must not drift."""
+
+    run_key: str
+    workload: str
+    process: str
+    plan_hash: str
+    config_hash: str
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self.chunks)
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """The latest known transition of one chunk (a ledger row, merged latest-wins per chunk)."""
+
+    chunk_index: int
+    state: ChunkState
+    attempt: int
+    idempotency_key: str
+    lease_owner: str | None = None
+    lease_expires_at: dt.datetime | None = None
+    rows: int | None = None
+    checksum: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    seq: int = 0
+    recorded_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A merged view: the campaign snapshot plus the latest record of every chunk."""
+
+    shape: CampaignShape
+    records: dict[int, ChunkRecord]
+    cancelled: bool = False
+    cancel_reason: str | None = None
+    now: dt.datetime | None = None  # the store's clock when loaded (database clock for SQL)
+
+    def state_of(self, index: int) -> ChunkState:
+        record = self.records.get(index)
+        return record.state if record else ChunkState.PENDING
+
+    @property
+    def complete(self) -> bool:
+        return all(self.state_of(c.index) is ChunkState.COMMITTED for c in self.shape.chunks)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of ownership of one chunk attempt; completion is compare-and-set on (owner, attempt)."""
+
+    run_key: str
+    chunk_index: int
+    owner: str
+    attempt: int
+    expires_at: dt.datetime
+
+
+class LeaseStatus(StrEnum):
+    ACQUIRED = "acquired"
+    ALREADY_COMMITTED = "already_committed"
+    BUSY = "busy"  # an active, unexpired lease of another owner
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class LeaseOutcome:
+    status: LeaseStatus
+    lease: Lease | None = None
+    holder: ChunkRecord | None = None
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What a chunk attempt achieved; written by complete()."""
+
+    committed: bool
+    rows: int = 0
+    checksum: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LedgerStore(Protocol):
+    """The port. Every method is safe to call from many processes at once (for distributed stores).
+
+    - initialize: under a short campaign lock (bounded wait, then DPONE_AIRFLOW_MAPPING_CAMPAIGN_BUSY)
+      create the campaign if absent, else verify plan_hash, config_hash and chunk count
+      (DPONE_LEDGER_SHAPE_MISMATCH); return the merged ledger. Never held while data moves.
+    - acquire_lease: under the chunk's lock: cancelled -> CANCELLED; committed -> ALREADY_COMMITTED;
+      running with unexpired lease (database clock) -> BUSY; else write RUNNING(owner, attempt+1,
+      expiry = db now + lease_seconds).
+    - complete: under the chunk's lock, compare the latest record's (owner, attempt) with the lease;
+      mismatch or a non-running latest record -> DponeError(DPONE_BACKFILL_CHUNK_LEASE_LOST); else
+      append COMMITTED or FAILED.
+    - complete_in_transaction: like complete, but runs ``write(connection)`` after the CAS check and
+      inside the same database transaction as the completion record (exactly-once when the sink is
+      the ledger's own database). If ``write`` raises, that transaction is rolled back, a FAILED
+      record is appended (CAS-checked) in a fresh transaction and the exception propagates.
+      Stores that cannot do that raise NotImplementedError.
+    - renew: extend an owned lease (CAS on owner and attempt) for chunks that run long.
+    - cancel: mark the campaign cancelled (or undo it); acquire_lease reads it before every lease.
+    """
+
+    capabilities: Capabilities
+    name: str
+
+    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger: ...
+
+    def load(self, run_key: str) -> Ledger | None: ...
+
+    def acquire_lease(
+        self, shape: CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> LeaseOutcome: ...
+
+    def complete(self, lease: Lease, chunk: Chunk, result: ChunkResult) -> None: ...
+
+    def complete_in_transaction(
+        self, lease: Lease, chunk: Chunk, write: Callable[[Any], ChunkResult]
+    ) -> ChunkResult: ...
+
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease: ...
+
+    def cancel(self, run_key: str, reason: str, undo: bool = False) -> None: ...
+
+    def list_campaigns(self, workload: str | None = None) -> list[str]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,200 @@
+"""The deterministic backfill chunk planner.
+
+A window ``[start, end)`` is split into half-open chunks of ``step`` units; indexes are one-based and
+the last chunk is clipped to ``end``. Bounds are canonical strings (dates ``YYYY-MM-DD``, timestamps
+``YYYY-MM-DDTHH:MM:SSZ`` in UTC) or integers, so plans hash the same on every machine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from dpone.plan.canonical import fingerprint
+
+CHUNK_TYPES = ("date", "timestamp", "integer")
+UNITS_BY_TYPE: dict[str, tuple[str, ...]] = {
+    "date": ("day", "week", "month"),
+    "timestamp": ("hour", "minute"),
+    "integer": ("value",),
+}
+MAX_CHUNKS = 100_000
+INNER_MODES = ("replace", "merge", "append", "full_refresh")
+
+Bound = str | int
+
+
+class ChunkPlanError(ValueError):
+    """A window that cannot be planned; the caller turns it into a located dpone error."""
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """What to split: the column, its type, the half-open window and the step."""
+
+    column: str
+    type: str
+    start: Bound
+    end: Bound
+    step: int
+    unit: str
+
+    def canonical(self) -> dict[str, object]:
+        return {
+            "column": self.column,
+            "type": self.type,
+            "start": self.start,
+            "end": self.end,
+            "step": self.step,
+            "unit": self.unit,
+        }
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One half-open slice ``[start, end)`` of the window with its idempotency key."""
+
+    index: int
+    start: Bound
+    end: Bound
+    idempotency_key: str
+
+    def canonical(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "start": self.start,
+            "end": self.end,
+            "idempotency_key": self.idempotency_key,
+        }
+
+
+def parse_date(value: object) -> dt.date:
+    if isinstance(value, dt.datetime):
+        raise ChunkPlanError(f"expected a date, got a timestamp {value.isoformat()!r}")
+    if isinstance(value, dt.date):
+        return value
+    if not isinstance(value, str):
+        raise ChunkPlanError(f"expected a date string YYYY-MM-DD, got {value!r}")
+    try:
+        if len(value) != 10:
+            raise ValueError
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise ChunkPlanError(f"expected a date YYYY-MM-DD, got {value!r}") from None
+
+
+def parse_timestamp(value: object) -> dt.datetime:
+    """Timezone-aware ISO-8601 to UTC; a naive timestamp is refused (UTC must be explicit)."""
+    if isinstance(value, dt.datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ChunkPlanError(f"expected an ISO-8601 timestamp, got {value!r}") from None
+    else:
+        raise ChunkPlanError(f"expected an ISO-8601 timestamp string, got {value!r}")
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ChunkPlanError(f"timestamp {value!r} has no timezone; add Z or an offset")
+    return parsed.astimezone(dt.UTC)
+
+
+def format_timestamp(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def canonical_bound(type_: str, value: object) -> Bound:
+    """The canonical form of a window bound, or ChunkPlanError."""
+    if type_ == "date":
+        return parse_date(value).isoformat()
+    if type_ == "timestamp":
+        stamp = parse_timestamp(value)
+        if stamp.microsecond:
+            raise ChunkPlanError(f"timestamp {value!r} has sub-second precision")
+        return format_timestamp(stamp)
+    if type_ == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ChunkPlanError(f"expected an integer bound, got {value!r}")
+        return value
+    raise ChunkPlanError(f"unknown chunk type {type_!r}")
+
+
+def _add_months(day: dt.date, months: int) -> dt.date:
+    month0 = day.month - 1 + months
+    year = day.year + month0 // 12
+    month = month0 % 12 + 1
+    last = (dt.date(year + month // 12, month % 12 + 1, 1) - dt.timedelta(days=1)).day
+    return dt.date(year, month, min(day.day, last))
+
+
+def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
+    if spec.step < 1:
+        raise ChunkPlanError(f"step must be a positive integer, got {spec.step!r}")
+    if spec.unit not in UNITS_BY_TYPE.get(spec.type, ()):
+        raise ChunkPlanError(f"unit {spec.unit!r} does not fit chunk type {spec.type!r}")
+    out: list[tuple[Bound, Bound]] = []
+    if spec.type == "integer":
+        lo, hi = canonical_bound("integer", spec.start), canonical_bound("integer", spec.end)
+        assert isinstance(lo, int) and isinstance(hi, int)
+        if lo >= hi:
+            raise ChunkPlanError(f"zero-length window: start {lo} is not before end {hi}")
+        if (hi - lo + spec.step - 1) // spec.step > MAX_CHUNKS:
+            raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
+        for lower in range(lo, hi, spec.step):
+            out.append((lower, min(lower + spec.step, hi)))
+        return out
+    if spec.type == "date":
+        first, last = parse_date(spec.start), parse_date(spec.end)
+        if first >= last:
+            raise ChunkPlanError(f"zero-length window: start {first} is not before end {last}")
+        k = 0
+        while True:
+            if spec.unit == "month":
+                lower = _add_months(first, k * spec.step)
+                upper = _add_months(first, (k + 1) * spec.step)
+            else:
+                days = spec.step * (7 if spec.unit == "week" else 1)
+                lower = first + dt.timedelta(days=k * days)
+                upper = lower + dt.timedelta(days=days)
+            if lower >= last:
+                break
+            out.append((lower.isoformat(), min(upper, last).isoformat()))
+            k += 1
+            if k > MAX_CHUNKS:
+                raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
+        return out
+    begin, finish = parse_timestamp(spec.start), parse_timestamp(spec.end)
+    if begin >= finish:
+        raise ChunkPlanError(f"zero-length window: start {spec.start} is not before end {spec.end}")
+    delta = dt.timedelta(hours=spec.step) if spec.unit == "hour" else dt.timedelta(minutes=spec.step)
+    if (finish - begin) / delta > MAX_CHUNKS:
+        raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
+    lower_ts = begin
+    while lower_ts < finish:
+        upper_ts = min(lower_ts + delta, finish)
+        out.append((format_timestamp(lower_ts), format_timestamp(upper_ts)))
+        lower_ts = lower_ts + delta
+    return out
+
+
+def idempotency_key(run_key: str, index: int, start: Bound, end: Bound) -> str:
+    return fingerprint({"run_key": run_key, "index": index, "start": start, "end": end})
+
+
+def plan_chunks(spec: ChunkSpec, run_key: str) -> tuple[Chunk, ...]:
+    """Split the window into its chunks; ChunkPlanError on a zero-length or oversized plan."""
+    return tuple(
+        Chunk(index, lower, upper, idempotency_key(run_key, index, lower, upper))
+        for index, (lower, upper) in enumerate(_bounds(spec), start=1)
+    )
+
+
+def backfill_run_key(dataset: str, spec: ChunkSpec, inner_mode: str) -> str:
+    """Derived campaign key: the same dataset, chunking and inner mode resume the same ledger."""
+    digest = fingerprint({"dataset": dataset, "chunk": spec.canonical(), "inner_mode": inner_mode})
+    return "bf-" + digest[7:31]
+
+
+def plan_hash(chunks: tuple[Chunk, ...]) -> str:
+    """``backfill_plan_hash``: the fingerprint of the canonical chunk list."""
+    return fingerprint([chunk.canonical() for chunk in chunks])

@@ -1,0 +1,281 @@
+"""Mapping policy normalisation and the bounded mapping planner (internal / visible / summary).
+
+The plan is a static projection of the chunk plan onto at most ``max_items`` Airflow task
+instances; it decides nothing about commit state, which belongs to the ledger.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dpone.plan.canonical import canonical_text, fingerprint
+
+PLAN_SCHEMA = "dpone.airflow-mapping-plan.v1"
+ITEM_SCHEMA = "dpone.airflow-mapping-item.v1"
+MODES = ("internal", "visible", "summary")
+MAPPED_MODES = ("visible", "summary")
+HARD_MAX_ITEMS = 200
+HARD_MAX_ACTIVE = 64
+DEFAULT_MAX_ITEMS = 200
+DEFAULT_MAX_ACTIVE = 16
+DEFAULT_POOL = "dpone_backfill"
+ITEM_MAX_BYTES = 8 * 1024
+POOL_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,249}$")
+POLICY_FIELDS = ("mode", "max_items", "max_active", "pool")
+
+
+@dataclass(frozen=True)
+class PolicyProblem:
+    """One rule the raw policy breaks: which field, which code, what to say."""
+
+    field: str | None
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MappingPolicy:
+    mode: str = "internal"
+    max_items: int = DEFAULT_MAX_ITEMS
+    max_active: int = DEFAULT_MAX_ACTIVE
+    pool: str = DEFAULT_POOL
+
+    @property
+    def mapped(self) -> bool:
+        return self.mode in MAPPED_MODES
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "max_items": self.max_items,
+            "max_active": self.max_active,
+            "pool": self.pool,
+        }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProblem]]:
+    """Apply the contract's validation table; returns the policy or every problem found."""
+    from dpone import errors
+
+    invalid = errors.MAPPING_POLICY_INVALID
+    if raw is None:
+        return MappingPolicy(), []
+    if not isinstance(raw, dict):
+        return None, [PolicyProblem(None, invalid, f"mapping must be a mapping, got {raw!r}")]
+    problems: list[PolicyProblem] = []
+    for key in raw:
+        if key not in POLICY_FIELDS:
+            problems.append(PolicyProblem(key, invalid, f"unknown mapping field {key!r}"))
+    mode = raw.get("mode", "internal")
+    if mode not in MODES:
+        problems.append(
+            PolicyProblem("mode", invalid, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        )
+    max_items = raw.get("max_items", DEFAULT_MAX_ITEMS)
+    if not _is_int(max_items) or not 1 <= max_items <= HARD_MAX_ITEMS:
+        problems.append(
+            PolicyProblem(
+                "max_items",
+                invalid,
+                f"max_items must be an integer 1..{HARD_MAX_ITEMS}, got {max_items!r}",
+            )
+        )
+    max_active = raw.get("max_active", DEFAULT_MAX_ACTIVE)
+    if not _is_int(max_active) or not 1 <= max_active <= HARD_MAX_ACTIVE:
+        problems.append(
+            PolicyProblem(
+                "max_active",
+                invalid,
+                f"max_active must be an integer 1..{HARD_MAX_ACTIVE}, got {max_active!r}",
+            )
+        )
+    elif _is_int(max_items) and 1 <= max_items <= HARD_MAX_ITEMS and max_active > max_items:
+        problems.append(
+            PolicyProblem(
+                "max_active",
+                invalid,
+                f"max_active {max_active} must not exceed max_items {max_items}",
+            )
+        )
+    pool = raw.get("pool", DEFAULT_POOL)
+    pool_ok = isinstance(pool, str) and bool(POOL_PATTERN.match(pool))
+    if not pool_ok:
+        code = errors.MAPPING_POOL_REQUIRED if mode in MAPPED_MODES else invalid
+        problems.append(
+            PolicyProblem(
+                "pool",
+                code,
+                f"pool must be a non-empty Airflow identifier (letters, digits, _ . -), "
+                f"got {pool!r}",
+            )
+        )
+    if problems:
+        return None, problems
+    assert isinstance(mode, str) and isinstance(pool, str)
+    assert _is_int(max_items) and _is_int(max_active)
+    return MappingPolicy(mode, max_items, max_active, pool), []
+
+
+@dataclass(frozen=True)
+class MappingItem:
+    """One mapped task's execution scope: a contiguous, one-based chunk range."""
+
+    item_index: int
+    first_chunk_index: int
+    last_chunk_index: int
+
+    @property
+    def chunks_count(self) -> int:
+        return self.last_chunk_index - self.first_chunk_index + 1
+
+    def canonical(self) -> dict[str, int]:
+        return {
+            "item_index": self.item_index,
+            "first_chunk_index": self.first_chunk_index,
+            "last_chunk_index": self.last_chunk_index,
+            "chunks_count": self.chunks_count,
+        }
+
+
+@dataclass(frozen=True)
+class MappingPlan:
+    """``dpone.airflow-mapping-plan.v1``: the static, fingerprinted item list of one process."""
+
+    mode: str
+    backfill_plan_hash: str
+    chunks_total: int
+    policy: MappingPolicy
+    items: tuple[MappingItem, ...]
+    plan_fingerprint: str
+
+    @property
+    def items_total(self) -> int:
+        return len(self.items)
+
+    def to_artifact(self) -> dict[str, Any]:
+        body = _plan_body(self.mode, self.backfill_plan_hash, self.chunks_total, self.policy, self.items)
+        body["plan_fingerprint"] = self.plan_fingerprint
+        return body
+
+    def item_payload(self, item: MappingItem) -> dict[str, Any]:
+        """The ``dpone.airflow-mapping-item.v1`` document for one item."""
+        return {
+            "schema": ITEM_SCHEMA,
+            "mode": self.mode,
+            "mapping_plan_fingerprint": self.plan_fingerprint,
+            "backfill_plan_hash": self.backfill_plan_hash,
+            **item.canonical(),
+        }
+
+    def item_env_value(self, item: MappingItem) -> str:
+        """Canonical JSON of the item, as written into DPONE_AIRFLOW_MAPPING_ITEM (<= 8 KiB)."""
+        text = canonical_text(self.item_payload(item))
+        if len(text.encode("utf-8")) > ITEM_MAX_BYTES:
+            raise ValueError(f"mapping item exceeds {ITEM_MAX_BYTES} bytes")
+        return text
+
+
+def _plan_body(
+    mode: str,
+    backfill_plan_hash: str,
+    chunks_total: int,
+    policy: MappingPolicy,
+    items: tuple[MappingItem, ...],
+) -> dict[str, Any]:
+    return {
+        "schema": PLAN_SCHEMA,
+        "mode": mode,
+        "backfill_plan_hash": backfill_plan_hash,
+        "chunks_total": chunks_total,
+        "items_total": len(items),
+        "limits": {
+            "max_items": policy.max_items,
+            "max_active": policy.max_active,
+            "pool": policy.pool,
+        },
+        "items": [item.canonical() for item in items],
+    }
+
+
+class MappingPlanError(ValueError):
+    """visible over more chunks than max_items, or a broken coverage invariant."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def balanced_ranges(chunks_total: int, items_total: int) -> list[tuple[int, int]]:
+    """divmod split: the first r items get q + 1 chunks, the rest q; one-based, contiguous."""
+    if chunks_total < 1 or not 1 <= items_total <= chunks_total:
+        raise ValueError(f"cannot split {chunks_total} chunks into {items_total} items")
+    q, r = divmod(chunks_total, items_total)
+    ranges: list[tuple[int, int]] = []
+    first = 1
+    for index in range(items_total):
+        size = q + 1 if index < r else q
+        ranges.append((first, first + size - 1))
+        first += size
+    return ranges
+
+
+def verify_coverage(items: tuple[MappingItem, ...], chunks_total: int) -> None:
+    """Every chunk index 1..chunks_total exactly once, in order, item indexes 0..n-1."""
+    from dpone import errors
+
+    expected_first = 1
+    for position, item in enumerate(items):
+        if item.item_index != position:
+            raise MappingPlanError(
+                errors.MAPPING_ITEM_INVALID,
+                f"item index {item.item_index} at position {position}",
+            )
+        if item.first_chunk_index != expected_first or item.last_chunk_index < item.first_chunk_index:
+            raise MappingPlanError(
+                errors.MAPPING_ITEM_INVALID,
+                f"item {position} covers {item.first_chunk_index}..{item.last_chunk_index}, "
+                f"expected to start at {expected_first} (gap, overlap or duplicate range)",
+            )
+        expected_first = item.last_chunk_index + 1
+    if expected_first != chunks_total + 1:
+        raise MappingPlanError(
+            errors.MAPPING_ITEM_INVALID,
+            f"items cover chunks 1..{expected_first - 1}, expected 1..{chunks_total}",
+        )
+
+
+def plan_mapping(
+    policy: MappingPolicy, chunks_total: int, backfill_plan_hash: str
+) -> MappingPlan | None:
+    """The mapping plan for a mapped policy (None for internal), or MappingPlanError."""
+    from dpone import errors
+
+    if not policy.mapped:
+        return None
+    if policy.mode == "visible":
+        if chunks_total > policy.max_items:
+            raise MappingPlanError(
+                errors.MAPPING_TASK_LIMIT_EXCEEDED,
+                f"visible mode needs one task per chunk: {chunks_total} chunks exceed "
+                f"max_items {policy.max_items}",
+            )
+        ranges = [(i, i) for i in range(1, chunks_total + 1)]
+    else:
+        ranges = balanced_ranges(chunks_total, min(chunks_total, policy.max_items))
+    items = tuple(MappingItem(i, lo, hi) for i, (lo, hi) in enumerate(ranges))
+    verify_coverage(items, chunks_total)
+    body = _plan_body(policy.mode, backfill_plan_hash, chunks_total, policy, items)
+    return MappingPlan(
+        mode=policy.mode,
+        backfill_plan_hash=backfill_plan_hash,
+        chunks_total=chunks_total,
+        policy=policy,
+        items=items,
+        plan_fingerprint=fingerprint(body),
+    )
