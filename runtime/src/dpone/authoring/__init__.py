@@ -1,0 +1,1 @@
+"""The authoring model: workload catalogs and pipeline manifests, loaded, validated, normalised."""

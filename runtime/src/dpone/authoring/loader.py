@@ -1,0 +1,371 @@
+"""Load a workload catalog and its manifests into frozen objects, collecting every error.
+
+Steps: parse YAML with positions -> validate against the published JSON Schema -> apply the
+rules a schema cannot express (one of table/query, merge keys, mapping policy, provider-owned
+env) -> normalise to ``Catalog``. Nothing here touches a database or the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dpone import errors
+from dpone.authoring.models import (
+    AirflowConfig,
+    BackfillConfig,
+    Catalog,
+    Hook,
+    Manifest,
+    ProcessConfig,
+    SecretRef,
+    SinkConfig,
+    SourceConfig,
+    StateConfig,
+    TableName,
+    Workload,
+)
+from dpone.authoring.schema import load_schema, validate
+from dpone.authoring.yamldoc import YamlDocument, load_yaml
+from dpone.errors import ErrorCollector, ErrorRecord, Location
+from dpone.item import PROVIDER_OWNED_ENV
+from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
+from dpone.plan.mapping import MappingPolicy, normalize_policy
+
+CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
+MANIFEST_SCHEMA = "pipeline.v1.schema.json"
+DEFAULT_UNITS = {"date": "day", "timestamp": "hour", "integer": "value"}
+DEFAULT_IMAGE_CATALOG_PATH = "/app/catalog/workloads.yaml"
+DEFAULT_LEASE_SECONDS = 600
+DEFAULT_START_DATE = "2024-01-01"
+
+
+def _schema_errors(doc: YamlDocument, schema_name: str, code: str, out: ErrorCollector) -> bool:
+    """Report schema violations (mapping policies are left to normalize_policy's own codes)."""
+    clean = True
+    for violation in validate(doc.data, load_schema(schema_name)):
+        if "mapping" in violation.path:
+            continue
+        clean = False
+        unknown = violation.message.startswith("unknown field")
+        where = doc.locate(violation.path, key=unknown)
+        shown = ".".join(str(p) for p in violation.path) or "document"
+        out.add(code, f"{shown}: {violation.message}", where)
+    return clean
+
+
+def _policy(
+    raw: Any, doc: YamlDocument, path: tuple[str | int, ...], out: ErrorCollector
+) -> MappingPolicy | None:
+    policy, problems = normalize_policy(raw)
+    for problem in problems:
+        field_path = (*path, problem.field) if problem.field else path
+        key = problem.message.startswith("unknown mapping field")
+        shown = ".".join(str(p) for p in field_path)
+        out.add(problem.code, f"{shown}: {problem.message}", doc.locate(field_path, key=key))
+    return policy
+
+
+def _table(raw: dict[str, Any] | None) -> TableName | None:
+    if raw is None:
+        return None
+    return TableName(raw.get("schema"), raw["name"])
+
+
+def _process(
+    raw: dict[str, Any], doc: YamlDocument, index: int, out: ErrorCollector
+) -> ProcessConfig | None:
+    path: tuple[str | int, ...] = ("processes", index)
+    name = raw["name"]
+    src = raw["source"]
+    has_table, has_query = "table" in src, "query" in src
+    if has_table == has_query:
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: source needs exactly one of table or query",
+            doc.locate((*path, "source")),
+        )
+    sink_raw = raw["sink"]
+    strategy = sink_raw["strategy"]["mode"]
+    keys = tuple(sink_raw.get("keys", ()))
+    backfill: BackfillConfig | None = None
+    bf_raw = raw.get("backfill")
+    if strategy == "backfill" and bf_raw is None:
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: sink.strategy.mode backfill needs a backfill section",
+            doc.locate((*path, "sink", "strategy", "mode")),
+        )
+    if strategy == "full_refresh" and bf_raw is not None:
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: sink.strategy.mode full_refresh takes no backfill section",
+            doc.locate((*path, "backfill"), key=True),
+        )
+    if bf_raw is not None and strategy == "backfill":
+        backfill = _backfill(bf_raw, doc, (*path, "backfill"), name, keys, out)
+    st = raw.get("state", {"backend": "local_file"})
+    backend = st["backend"]
+    if backend == "audit_schema" and "connection" not in st:
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: state.backend audit_schema needs state.connection",
+            doc.locate((*path, "state")),
+        )
+    state = StateConfig(
+        backend=backend,
+        connection=st.get("connection"),
+        schema=st.get("schema", "dpone_audit"),
+        path=st.get("path"),
+        require_distributed_lock=bool(st.get("require_distributed_lock", False)),
+    )
+    return ProcessConfig(
+        name=name,
+        source=SourceConfig(
+            connection=src["connection"],
+            table=_table(src.get("table")),
+            query=src.get("query"),
+            columns=tuple(src["columns"]) if "columns" in src else None,
+        ),
+        sink=SinkConfig(
+            connection=sink_raw["connection"],
+            table=TableName(sink_raw["table"].get("schema"), sink_raw["table"]["name"]),
+            keys=keys,
+            strategy=strategy,
+        ),
+        backfill=backfill,
+        state=state,
+        location=doc.locate(path),
+    )
+
+
+def _backfill(
+    raw: dict[str, Any],
+    doc: YamlDocument,
+    path: tuple[str | int, ...],
+    process: str,
+    keys: tuple[str, ...],
+    out: ErrorCollector,
+) -> BackfillConfig | None:
+    chunk = raw["chunk"]
+    ctype = chunk["type"]
+    unit = chunk.get("unit", DEFAULT_UNITS[ctype])
+    from dpone.plan.chunks import UNITS_BY_TYPE
+
+    ok = True
+    if unit not in UNITS_BY_TYPE[ctype]:
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {process!r}: unit {unit!r} does not fit chunk type {ctype!r} "
+            f"(use {', '.join(UNITS_BY_TYPE[ctype])})",
+            doc.locate((*path, "chunk", "unit")),
+        )
+        ok = False
+    bounds: dict[str, Any] = {}
+    for bound in ("start", "end"):
+        try:
+            bounds[bound] = canonical_bound(ctype, chunk[bound])
+        except ChunkPlanError as exc:
+            out.add(
+                errors.BACKFILL_PLAN_INVALID,
+                f"process {process!r}: backfill.chunk.{bound}: {exc}",
+                doc.locate((*path, "chunk", bound)),
+            )
+            ok = False
+    inner_mode = raw.get("inner_mode", "replace")
+    if inner_mode == "merge" and not keys:
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {process!r}: inner_mode merge needs sink.keys",
+            doc.locate((*path, "inner_mode")),
+        )
+    if not ok:
+        return None
+    return BackfillConfig(
+        chunk=ChunkSpec(
+            column=chunk["column"],
+            type=ctype,
+            start=bounds["start"],
+            end=bounds["end"],
+            step=chunk.get("step", 1),
+            unit=unit,
+        ),
+        inner_mode=inner_mode,
+        parallel_workers=raw.get("parallel_workers", 1),
+        backfill_id=raw.get("backfill_id"),
+        lease_seconds=raw.get("lease_seconds", DEFAULT_LEASE_SECONDS),
+    )
+
+
+def load_manifest(path: Path, display: str, out: ErrorCollector) -> Manifest | None:
+    doc, problems = load_yaml(path, display)
+    out.extend(problems)
+    if doc is None:
+        return None
+    if not _schema_errors(doc, MANIFEST_SCHEMA, errors.MANIFEST_INVALID, out):
+        # Keep going only where the structure is sound enough to read safely.
+        return None
+    data = doc.data
+    processes: list[ProcessConfig] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(data["processes"]):
+        if raw["name"] in seen:
+            out.add(
+                errors.MANIFEST_INVALID,
+                f"duplicate process name {raw['name']!r}",
+                doc.locate(("processes", index, "name")),
+            )
+        seen.add(raw["name"])
+        process = _process(raw, doc, index, out)
+        if process is not None:
+            processes.append(process)
+    mapping_raw = data.get("gitops", {}).get("airflow", {}).get("mapping")
+    mapping = None
+    if mapping_raw is not None:
+        mapping = _policy(mapping_raw, doc, ("gitops", "airflow", "mapping"), out)
+        if mapping is None:
+            return None
+    location = doc.locate(("gitops", "airflow", "mapping"), key=True) if mapping else None
+    return Manifest(display, data.get("name"), tuple(processes), mapping, location)
+
+
+def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(defaults)
+    merged.update(own)
+    return merged
+
+
+def _airflow(name: str, raw: dict[str, Any], doc: YamlDocument, wpath: tuple[str | int, ...], out: ErrorCollector) -> AirflowConfig:
+    env = raw.get("env", {})
+    for key in sorted(env):
+        if key in PROVIDER_OWNED_ENV or key.startswith("DPONE_AIRFLOW_"):
+            where = doc.locate((*wpath, "airflow", "env", key), key=True)
+            if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
+                where = doc.locate(("defaults", "airflow", "env", key), key=True)
+            out.add(
+                errors.PROVIDER_OWNED_ENV,
+                f"workload {name!r}: airflow.env.{key} is owned by dpone and cannot be set",
+                where,
+            )
+    resources = raw.get("resources", {})
+    return AirflowConfig(
+        dag_id=raw.get("dag_id", name),
+        schedule=raw.get("schedule"),
+        start_date=raw.get("start_date", DEFAULT_START_DATE),
+        tags=tuple(raw.get("tags", ("dpone",))),
+        image=raw.get("image"),
+        namespace=raw.get("namespace", "default"),
+        flavour=raw.get("flavour", "kubernetes"),
+        catalog_path=raw.get("catalog_path", DEFAULT_IMAGE_CATALOG_PATH),
+        command=tuple(raw.get("command", ("dpone",))),
+        requests=tuple(sorted(resources.get("requests", {}).items())),
+        limits=tuple(sorted(resources.get("limits", {}).items())),
+        secrets=tuple(
+            SecretRef(s["connection"], s["secret"], s["key"]) for s in raw.get("secrets", ())
+        ),
+        env=tuple(sorted(env.items())),
+        retries=raw.get("retries", 0),
+        pre_hooks=tuple(Hook(h["name"], tuple(h["command"])) for h in raw.get("pre_hooks", ())),
+        post_hooks=tuple(Hook(h["name"], tuple(h["command"])) for h in raw.get("post_hooks", ())),
+    )
+
+
+def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
+    """Load a catalog and every manifest it names; (catalog, []) or (None, all errors)."""
+    display = str(path)
+    catalog_path = Path(path)
+    out = ErrorCollector()
+    doc, problems = load_yaml(catalog_path, display)
+    out.extend(problems)
+    if doc is None:
+        return None, out.records
+    if not _schema_errors(doc, CATALOG_SCHEMA, errors.CATALOG_INVALID, out):
+        return None, out.records
+    data = doc.data
+    defaults_airflow = data.get("defaults", {}).get("airflow", {})
+    default_policy = None
+    if "mapping" in defaults_airflow:
+        default_policy = _policy(defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out)
+    workloads: list[Workload] = []
+    dag_ids: dict[str, str] = {}
+    base = catalog_path.parent
+    for name in data["workloads"]:
+        wraw = data["workloads"][name]
+        wpath: tuple[str | int, ...] = ("workloads", name)
+        manifest_rel = wraw["manifest"]
+        manifest_display = _join_display(display, manifest_rel)
+        manifest = load_manifest(base / manifest_rel, manifest_display, out)
+        if manifest is None and not (base / manifest_rel).exists():
+            # load_yaml reported the file as missing; point at the catalog entry instead.
+            last = out.records[-1]
+            out.records[-1] = ErrorRecord(
+                last.code,
+                f"workload {name!r}: manifest {manifest_rel!r} not found "
+                f"(paths are relative to the catalog's folder)",
+                doc.locate((*wpath, "manifest")),
+            )
+        own_airflow = wraw.get("airflow", {})
+        airflow_raw = _merged_airflow(defaults_airflow, own_airflow)
+        airflow = _airflow(name, airflow_raw, doc, wpath, out)
+        if airflow.dag_id in dag_ids:
+            out.add(
+                errors.GENERATED_FILE_CONFLICT,
+                f"workload {name!r}: dag_id {airflow.dag_id!r} is already used by workload "
+                f"{dag_ids[airflow.dag_id]!r}",
+                doc.locate((*wpath, "airflow", "dag_id")) if "dag_id" in own_airflow else doc.locate(wpath, key=True),
+            )
+        dag_ids.setdefault(airflow.dag_id, name)
+        catalog_policy = None
+        if "mapping" in own_airflow:
+            catalog_policy = _policy(own_airflow["mapping"], doc, (*wpath, "airflow", "mapping"), out)
+            if catalog_policy is None:
+                continue
+        if manifest is None:
+            continue
+        policy, source, location = _choose_policy(
+            name, catalog_policy, manifest, default_policy, doc, wpath, out
+        )
+        if policy is None:
+            continue
+        workloads.append(Workload(name, manifest, airflow, policy, source, location))
+    if out:
+        return None, out.records
+    return Catalog(display, tuple(workloads)), []
+
+
+def _join_display(catalog_display: str, relative: str) -> str:
+    parent = Path(catalog_display).parent
+    joined = parent / relative
+    return joined.as_posix()
+
+
+def _choose_policy(
+    name: str,
+    catalog_policy: MappingPolicy | None,
+    manifest: Manifest,
+    default_policy: MappingPolicy | None,
+    doc: YamlDocument,
+    wpath: tuple[str | int, ...],
+    out: ErrorCollector,
+) -> tuple[MappingPolicy | None, str, Location]:
+    """Catalog and manifest policies may both be present only when they are identical."""
+    catalog_loc = doc.locate((*wpath, "airflow", "mapping"), key=True)
+    manifest_loc = manifest.mapping_location or Location(manifest.path)
+    if catalog_policy is not None and manifest.mapping is not None:
+        if catalog_policy != manifest.mapping:
+            out.add(
+                errors.MAPPING_POLICY_INVALID,
+                f"workload {name!r}: workloads.{name}.airflow.mapping "
+                f"{catalog_policy.canonical()} conflicts with gitops.airflow.mapping "
+                f"{manifest.mapping.canonical()} in {manifest.path}; keep one (or make them equal)",
+                catalog_loc,
+            )
+            return None, "", catalog_loc
+        return catalog_policy, "catalog+manifest", catalog_loc
+    if catalog_policy is not None:
+        return catalog_policy, "catalog", catalog_loc
+    if manifest.mapping is not None:
+        return manifest.mapping, "manifest", manifest_loc
+    if default_policy is not None:
+        return default_policy, "defaults", doc.locate(("defaults", "airflow", "mapping"), key=True)
+    return MappingPolicy(), "built-in", doc.locate(wpath, key=True)

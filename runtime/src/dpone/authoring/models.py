@@ -1,0 +1,164 @@
+"""Frozen, typed objects the loaders normalise catalogs and manifests into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpone.errors import Location
+from dpone.plan.chunks import ChunkSpec
+from dpone.plan.mapping import MappingPolicy
+
+
+@dataclass(frozen=True)
+class TableName:
+    schema: str | None
+    name: str
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+    def canonical(self) -> dict[str, str | None]:
+        return {"schema": self.schema, "name": self.name}
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    connection: str
+    table: TableName | None
+    query: str | None
+    columns: tuple[str, ...] | None
+
+    def canonical(self) -> dict[str, object]:
+        return {
+            "connection": self.connection,
+            "table": self.table.canonical() if self.table else None,
+            "query": self.query,
+            "columns": list(self.columns) if self.columns else None,
+        }
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    connection: str
+    table: TableName
+    keys: tuple[str, ...]
+    strategy: str
+
+    def canonical(self) -> dict[str, object]:
+        return {
+            "connection": self.connection,
+            "table": self.table.canonical(),
+            "keys": list(self.keys),
+            "strategy": self.strategy,
+        }
+
+
+@dataclass(frozen=True)
+class BackfillConfig:
+    chunk: ChunkSpec
+    inner_mode: str
+    parallel_workers: int
+    backfill_id: str | None
+    lease_seconds: int
+
+    def canonical(self) -> dict[str, object]:
+        return {
+            "chunk": self.chunk.canonical(),
+            "inner_mode": self.inner_mode,
+            "parallel_workers": self.parallel_workers,
+            "backfill_id": self.backfill_id,
+            "lease_seconds": self.lease_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    backend: str
+    connection: str | None
+    schema: str
+    path: str | None
+    require_distributed_lock: bool
+
+    def canonical(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "connection": self.connection,
+            "schema": self.schema,
+            "path": self.path,
+            "require_distributed_lock": self.require_distributed_lock,
+        }
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    name: str
+    source: SourceConfig
+    sink: SinkConfig
+    backfill: BackfillConfig | None
+    state: StateConfig
+    location: Location  # the process node, for errors found after loading
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: str
+    name: str | None
+    processes: tuple[ProcessConfig, ...]
+    mapping: MappingPolicy | None  # gitops.airflow.mapping, when present
+    mapping_location: Location | None
+
+
+@dataclass(frozen=True)
+class Hook:
+    name: str
+    command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    connection: str
+    secret: str
+    key: str
+
+
+@dataclass(frozen=True)
+class AirflowConfig:
+    dag_id: str
+    schedule: str | None
+    start_date: str
+    tags: tuple[str, ...]
+    image: str | None
+    namespace: str
+    flavour: str
+    catalog_path: str
+    command: tuple[str, ...]
+    requests: tuple[tuple[str, str], ...]
+    limits: tuple[tuple[str, str], ...]
+    secrets: tuple[SecretRef, ...]
+    env: tuple[tuple[str, str], ...]
+    retries: int
+    pre_hooks: tuple[Hook, ...]
+    post_hooks: tuple[Hook, ...]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    manifest: Manifest
+    airflow: AirflowConfig
+    mapping: MappingPolicy
+    mapping_source: str  # "catalog", "manifest", "defaults" or "built-in"
+    mapping_location: Location
+
+
+@dataclass(frozen=True)
+class Catalog:
+    path: str  # as given by the user (display form)
+    workloads: tuple[Workload, ...]
+
+    def workload(self, name: str) -> Workload | None:
+        for workload in self.workloads:
+            if workload.name == name:
+                return workload
+        return None
