@@ -91,9 +91,7 @@ def parse_mapping_item(raw: str) -> ParsedItem:
     if len(raw.encode("utf-8", errors="surrogatepass")) > ITEM_MAX_BYTES:
         raise _fail(f"value exceeds {ITEM_MAX_BYTES} bytes")
     try:
-        doc = json.loads(
-            raw, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
-        )
+        doc = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except DponeError:
         raise
     except (ValueError, RecursionError) as exc:

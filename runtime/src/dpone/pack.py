@@ -90,7 +90,9 @@ def config_hash(config: ProcessConfig) -> str:
     )
 
 
-def _check_mapped(config: ProcessConfig, policy: MappingPolicy, where: Location, out: ErrorCollector) -> bool:
+def _check_mapped(
+    config: ProcessConfig, policy: MappingPolicy, where: Location, out: ErrorCollector
+) -> bool:
     ok = True
     name = config.name
     if config.sink.strategy != "backfill" or config.backfill is None:
@@ -155,7 +157,9 @@ def compile_process(
         try:
             chunks = plan_chunks(bf.chunk, run_key)
         except ChunkPlanError as exc:
-            out.add(errors.BACKFILL_PLAN_INVALID, f"process {config.name!r}: {exc}", config.location)
+            out.add(
+                errors.BACKFILL_PLAN_INVALID, f"process {config.name!r}: {exc}", config.location
+            )
             return None
         if bf.inner_mode == "full_refresh" and len(chunks) > 1:
             out.add(

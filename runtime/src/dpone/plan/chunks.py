@@ -150,15 +150,15 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
         k = 0
         while True:
             if spec.unit == "month":
-                lower = _add_months(first, k * spec.step)
-                upper = _add_months(first, (k + 1) * spec.step)
+                low_day = _add_months(first, k * spec.step)
+                high_day = _add_months(first, (k + 1) * spec.step)
             else:
                 days = spec.step * (7 if spec.unit == "week" else 1)
-                lower = first + dt.timedelta(days=k * days)
-                upper = lower + dt.timedelta(days=days)
-            if lower >= last:
+                low_day = first + dt.timedelta(days=k * days)
+                high_day = low_day + dt.timedelta(days=days)
+            if low_day >= last:
                 break
-            out.append((lower.isoformat(), min(upper, last).isoformat()))
+            out.append((low_day.isoformat(), min(high_day, last).isoformat()))
             k += 1
             if k > MAX_CHUNKS:
                 raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
@@ -166,7 +166,9 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
     begin, finish = parse_timestamp(spec.start), parse_timestamp(spec.end)
     if begin >= finish:
         raise ChunkPlanError(f"zero-length window: start {spec.start} is not before end {spec.end}")
-    delta = dt.timedelta(hours=spec.step) if spec.unit == "hour" else dt.timedelta(minutes=spec.step)
+    delta = (
+        dt.timedelta(hours=spec.step) if spec.unit == "hour" else dt.timedelta(minutes=spec.step)
+    )
     if (finish - begin) / delta > MAX_CHUNKS:
         raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
     lower_ts = begin

@@ -159,7 +159,9 @@ class MappingPlan:
         return len(self.items)
 
     def to_artifact(self) -> dict[str, Any]:
-        body = _plan_body(self.mode, self.backfill_plan_hash, self.chunks_total, self.policy, self.items)
+        body = _plan_body(
+            self.mode, self.backfill_plan_hash, self.chunks_total, self.policy, self.items
+        )
         body["plan_fingerprint"] = self.plan_fingerprint
         return body
 
@@ -236,7 +238,10 @@ def verify_coverage(items: tuple[MappingItem, ...], chunks_total: int) -> None:
                 errors.MAPPING_ITEM_INVALID,
                 f"item index {item.item_index} at position {position}",
             )
-        if item.first_chunk_index != expected_first or item.last_chunk_index < item.first_chunk_index:
+        if (
+            item.first_chunk_index != expected_first
+            or item.last_chunk_index < item.first_chunk_index
+        ):
             raise MappingPlanError(
                 errors.MAPPING_ITEM_INVALID,
                 f"item {position} covers {item.first_chunk_index}..{item.last_chunk_index}, "

@@ -1,0 +1,43 @@
+"""`dpone check CATALOG`: every problem of a catalog and its manifests, at once.
+
+Exit 0 clean, 1 errors found, 2 usage. Text lines are ``file:line:col: CODE: message``;
+``--format json`` prints the dpone.error.v1 list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dpone.cli import _Parser
+from dpone.pack import load_and_compile
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dpone check",
+        description="Validate a workload catalog, its manifests and every mapping plan.",
+        epilog="example: dpone check golden/summary_365_into_40/workloads.yaml --format json",
+    )
+    parser.add_argument("catalog", help="path of the workload catalog (dpone.workload-catalog.v1)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    return parser
+
+
+def main_check(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    catalog, packs, problems = load_and_compile(args.catalog)
+    if args.format == "json":
+        print(json.dumps([p.to_json() for p in problems], indent=2, ensure_ascii=False))
+    elif problems:
+        for problem in problems:
+            print(str(problem), file=sys.stderr)
+        print(f"dpone check: {len(problems)} error(s) in {args.catalog}", file=sys.stderr)
+    else:
+        assert catalog is not None
+        processes = sum(len(p.processes) for p in packs)
+        print(
+            f"dpone check: {args.catalog}: OK — {len(packs)} workload(s), {processes} process(es)"
+        )
+    return 1 if problems else 0

@@ -1,0 +1,135 @@
+"""`dpone preview CATALOG`: what each workload will look like in Airflow, before anything ships.
+
+Text shows per workload and process: mode, chunks_total, items_total, chunks per item, max
+concurrency, pool, state requirement, plan fingerprint, and the first and last items with their
+chunk bounds. JSON is one document holding each process's dpone.airflow-mapping-plan.v1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from dpone.cli import _Parser
+from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone.plan.mapping import MappingItem
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dpone preview",
+        description="Show the chunk and mapping plan of every workload (or one).",
+        epilog="example: dpone preview golden/summary_365_into_40/workloads.yaml --workload "
+        "orders_history",
+    )
+    parser.add_argument("catalog", help="path of the workload catalog")
+    parser.add_argument("--workload", help="only this workload")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    return parser
+
+
+def state_requirement(plan: ProcessPlan) -> str:
+    if plan.mapping_plan is not None:
+        return "distributed lock + chunk lease + compare-and-set (audit_schema)"
+    return f"{plan.config.state.backend} (any store)"
+
+
+def _bounds(plan: ProcessPlan, item: MappingItem) -> str:
+    first = plan.chunks[item.first_chunk_index - 1]
+    last = plan.chunks[item.last_chunk_index - 1]
+    return f"[{first.start} .. {last.end})"
+
+
+def process_json(pack: WorkloadPack, plan: ProcessPlan) -> dict[str, Any]:
+    mapping = plan.mapping_plan
+    return {
+        "name": plan.name,
+        "mode": plan.mapping_policy.mode,
+        "run_key": plan.run_key,
+        "chunks_total": plan.chunks_total,
+        "backfill_plan_hash": plan.backfill_plan_hash,
+        "state_requirement": state_requirement(plan),
+        "limits": plan.mapping_policy.canonical(),
+        "mapping_plan": mapping.to_artifact() if mapping else None,
+    }
+
+
+def preview_document(packs: list[WorkloadPack]) -> dict[str, Any]:
+    return {
+        "workloads": [
+            {
+                "name": pack.workload.name,
+                "dag_id": pack.workload.airflow.dag_id,
+                "pack_fingerprint": pack.fingerprint,
+                "mapping_source": pack.workload.mapping_source,
+                "processes": [process_json(pack, plan) for plan in pack.processes],
+            }
+            for pack in packs
+        ]
+    }
+
+
+def preview_text(packs: list[WorkloadPack]) -> str:
+    lines: list[str] = []
+    for pack in packs:
+        wl = pack.workload
+        lines.append(f"workload {wl.name}  (dag {wl.airflow.dag_id}, flavour {wl.airflow.flavour})")
+        lines.append(f"  pack fingerprint   {pack.fingerprint}")
+        lines.append(f"  mapping policy     from {wl.mapping_source}")
+        for plan in pack.processes:
+            policy = plan.mapping_policy
+            lines.append(f"  process {plan.name}")
+            lines.append(f"    mode             {policy.mode}")
+            lines.append(f"    chunks_total     {plan.chunks_total}")
+            mapping = plan.mapping_plan
+            if mapping is None:
+                workers = plan.config.backfill.parallel_workers if plan.config.backfill else 1
+                lines.append("    items_total      1 (one Airflow task)")
+                lines.append(f"    max concurrency  {workers} worker(s) inside the task")
+                lines.append("    pool             (none)")
+            else:
+                sizes = [i.chunks_count for i in mapping.items]
+                lines.append(f"    items_total      {mapping.items_total}")
+                lines.append(f"    chunks per item  {min(sizes)}..{max(sizes)}")
+                lines.append(f"    max concurrency  {policy.max_active} (max_active_tis_per_dag)")
+                lines.append(f"    pool             {policy.pool}")
+            lines.append(f"    state            {state_requirement(plan)}")
+            if plan.backfill_plan_hash:
+                lines.append(f"    backfill plan    {plan.backfill_plan_hash}")
+            if mapping is not None:
+                lines.append(f"    plan fingerprint {mapping.plan_fingerprint}")
+                shown = [mapping.items[0]]
+                if mapping.items_total > 1:
+                    shown.append(mapping.items[-1])
+                for item in shown:
+                    lines.append(
+                        f"    item {item.item_index:>3}  chunks {item.first_chunk_index}-"
+                        f"{item.last_chunk_index}  {_bounds(plan, item)}"
+                    )
+            elif plan.chunks:
+                first, last = plan.chunks[0], plan.chunks[-1]
+                lines.append(f"    window           [{first.start} .. {last.end})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main_preview(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    _, packs, problems = load_and_compile(args.catalog)
+    if problems:
+        for problem in problems:
+            print(str(problem), file=sys.stderr)
+        print(f"dpone preview: {len(problems)} error(s); run dpone check", file=sys.stderr)
+        return 1
+    if args.workload:
+        packs = [p for p in packs if p.workload.name == args.workload]
+        if not packs:
+            print(f"dpone preview: no workload {args.workload!r}", file=sys.stderr)
+            return 2
+    if args.format == "json":
+        print(json.dumps(preview_document(packs), indent=2, ensure_ascii=False, sort_keys=True))
+    else:
+        print(preview_text(packs), end="")
+    return 0

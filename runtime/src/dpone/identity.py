@@ -1,0 +1,75 @@
+"""``dpone.airflow-run-identity.v1``: what a DAG task was generated from, shared by all its items."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dpone import errors
+from dpone.errors import DponeError
+from dpone.plan.canonical import canonical_text, is_fingerprint
+
+RUN_IDENTITY_SCHEMA = "dpone.airflow-run-identity.v1"
+IDENTITY_MAX_BYTES = 4096
+_FIELDS = ("schema", "dag_id", "workload", "process", "pack_fingerprint", "flavour", "image")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    dag_id: str
+    workload: str
+    process: str
+    pack_fingerprint: str
+    flavour: str
+    image: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": RUN_IDENTITY_SCHEMA,
+            "dag_id": self.dag_id,
+            "workload": self.workload,
+            "process": self.process,
+            "pack_fingerprint": self.pack_fingerprint,
+            "flavour": self.flavour,
+            "image": self.image,
+        }
+
+    def env_value(self) -> str:
+        return canonical_text(self.to_json())
+
+
+def _fail(message: str) -> DponeError:
+    return DponeError(errors.RUN_IDENTITY_INVALID, f"DPONE_AIRFLOW_RUN_IDENTITY: {message}")
+
+
+def parse_run_identity(raw: str) -> RunIdentity:
+    if len(raw.encode("utf-8", errors="surrogatepass")) > IDENTITY_MAX_BYTES:
+        raise _fail(f"value exceeds {IDENTITY_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise _fail("not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise _fail("must be a JSON object")
+    unknown = sorted(set(doc) - set(_FIELDS))
+    if unknown:
+        raise _fail(f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:5])}")
+    if doc.get("schema") != RUN_IDENTITY_SCHEMA:
+        raise _fail(f"schema must be {RUN_IDENTITY_SCHEMA!r}")
+    for key in ("dag_id", "workload", "process", "flavour"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise _fail(f"{key} must be a non-empty string")
+    if not is_fingerprint(doc.get("pack_fingerprint")):
+        raise _fail("pack_fingerprint must be sha256: followed by 64 lowercase hex digits")
+    image = doc.get("image")
+    if image is not None and not isinstance(image, str):
+        raise _fail("image must be a string or null")
+    return RunIdentity(
+        doc["dag_id"],
+        doc["workload"],
+        doc["process"],
+        doc["pack_fingerprint"],
+        doc["flavour"],
+        image,
+    )

@@ -1,0 +1,380 @@
+"""The backfill orchestrator: initialise the campaign under a short lock, then move the selected
+chunks one lease at a time, completing each with compare-and-set.
+
+Mapped items run their range sequentially and stop at the first failure (the state machine of
+the contract); internal runs spread the whole campaign over ``parallel_workers`` threads, each
+with its own store and connector connections, and keep going past a failed chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dpone import errors
+from dpone.connections import dsn_kind, resolve_dsn
+from dpone.errors import DponeError, ErrorRecord
+from dpone.ledger.port import (
+    CampaignShape,
+    ChunkResult,
+    Lease,
+    LeaseStatus,
+    LedgerStore,
+)
+from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.plan.chunks import Chunk
+from dpone.result import ChunkTiming, RunOutcome
+from dpone.verify import Selection
+
+
+class ProgressSink(Protocol):
+    def start(self, total: int, label: str) -> None: ...
+
+    def advance(self, committed: int, skipped: int, failed: int, rows: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class NoProgress:
+    def start(self, total: int, label: str) -> None:
+        return None
+
+    def advance(self, committed: int, skipped: int, failed: int, rows: int) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+
+@dataclass
+class RunSettings:
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    lock_timeout_s: float = 30.0
+    progress: ProgressSink = field(default_factory=NoProgress)
+    owner_prefix: str = ""
+    warn: Callable[[str], None] = lambda message: None
+
+
+def new_owner(prefix: str = "") -> str:
+    """A unique attempt token: host, pid and a random part (never reused)."""
+    host = os.uname().nodename[:40]
+    return f"{prefix}{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class RunContext:
+    pack: WorkloadPack
+    plan: ProcessPlan
+    selection: Selection
+    settings: RunSettings
+
+    def dsn(self, connection: str) -> str:
+        return resolve_dsn(connection, self.settings.environ)
+
+    def open_store(self) -> LedgerStore:
+        from dpone.ledger.factory import open_store
+
+        state = self.plan.config.state
+        dsn = self.dsn(state.connection) if state.connection else None
+        return open_store(state.backend, dsn=dsn, schema=state.schema, path=state.path)
+
+    @property
+    def same_transaction(self) -> bool:
+        """Ledger and sink share one Postgres connection: data and completion commit together."""
+        cfg = self.plan.config
+        if cfg.state.backend != "audit_schema" or cfg.state.connection != cfg.sink.connection:
+            return False
+        return dsn_kind(self.dsn(cfg.sink.connection)) == "postgres"
+
+    def shape(self) -> CampaignShape:
+        assert self.plan.run_key is not None and self.plan.backfill_plan_hash is not None
+        return CampaignShape(
+            run_key=self.plan.run_key,
+            workload=self.pack.workload.name,
+            process=self.plan.name,
+            plan_hash=self.plan.backfill_plan_hash,
+            config_hash=self.plan.config_hash,
+            chunks=self.plan.chunks,
+        )
+
+
+class ChunkMover:
+    """One worker's connections: a store, and the source and sink opened on first need."""
+
+    def __init__(self, ctx: RunContext, store: LedgerStore) -> None:
+        self.ctx = ctx
+        self.store = store
+        self._source: Any = None
+        self._sink: Any = None
+
+    def _connectors(self) -> tuple[Any, Any]:
+        if self._sink is None:
+            from dpone.connectors.factory import open_sink, open_source
+
+            source_spec, sink_spec = connector_specs(self.ctx.plan)
+            cfg = self.ctx.plan.config
+            self._source = open_source(source_spec, self.ctx.dsn(cfg.source.connection))
+            self._sink = open_sink(sink_spec, self.ctx.dsn(cfg.sink.connection))
+        return self._source, self._sink
+
+    def window(self, chunk: Chunk) -> Any:
+        from dpone.connectors.base import ChunkWindow
+
+        spec = self.ctx.plan.config.backfill
+        assert spec is not None
+        return ChunkWindow(spec.chunk.column, spec.chunk.type, chunk.start, chunk.end)
+
+    def preflight(self) -> list[str]:
+        _, sink = self._connectors()
+        spec = self.ctx.plan.config.backfill
+        if spec is None or not hasattr(sink, "preflight"):
+            return []
+        warnings: list[str] = sink.preflight(spec.chunk.column)
+        return warnings
+
+    def move(self, lease: Lease, chunk: Chunk) -> ChunkResult:
+        """Move one chunk and record its completion (compare-and-set on the lease)."""
+        source, sink = self._connectors()
+        window = self.window(chunk)
+        if self.ctx.same_transaction:
+
+            def write(connection: Any) -> ChunkResult:
+                written = sink.write_chunk(source, window, connection=connection)
+                return ChunkResult(True, rows=written.rows, checksum=written.checksum)
+
+            return self.store.complete_in_transaction(lease, chunk, write)
+        try:
+            written = sink.write_chunk(source, window)
+        except DponeError as exc:
+            failed = ChunkResult(False, error_code=exc.code, error_message=exc.message[:500])
+            self.store.complete(lease, chunk, failed)
+            raise
+        result = ChunkResult(True, rows=written.rows, checksum=written.checksum)
+        self.store.complete(lease, chunk, result)
+        return result
+
+    def close(self) -> None:
+        for thing in (self._source, self._sink, self.store):
+            close = getattr(thing, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    pass
+
+
+def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:
+    """Translate the manifest's source and sink into the connector layer's specs."""
+    from dpone.connectors.base import SinkSpec, SourceSpec, TableRef
+
+    cfg = plan.config
+    src = cfg.source
+    source = SourceSpec(
+        connection=src.connection,
+        table=TableRef(src.table.schema, src.table.name) if src.table else None,
+        query=src.query,
+        columns=src.columns,
+    )
+    inner = cfg.backfill.inner_mode if cfg.backfill else "replace"
+    sink = SinkSpec(
+        connection=cfg.sink.connection,
+        table=TableRef(cfg.sink.table.schema, cfg.sink.table.name),
+        inner_mode="replace" if inner == "full_refresh" else inner,
+        keys=cfg.sink.keys,
+    )
+    return source, sink
+
+
+@dataclass
+class _Tally:
+    """Thread-safe counters shared by the workers of one run."""
+
+    outcome: RunOutcome
+    progress: ProgressSink
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def record(self, timing: ChunkTiming) -> None:
+        with self.lock:
+            o = self.outcome
+            o.timings.append(timing)
+            if timing.status == "committed":
+                o.chunks_committed += 1
+                o.rows_written += timing.rows or 0
+            elif timing.status == "skipped_resume":
+                o.chunks_skipped_resume += 1
+            elif timing.status == "not_started":
+                o.chunks_not_started += 1
+            else:
+                o.chunks_failed += 1
+            self.progress.advance(
+                o.chunks_committed, o.chunks_skipped_resume, o.chunks_failed, o.rows_written
+            )
+
+    def fail(self, record: ErrorRecord) -> None:
+        with self.lock:
+            if self.outcome.error is None:
+                self.outcome.error = record
+
+
+def _run_chunk(mover: ChunkMover, chunk: Chunk, owner: str, tally: _Tally, lease_s: float) -> bool:
+    """Lease, move, complete one chunk; returns False when the run should stop (mapped item)."""
+    started = time.monotonic()
+    try:
+        outcome = mover.store.acquire_lease(mover.ctx.shape(), chunk, owner, lease_s)
+    except DponeError as exc:
+        tally.record(ChunkTiming(chunk.index, "failed", error_code=exc.code))
+        tally.fail(exc.records[0])
+        return False
+    if outcome.status is LeaseStatus.CANCELLED:
+        tally.outcome.cancelled = True
+        tally.fail(
+            ErrorRecord(errors.CAMPAIGN_CANCELLED, "campaign cancelled: no new chunk started")
+        )
+        tally.stop.set()
+        return False
+    if outcome.status is LeaseStatus.ALREADY_COMMITTED:
+        tally.record(ChunkTiming(chunk.index, "skipped_resume"))
+        return True
+    if outcome.status is LeaseStatus.BUSY:
+        holder = outcome.holder
+        expires = holder.lease_expires_at.isoformat() if holder and holder.lease_expires_at else "?"
+        tally.record(ChunkTiming(chunk.index, "busy", error_code=errors.CHUNK_BUSY))
+        tally.fail(
+            ErrorRecord(
+                errors.CHUNK_BUSY,
+                f"chunk {chunk.index} is leased by another attempt until {expires}",
+            )
+        )
+        return False
+    lease = outcome.lease
+    assert lease is not None
+    try:
+        result = mover.move(lease, chunk)
+    except DponeError as exc:
+        status = "lease_lost" if exc.code == errors.CHUNK_LEASE_LOST else "failed"
+        tally.record(
+            ChunkTiming(
+                chunk.index,
+                status,
+                attempt=lease.attempt,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                error_code=exc.code,
+            )
+        )
+        tally.fail(
+            ErrorRecord(
+                exc.code, f"chunk {chunk.index} [{chunk.start}, {chunk.end}): {exc.message}"
+            )
+        )
+        return False
+    tally.record(
+        ChunkTiming(
+            chunk.index,
+            "committed",
+            attempt=lease.attempt,
+            rows=result.rows,
+            checksum=result.checksum,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+    )
+    return True
+
+
+def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
+    """Initialise (short campaign lock), then execute the selection. Fills ``outcome``."""
+    started = time.monotonic()
+    settings = ctx.settings
+    plan = ctx.plan
+    bf = plan.config.backfill
+    assert bf is not None
+    owner = new_owner(settings.owner_prefix)
+    store = ctx.open_store()
+    mapped = ctx.selection.item is not None
+    if mapped and not store.capabilities.mapped_ready:
+        store.close()
+        raise DponeError(
+            errors.MAPPING_STATE_UNSUPPORTED,
+            f"state store {store.name!r} lacks distributed lock / chunk lease / compare-and-set "
+            f"completion; mapped execution refuses it",
+        )
+    try:
+        ledger = store.initialize(ctx.shape(), owner, settings.lock_timeout_s)
+    except BaseException:
+        store.close()
+        raise
+    outcome.chunks_selected = len(ctx.selection.chunks)
+    tally = _Tally(outcome, settings.progress)
+    label = f"{ctx.pack.workload.name}/{plan.name}"
+    pending = [c for c in ctx.selection.chunks if not ledger.state_of(c.index) == "committed"]
+    for chunk in ctx.selection.chunks:
+        if ledger.state_of(chunk.index) == "committed":
+            tally.record(ChunkTiming(chunk.index, "skipped_resume"))
+    settings.progress.start(len(ctx.selection.chunks), label)
+    workers = 1 if mapped else max(1, min(bf.parallel_workers, len(pending) or 1))
+    movers: list[ChunkMover] = [ChunkMover(ctx, store)]
+    try:
+        if pending:
+            for warning in movers[0].preflight():
+                settings.warn(warning)
+        for _ in range(workers - 1):
+            movers.append(ChunkMover(ctx, ctx.open_store()))
+        work: queue.Queue[Chunk] = queue.Queue()
+        for chunk in pending:
+            work.put(chunk)
+
+        def worker(mover: ChunkMover) -> None:
+            while not tally.stop.is_set():
+                try:
+                    chunk = work.get_nowait()
+                except queue.Empty:
+                    return
+                keep_going = _run_chunk(mover, chunk, owner, tally, float(bf.lease_seconds))
+                if not keep_going and (mapped or tally.outcome.cancelled):
+                    tally.stop.set()
+                    return
+
+        if workers == 1:
+            worker(movers[0])
+        else:
+            threads = [threading.Thread(target=worker, args=(m,), daemon=True) for m in movers]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        while True:
+            try:
+                chunk = work.get_nowait()
+            except queue.Empty:
+                break
+            tally.record(ChunkTiming(chunk.index, "not_started"))
+        final = store.load(ctx.shape().run_key)
+        outcome.campaign_complete = bool(final and final.complete)
+        if final is not None and final.complete:
+            _write_verification(final)
+    finally:
+        settings.progress.finish()
+        for mover in movers:
+            mover.close()
+    if outcome.error is None and outcome.chunks_failed:
+        outcome.error = ErrorRecord(errors.CHUNK_FAILED, f"{outcome.chunks_failed} chunk(s) failed")
+    outcome.duration_ms = int((time.monotonic() - started) * 1000)
+    return outcome
+
+
+def _write_verification(ledger: Any) -> None:
+    """The campaign verification export, written atomically by whoever sees completion."""
+    from dpone.result import verification_document, write_json_atomic
+
+    target = os.environ.get("DPONE_EVIDENCE_DIR")
+    if not target:
+        return
+    path = Path(target) / ledger.shape.run_key / "verification.json"
+    write_json_atomic(path, verification_document(ledger))

@@ -1,0 +1,164 @@
+"""The run result (``dpone.run-result.v1``, XCom) and the backfill evidence file.
+
+The result is bounded and safe to show in Airflow: counts, fingerprints and the mapping section,
+never a per-chunk list, predicates, row values or secrets. Evidence carries the chunk records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpone.errors import ErrorRecord
+from dpone.ledger.port import ChunkRecord, Ledger
+
+RESULT_SCHEMA = "dpone.run-result.v1"
+EVIDENCE_SCHEMA = "dpone.backfill-evidence.v1"
+VERIFICATION_SCHEMA = "dpone.backfill-verification.v1"
+XCOM_DEFAULT_PATH = "/airflow/xcom/return.json"
+EVIDENCE_MAX_CHUNKS = 10_000
+MESSAGE_MAX = 500
+
+
+@dataclass
+class ChunkTiming:
+    index: int
+    status: str  # committed | failed | skipped_resume | busy | lease_lost | not_started
+    attempt: int | None = None
+    rows: int | None = None
+    checksum: str | None = None
+    duration_ms: int | None = None
+    error_code: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "status": self.status,
+            "attempt": self.attempt,
+            "rows": self.rows,
+            "checksum": self.checksum,
+            "duration_ms": self.duration_ms,
+            "error_code": self.error_code,
+        }
+
+
+@dataclass
+class RunOutcome:
+    """Aggregated facts of one `dpone run`; turned into result and evidence documents."""
+
+    workload: str
+    process: str
+    run_key: str | None
+    mode: str
+    pack_fingerprint: str
+    chunks_selected: int = 0
+    chunks_committed: int = 0
+    chunks_skipped_resume: int = 0
+    chunks_failed: int = 0
+    chunks_not_started: int = 0
+    rows_written: int = 0
+    duration_ms: int = 0
+    cancelled: bool = False
+    error: ErrorRecord | None = None
+    mapping: dict[str, Any] | None = None
+    timings: list[ChunkTiming] = field(default_factory=list)
+    campaign_complete: bool | None = None
+
+    @property
+    def status(self) -> str:
+        if self.cancelled:
+            return "cancelled"
+        if self.error is not None or self.chunks_failed or self.chunks_not_started:
+            return "failed"
+        return "passed"
+
+    def item_status(self) -> str:
+        if self.status == "passed":
+            if self.chunks_selected and self.chunks_skipped_resume == self.chunks_selected:
+                return "chunks_skipped_resume"
+            return "success"
+        return self.status
+
+    def result_document(self) -> dict[str, Any]:
+        error = None
+        if self.error is not None:
+            error = {"code": self.error.code, "message": self.error.message[:MESSAGE_MAX]}
+        backfill: dict[str, Any] = {
+            "run_key": self.run_key,
+            "chunks_selected": self.chunks_selected,
+            "chunks_committed": self.chunks_committed,
+            "chunks_skipped_resume": self.chunks_skipped_resume,
+            "chunks_failed": self.chunks_failed,
+            "chunks_not_started": self.chunks_not_started,
+            "rows_written": self.rows_written,
+            "campaign_complete": self.campaign_complete,
+        }
+        if self.mapping is not None:
+            backfill["mapping"] = {**self.mapping, "item_status": self.item_status()}
+        return {
+            "schema": RESULT_SCHEMA,
+            "status": self.status,
+            "workload": self.workload,
+            "process": self.process,
+            "mode": self.mode,
+            "pack_fingerprint": self.pack_fingerprint,
+            "duration_ms": self.duration_ms,
+            "error": error,
+            "backfill": backfill,
+        }
+
+    def evidence_document(self, owner: str) -> dict[str, Any]:
+        timings = sorted(self.timings, key=lambda t: t.index)
+        truncated = len(timings) > EVIDENCE_MAX_CHUNKS
+        return {
+            "schema": EVIDENCE_SCHEMA,
+            "result": self.result_document(),
+            "owner": owner,
+            "chunks": [t.to_json() for t in timings[:EVIDENCE_MAX_CHUNKS]],
+            "chunks_truncated": truncated,
+        }
+
+
+def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def xcom_path() -> Path | None:
+    """DPONE_XCOM_PATH, else Airflow's sidecar file when its folder exists (the KPO convention)."""
+    explicit = os.environ.get("DPONE_XCOM_PATH")
+    if explicit:
+        return Path(explicit)
+    default = Path(XCOM_DEFAULT_PATH)
+    return default if default.parent.is_dir() else None
+
+
+def verification_document(ledger: Ledger) -> dict[str, Any]:
+    """Per-chunk rows and checksums of a complete campaign: equal for every finisher."""
+    records: list[ChunkRecord] = [ledger.records[c.index] for c in ledger.shape.chunks]
+    return {
+        "schema": VERIFICATION_SCHEMA,
+        "run_key": ledger.shape.run_key,
+        "plan_hash": ledger.shape.plan_hash,
+        "config_hash": ledger.shape.config_hash,
+        "chunks_total": ledger.shape.chunk_count,
+        "rows_total": sum(r.rows or 0 for r in records),
+        "chunks": [
+            {"index": r.chunk_index, "rows": r.rows, "checksum": r.checksum} for r in records
+        ],
+    }

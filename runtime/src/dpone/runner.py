@@ -1,0 +1,128 @@
+"""`dpone run`: the composition root of a pod.
+
+Order matters and is the contract: read and parse the provider-owned env first (before any
+manifest or connector), recompile the pack, verify identity and plan, and only then open the
+ledger and connectors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from dpone import errors
+from dpone.errors import DponeError
+from dpone.identity import RunIdentity, parse_run_identity
+from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
+from dpone.orchestrator import RunContext, RunSettings, new_owner, run_backfill
+from dpone.pack import WorkloadPack, load_and_compile
+from dpone.progress import NoProgressSink, choose_progress
+from dpone.result import RunOutcome, write_json_atomic, xcom_path
+from dpone.verify import select_chunks, verify_identity
+
+
+def read_env_inputs() -> tuple[ParsedItem | None, RunIdentity | None]:
+    """Parse the provider-owned env values; nothing else has been read yet."""
+    raw_item = os.environ.get(ENV_ITEM)
+    raw_identity = os.environ.get(ENV_RUN_IDENTITY)
+    item = parse_mapping_item(raw_item) if raw_item is not None else None
+    identity = parse_run_identity(raw_identity) if raw_identity is not None else None
+    return item, identity
+
+
+def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
+    loaded, packs, problems = load_and_compile(catalog)
+    if problems:
+        raise DponeError.from_records(problems)
+    assert loaded is not None
+    for pack in packs:
+        if pack.workload.name == workload:
+            return pack
+    names = ", ".join(w.name for w in loaded.workloads)
+    raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")
+
+
+def _emit(outcome: RunOutcome, owner: str) -> None:
+    target = xcom_path()
+    if target is not None:
+        write_json_atomic(target, outcome.result_document())
+    evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
+    if evidence_dir and outcome.run_key:
+        scope = f"item-{outcome.mapping['item_index']:03d}" if outcome.mapping else "internal"
+        safe_owner = "".join(c if c.isalnum() else "-" for c in owner)
+        path = Path(evidence_dir) / outcome.run_key / f"{scope}.{safe_owner}.json"
+        write_json_atomic(path, outcome.evidence_document(owner))
+
+
+def _summary(outcome: RunOutcome) -> str:
+    return (
+        f"dpone: {outcome.workload}/{outcome.process}: {outcome.status} — "
+        f"{outcome.chunks_committed} committed, {outcome.chunks_skipped_resume} already "
+        f"committed, {outcome.chunks_failed} failed, {outcome.rows_written:,} rows "
+        f"({outcome.duration_ms} ms)"
+    )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from dpone.cli import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
+
+    item, identity = read_env_inputs()
+    pack = load_workload_pack(args.catalog, args.workload)
+    if args.process is not None:
+        plan = pack.process(args.process)
+        if plan is None:
+            names = ", ".join(p.name for p in pack.processes)
+            raise DponeError(
+                errors.USAGE,
+                f"process {args.process!r} is not in workload {args.workload!r} " f"(has: {names})",
+            )
+        plans = [plan]
+    else:
+        if item is not None and len(pack.processes) > 1:
+            raise DponeError(errors.USAGE, "a mapped item needs --process")
+        plans = list(pack.processes)
+    for plan in plans:
+        verify_identity(pack, plan.name, identity)
+    selections = [select_chunks(plan, item) for plan in plans]
+    worst = EXIT_OK
+    for plan, selection in zip(plans, selections, strict=True):
+        if plan.config.backfill is None:
+            raise DponeError(
+                errors.USAGE,
+                f"process {plan.name!r} is a full_refresh process; `dpone run` moves chunked "
+                f"backfills only in this release",
+            )
+        quiet = args.no_progress or selection.item is not None
+        progress = NoProgressSink() if quiet else choose_progress(sys.stderr)
+        settings = RunSettings(
+            lock_timeout_s=args.lock_timeout,
+            progress=progress,
+            warn=lambda message: print(f"dpone: warning: {message}", file=sys.stderr),
+        )
+        outcome = RunOutcome(
+            workload=pack.workload.name,
+            process=plan.name,
+            run_key=plan.run_key,
+            mode=selection.mode,
+            pack_fingerprint=pack.fingerprint,
+            mapping=selection.item.to_mapping_section() if selection.item else None,
+        )
+        owner = new_owner()
+        try:
+            run_backfill(RunContext(pack, plan, selection, settings), outcome)
+        except DponeError as exc:
+            outcome.error = exc.records[0]
+            _emit(outcome, owner)
+            raise
+        _emit(outcome, owner)
+        if outcome.status == "passed":
+            print(_summary(outcome), file=sys.stderr)
+            continue
+        assert outcome.error is not None
+        report_error(outcome.error)
+        print(_summary(outcome), file=sys.stderr)
+        code = EXIT_CANCELLED if outcome.cancelled else exit_code_for(outcome.error.code)
+        worst = max(worst, code if code != EXIT_OK else EXIT_FAILED)
+    return worst
