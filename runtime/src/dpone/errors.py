@@ -106,6 +106,18 @@ GENERATED_FILE_CONFLICT = _register(
     "A hand-written DAG with the same dag_id, or a duplicate dag_id in the catalog.",
     "Rename the dag_id or move the hand-written file; dpone never overwrites files it did not write.",
 )
+GENERATE_OUTPUT_FAILED = _register(
+    "DPONE_GENERATE_OUTPUT_FAILED",
+    "`dpone generate` could not read or write its output folder.",
+    "--out names a file, a folder without write permission, or a full disk.",
+    "Point --out at a writable folder; nothing is half-written (files are replaced atomically).",
+)
+GENERATE_IMAGE_REQUIRED = _register(
+    "DPONE_GENERATE_IMAGE_REQUIRED",
+    "A workload of the kubernetes flavour has no airflow.image.",
+    "The pod needs an image with dpone-runtime and the catalog inside; none was given.",
+    "Set airflow.image (in defaults or the workload), or use airflow.flavour: subprocess.",
+)
 # --- mapping policy (contract) ------------------------------------------------------------------
 MAPPING_POLICY_INVALID = _register(
     "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
