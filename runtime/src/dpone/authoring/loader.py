@@ -235,7 +235,13 @@ def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, 
     return merged
 
 
-def _airflow(name: str, raw: dict[str, Any], doc: YamlDocument, wpath: tuple[str | int, ...], out: ErrorCollector) -> AirflowConfig:
+def _airflow(
+    name: str,
+    raw: dict[str, Any],
+    doc: YamlDocument,
+    wpath: tuple[str | int, ...],
+    out: ErrorCollector,
+) -> AirflowConfig:
     env = raw.get("env", {})
     for key in sorted(env):
         if key in PROVIDER_OWNED_ENV or key.startswith("DPONE_AIRFLOW_"):
@@ -285,7 +291,9 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
     defaults_airflow = data.get("defaults", {}).get("airflow", {})
     default_policy = None
     if "mapping" in defaults_airflow:
-        default_policy = _policy(defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out)
+        default_policy = _policy(
+            defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out
+        )
     workloads: list[Workload] = []
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
@@ -312,12 +320,18 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
                 errors.GENERATED_FILE_CONFLICT,
                 f"workload {name!r}: dag_id {airflow.dag_id!r} is already used by workload "
                 f"{dag_ids[airflow.dag_id]!r}",
-                doc.locate((*wpath, "airflow", "dag_id")) if "dag_id" in own_airflow else doc.locate(wpath, key=True),
+                (
+                    doc.locate((*wpath, "airflow", "dag_id"))
+                    if "dag_id" in own_airflow
+                    else doc.locate(wpath, key=True)
+                ),
             )
         dag_ids.setdefault(airflow.dag_id, name)
         catalog_policy = None
         if "mapping" in own_airflow:
-            catalog_policy = _policy(own_airflow["mapping"], doc, (*wpath, "airflow", "mapping"), out)
+            catalog_policy = _policy(
+                own_airflow["mapping"], doc, (*wpath, "airflow", "mapping"), out
+            )
             if catalog_policy is None:
                 continue
         if manifest is None:

@@ -82,7 +82,9 @@ def _resolve(ref: str, root: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return other, other
 
 
-def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = None) -> list[SchemaViolation]:
+def validate(
+    value: Any, schema: dict[str, Any], root: dict[str, Any] | None = None
+) -> list[SchemaViolation]:
     """Every violation of ``schema`` by ``value``, in document order."""
     out: list[SchemaViolation] = []
     _walk(value, schema, root or schema, (), out)
@@ -115,7 +117,9 @@ def _walk(
             return
     if isinstance(value, str):
         if "minLength" in schema and len(value) < schema["minLength"]:
-            out.append(SchemaViolation(path, f"must have at least {schema['minLength']} character(s)"))
+            out.append(
+                SchemaViolation(path, f"must have at least {schema['minLength']} character(s)")
+            )
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             out.append(SchemaViolation(path, f"must have at most {schema['maxLength']} characters"))
         if "pattern" in schema and not _pattern(schema["pattern"]).search(value):
@@ -149,7 +153,9 @@ def _walk_object(
         if key not in value:
             out.append(SchemaViolation(path, f"missing required field {key!r}"))
     if "minProperties" in schema and len(value) < schema["minProperties"]:
-        out.append(SchemaViolation(path, f"must have at least {schema['minProperties']} entr(y/ies)"))
+        out.append(
+            SchemaViolation(path, f"must have at least {schema['minProperties']} entr(y/ies)")
+        )
     if "maxProperties" in schema and len(value) > schema["maxProperties"]:
         out.append(SchemaViolation(path, f"must have at most {schema['maxProperties']} entries"))
     names = schema.get("propertyNames")

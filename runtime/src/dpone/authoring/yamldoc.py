@@ -117,14 +117,22 @@ def load_yaml(path: Path, display: str) -> tuple[YamlDocument | None, list[Error
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return None, [ErrorRecord(errors.FILE_NOT_FOUND, f"file not found: {display}", Location(display))]
+        return None, [
+            ErrorRecord(errors.FILE_NOT_FOUND, f"file not found: {display}", Location(display))
+        ]
     except OSError as exc:
         return None, [
-            ErrorRecord(errors.FILE_NOT_FOUND, f"cannot read {display}: {exc.strerror}", Location(display))
+            ErrorRecord(
+                errors.FILE_NOT_FOUND, f"cannot read {display}: {exc.strerror}", Location(display)
+            )
         ]
     if len(raw) > MAX_DOCUMENT_BYTES:
         return None, [
-            ErrorRecord(errors.YAML_INVALID, f"{display} exceeds {MAX_DOCUMENT_BYTES} bytes", Location(display))
+            ErrorRecord(
+                errors.YAML_INVALID,
+                f"{display} exceeds {MAX_DOCUMENT_BYTES} bytes",
+                Location(display),
+            )
         ]
     try:
         text = raw.decode("utf-8")
