@@ -130,13 +130,6 @@ def _check_mapped(
             where,
         )
         ok = False
-    if config.backfill.inner_mode == "full_refresh":
-        out.add(
-            errors.BACKFILL_FULL_REFRESH_MULTI_CHUNK,
-            f"process {name!r}: inner_mode full_refresh cannot be mapped",
-            where,
-        )
-        ok = False
     return ok
 
 

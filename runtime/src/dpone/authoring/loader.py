@@ -40,11 +40,22 @@ DEFAULT_LEASE_SECONDS = 600
 DEFAULT_START_DATE = "2024-01-01"
 
 
+def _in_mapping_policy(path: tuple[str | int, ...]) -> bool:
+    """Inside an ``airflow.mapping`` node, whose problems normalize_policy reports with its codes.
+
+    Only those exact positions: a workload or env key that happens to be named "mapping" is not
+    a policy, and its schema violations must still be reported.
+    """
+    return path[:3] in (("defaults", "airflow", "mapping"), ("gitops", "airflow", "mapping")) or (
+        len(path) >= 4 and path[0] == "workloads" and path[2:4] == ("airflow", "mapping")
+    )
+
+
 def _schema_errors(doc: YamlDocument, schema_name: str, code: str, out: ErrorCollector) -> bool:
     """Report schema violations (mapping policies are left to normalize_policy's own codes)."""
     clean = True
     for violation in validate(doc.data, load_schema(schema_name)):
-        if "mapping" in violation.path:
+        if _in_mapping_policy(violation.path):
             continue
         clean = False
         unknown = violation.message.startswith("unknown field")

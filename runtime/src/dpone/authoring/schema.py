@@ -33,6 +33,10 @@ def load_schema(name: str) -> dict[str, Any]:
 
 @cache
 def _pattern(expr: str) -> re.Pattern[str]:
+    # JSON Schema patterns are ECMA-262 regexes, whose ``$`` matches only at the very end;
+    # Python's also matches before a final newline, which would let "name\n" through.
+    if expr.endswith("$") and not expr.endswith("\\$"):
+        expr = expr[:-1] + r"\Z"
     return re.compile(expr)
 
 

@@ -147,17 +147,23 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
         first, last = parse_date(spec.start), parse_date(spec.end)
         if first >= last:
             raise ChunkPlanError(f"zero-length window: start {first} is not before end {last}")
+        days = spec.step * (7 if spec.unit == "week" else 1)
+
+        def shifted(steps: int) -> dt.date | None:
+            """``first`` moved by ``steps`` steps; None past dt.date.max (so past ``last``)."""
+            try:
+                if spec.unit == "month":
+                    return _add_months(first, steps * spec.step)
+                return first + dt.timedelta(days=steps * days)
+            except (OverflowError, ValueError):
+                return None
+
         k = 0
         while True:
-            if spec.unit == "month":
-                low_day = _add_months(first, k * spec.step)
-                high_day = _add_months(first, (k + 1) * spec.step)
-            else:
-                days = spec.step * (7 if spec.unit == "week" else 1)
-                low_day = first + dt.timedelta(days=k * days)
-                high_day = low_day + dt.timedelta(days=days)
-            if low_day >= last:
+            low_day = shifted(k)
+            if low_day is None or low_day >= last:
                 break
+            high_day = shifted(k + 1) or last
             out.append((low_day.isoformat(), min(high_day, last).isoformat()))
             k += 1
             if k > MAX_CHUNKS:
@@ -173,9 +179,12 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
         raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
     lower_ts = begin
     while lower_ts < finish:
-        upper_ts = min(lower_ts + delta, finish)
+        try:
+            upper_ts = min(lower_ts + delta, finish)
+        except OverflowError:  # past dt.datetime.max, so past ``finish``: clip
+            upper_ts = finish
         out.append((format_timestamp(lower_ts), format_timestamp(upper_ts)))
-        lower_ts = lower_ts + delta
+        lower_ts = upper_ts
     return out
 
 

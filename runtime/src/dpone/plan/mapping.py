@@ -104,7 +104,8 @@ def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProb
             )
         )
     pool = raw.get("pool", DEFAULT_POOL)
-    pool_ok = isinstance(pool, str) and bool(POOL_PATTERN.match(pool))
+    # fullmatch: with match(), ``$`` also accepts a trailing newline ("dpone_backfill\n").
+    pool_ok = isinstance(pool, str) and bool(POOL_PATTERN.fullmatch(pool))
     if not pool_ok:
         code = errors.MAPPING_POOL_REQUIRED if mode in MAPPED_MODES else invalid
         problems.append(
