@@ -239,6 +239,26 @@ SINK_FAILED = _register(
     "A constraint violation, a type mismatch or a missing target table.",
     "Fix the data or the target; re-run the task: committed chunks are skipped.",
 )
+CONNECTOR_INVALID = _register(
+    "DPONE_CONNECTOR_INVALID",
+    "A source, sink or chunk window cannot be used as specified.",
+    "Both or neither of table and query, merge without keys, an unknown inner mode, a chunk column "
+    "or key that is not among the moved columns, or bounds of the wrong type or order.",
+    "Correct the process's source/sink/backfill settings named in the message.",
+)
+IDENTIFIER_INVALID = _register(
+    "DPONE_IDENTIFIER_INVALID",
+    "A table, schema or column name cannot be used safely.",
+    "An empty name, a NUL character, or a name longer than the database keeps (Postgres silently "
+    "truncates names over 63 bytes).",
+    "Rename the object or correct the name in the manifest.",
+)
+DRIVER_MISSING = _register(
+    "DPONE_DRIVER_MISSING",
+    "The database driver for a source or sink is not installed.",
+    "dpone-runtime was installed without the extra for that database.",
+    "Install dpone-runtime[postgres] (psycopg) or dpone-runtime[mssql] (pyodbc + unixODBC).",
+)
 LEDGER_CORRUPT = _register(
     "DPONE_LEDGER_CORRUPT",
     "A ledger record does not match the campaign's shape.",
