@@ -7,6 +7,8 @@ text the author wrote, so chunk bounds are parsed once, by the chunk planner.
 
 from __future__ import annotations
 
+import errno
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,10 +114,23 @@ def _index(
             _index(item, (*path, i), out, budget)
 
 
+def _read_bounded(path: Path) -> bytes:
+    """At most MAX_DOCUMENT_BYTES + 1 bytes of a regular file: a path naming /dev/zero, a FIFO
+    or a device must fail fast, not read forever or block."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise IsADirectoryError(errno.EISDIR, "not a regular file")
+    with path.open("rb") as handle:
+        return handle.read(MAX_DOCUMENT_BYTES + 1)
+
+
 def load_yaml(path: Path, display: str) -> tuple[YamlDocument | None, list[ErrorRecord]]:
     """Parse one YAML file; returns the document or the located errors (never raises)."""
     try:
-        raw = path.read_bytes()
+        raw = _read_bounded(path)
+    except ValueError:  # an embedded NUL byte in the path
+        return None, [
+            ErrorRecord(errors.FILE_NOT_FOUND, f"invalid file name: {display!r}", Location(display))
+        ]
     except FileNotFoundError:
         return None, [
             ErrorRecord(errors.FILE_NOT_FOUND, f"file not found: {display}", Location(display))
