@@ -46,19 +46,23 @@ examples:
 """
 
 
-def _use_color(stream: Any) -> bool:
-    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+def use_colour(stream: Any) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set to a non-empty value
+    (https://no-color.org)."""
+    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
 
 
 def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> None:
     """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
-    red, reset = ("\033[31m", "\033[0m") if _use_color(sys.stderr) else ("", "")
+    red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
     for rec in (record, *extra):
         print(f"{red}error{reset}: {rec}", file=sys.stderr)
     print(error_json_line(record), file=sys.stderr, flush=True)
 
 
 def exit_code_for(code: str) -> int:
+    if code == errors.USAGE:
+        return EXIT_USAGE
     if code in TRANSIENT_CODES:
         return EXIT_TRANSIENT
     if code == errors.CAMPAIGN_CANCELLED:

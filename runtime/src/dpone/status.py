@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -107,6 +106,7 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
         "run_key": plan.run_key,
         "mode": plan.mapping_policy.mode,
         "exists": ledger is not None,
+        "as_of": ledger.now.isoformat() if ledger is not None and ledger.now else None,
         "cancelled": bool(ledger and ledger.cancelled),
         "chunks_total": plan.chunks_total,
         "counts": {state: counts.get(state, 0) for state in STATE_COLOURS},
@@ -157,53 +157,119 @@ def render_text(doc: dict[str, Any], colour: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_html(doc: dict[str, Any]) -> str:
-    """A self-contained page: one coloured cell per chunk, grouped by item; no external assets."""
+HTML_STYLE = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1f2328;background:#fff}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 6px}h3{font-size:14px;margin:18px 0 6px}
+section{margin-bottom:32px}
+.meta{color:#57606a;margin:2px 0}.meta code{color:#1f2328}
+.banner{background:#fff1f0;border:1px solid #d1302f;color:#82071e;padding:6px 10px;margin:8px 0;border-radius:4px}
+.bar{display:flex;height:12px;width:720px;max-width:100%;border-radius:3px;overflow:hidden;margin:8px 0}
+.legend span.cell{vertical-align:-2px}.legend{margin:6px 0 10px}
+.group{display:flex;align-items:center;gap:10px;margin:2px 0}
+.label{flex:0 0 300px;font:12px ui-monospace,monospace;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.cells{display:flex;flex-wrap:wrap;gap:2px;max-width:720px}
+.cell{display:inline-block;width:14px;height:14px;border-radius:2px}
+.cell.expired{box-shadow:inset 0 0 0 2px #1f2328}
+.done{flex:0 0 64px;font:12px ui-monospace,monospace;color:#57606a;text-align:right}
+table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:3px 8px;font-size:12px;text-align:left}
+th{background:#f6f8fa}td.code{font-family:ui-monospace,monospace}
+.none{color:#57606a;font-size:12px}
+footer{color:#57606a;font-size:12px;margin-top:24px}
+"""
+
+
+def _html_section(doc: dict[str, Any]) -> str:
     e = html.escape
     c = doc["counts"]
+    total = max(doc["chunks_total"], 1)
+    expired = {x["chunk_index"] for x in doc["running_leases"] if x["expired"]}
     rows = []
     for group in doc["items"]:
-        cells = "".join(
-            f'<span class="cell {s}" title="chunk {group["first_chunk_index"] + i}: {s}"></span>'
-            for i, s in enumerate(group["states"])
-        )
+        cells = []
+        for offset, state in enumerate(group["states"]):
+            index = group["first_chunk_index"] + offset
+            extra = " expired" if index in expired else ""
+            tip = f"chunk {index}: {state}" + (" (lease expired)" if extra else "")
+            cells.append(f'<span class="cell {state}{extra}" title="{tip}"></span>')
+        done = sum(1 for s in group["states"] if s == "committed")
         rows.append(
-            f'<div class="group"><div class="label">{e(group["label"])}</div><div class="cells">{cells}</div></div>'
+            f'<div class="group"><div class="label" title="{e(group["label"])}">'
+            f'{e(group["label"])}</div><div class="done">{done}/{len(group["states"])}</div>'
+            f'<div class="cells">{"".join(cells)}</div></div>'
         )
-    lease_rows = "".join(
-        f"<tr><td>{x['chunk_index']}</td><td>{x['attempt']}</td><td>{e(str(x['owner']))}</td>"
-        f"<td>{e(str(x['expires_at']))}</td><td>{'yes' if x['expired'] else 'no'}</td></tr>"
+    bar = "".join(
+        f'<span class="{s}" style="width:{100 * c[s] / total:.3f}%" title="{s}: {c[s]}"></span>'
+        for s in STATE_COLOURS
+        if c[s]
+    )
+    legend = " &nbsp; ".join(
+        f'<span class="cell {s}"></span> {s} <b>{c[s]}</b>' for s in STATE_COLOURS
+    )
+    leases = "".join(
+        f"<tr><td>{x['chunk_index']}</td><td>{x['attempt']}</td>"
+        f'<td class="code">{e(str(x["owner"]))}</td><td>{e(str(x["expires_at"]))}</td>'
+        f"<td>{'yes: retryable' if x['expired'] else 'no'}</td></tr>"
         for x in doc["running_leases"]
     )
-    failure_rows = "".join(
-        f"<tr><td>{x['chunk_index']}</td><td>{x['attempt']}</td><td>{e(str(x['error_code']))}</td>"
-        f"<td>{e(x['error_message'])}</td></tr>"
+    failures = "".join(
+        f"<tr><td>{x['chunk_index']}</td><td>{x['attempt']}</td>"
+        f'<td class="code">{e(str(x["error_code"]))}</td><td>{e(x["error_message"])}</td></tr>'
         for x in doc["failures"]
     )
-    style = "".join(f".{s}{{background:{col}}}" for s, col in STATE_COLOURS.items())
-    legend = "".join(f'<span class="cell {s}"></span> {s} ({c[s]}) ' for s in STATE_COLOURS)
+    lease_table = (
+        "<table><tr><th>chunk</th><th>attempt</th><th>owner</th><th>expires at "
+        f"(database clock)</th><th>expired</th></tr>{leases}</table>"
+        if leases
+        else '<p class="none">none</p>'
+    )
+    failure_table = (
+        "<table><tr><th>chunk</th><th>attempt</th><th>code</th><th>message</th></tr>"
+        f"{failures}</table>"
+        if failures
+        else '<p class="none">none</p>'
+    )
+    banner = ""
+    if doc["cancelled"]:
+        banner = (
+            '<p class="banner">This campaign is <b>cancelled</b>: no new chunk starts until '
+            "<code>dpone ledger cancel --undo</code>.</p>"
+        )
+    elif not doc["exists"]:
+        banner = '<p class="meta">No ledger yet: nothing has run for this campaign.</p>'
+    as_of = f", as of {e(doc['as_of'])}" if doc.get("as_of") else ""
+    return f"""<section>
+<h1>{e(doc['workload'])} / {e(doc['process'])}</h1>
+<p class="meta">campaign <code>{e(str(doc['run_key']))}</code> · mode <b>{e(doc['mode'])}</b> · {doc['chunks_total']} chunks · {len(doc['items'])} {'mapped items' if doc['mode'] != 'internal' else 'rows'}{as_of}</p>
+{banner}<div class="bar">{bar}</div>
+<p class="legend">{legend}</p>
+<div class="grid">{''.join(rows)}</div>
+<h3>Running leases ({len(doc['running_leases'])})</h3>
+{lease_table}
+<h3>Failures ({len(doc['failures'])})</h3>
+{failure_table}
+</section>"""
+
+
+def render_html_page(docs: Sequence[dict[str, Any]]) -> str:
+    """One self-contained page (inline CSS, no script, no external asset) for one or more
+    processes: a coloured cell per chunk grouped by mapped item, counts, leases, failures."""
+    style = HTML_STYLE + "".join(f".{s}{{background:{col}}}" for s, col in STATE_COLOURS.items())
+    title = ", ".join(f"{d['workload']}/{d['process']}" for d in docs) or "no campaign"
+    sections = "\n".join(_html_section(doc) for doc in docs)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<title>dpone campaign {e(str(doc['run_key']))}</title>
-<style>
-body{{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}}
-.group{{display:flex;align-items:center;margin:2px 0}}
-.label{{width:360px;font:12px monospace;white-space:nowrap;overflow:hidden}}
-.cells{{display:flex;flex-wrap:wrap;gap:2px}}
-.cell{{display:inline-block;width:14px;height:14px;border-radius:2px}}
-{style}
-table{{border-collapse:collapse;margin-top:12px}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:12px}}
-</style></head><body>
-<h1>{e(doc['workload'])}/{e(doc['process'])}</h1>
-<p>campaign <code>{e(str(doc['run_key']))}</code>, mode {e(doc['mode'])}, {doc['chunks_total']} chunks{' — CANCELLED' if doc['cancelled'] else ''}</p>
-<p class="legend">{legend}</p>
-<div id="grid">{''.join(rows)}</div>
-<h2>Running leases ({len(doc['running_leases'])})</h2>
-<table><tr><th>chunk</th><th>attempt</th><th>owner</th><th>expires at</th><th>expired</th></tr>{lease_rows}</table>
-<h2>Failures ({len(doc['failures'])})</h2>
-<table><tr><th>chunk</th><th>attempt</th><th>code</th><th>message</th></tr>{failure_rows}</table>
+<meta name="viewport" content="width=device-width,initial-scale=1">
+<title>dpone ledger status: {html.escape(title)}</title>
+<style>{style}</style></head><body>
+{sections}
+<footer>Written by <code>dpone ledger status --html</code>. The dpone ledger, not Airflow, decides what is committed.</footer>
 </body></html>
 """
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    """The page for one process (see render_html_page)."""
+    return render_html_page([doc])
 
 
 def _open_store(plan: ProcessPlan) -> LedgerStore:
@@ -227,6 +293,20 @@ def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:
     return plans
 
 
+LEDGER_ACTIONS = (
+    (
+        "status",
+        "show a campaign's chunks, running leases and failures, as the ledger records them",
+        "dpone ledger status --catalog workloads.yaml --workload orders_history --html c.html",
+    ),
+    (
+        "cancel",
+        "cancel a campaign: running items finish their current chunk and start no new one",
+        "dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad'",
+    ),
+)
+
+
 def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
     from dpone.runner import load_workload_pack
 
@@ -239,16 +319,26 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="action", required=True)
-    for name in ("status", "cancel"):
-        p = sub.add_parser(name, help=f"{name} a campaign")
-        p.add_argument("--catalog", required=True)
-        p.add_argument("--workload", required=True)
-        p.add_argument("--process")
+    for name, summary, example in LEDGER_ACTIONS:
+        p = sub.add_parser(
+            name,
+            help=summary,
+            description=summary,
+            epilog=f"example:\n  {example}\nexit codes: docs/cli.md",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.add_argument("--catalog", required=True, help="path of the workload catalog")
+        p.add_argument("--workload", required=True, help="workload name in the catalog")
+        p.add_argument("--process", help="only this process (default: every chunked process)")
         if name == "status":
-            p.add_argument("--format", choices=("text", "json"), default="text")
+            p.add_argument(
+                "--format", choices=("text", "json"), default="text", help="output (text)"
+            )
             p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
         else:
-            p.add_argument("--reason", default="cancelled by operator")
+            p.add_argument(
+                "--reason", default="cancelled by operator", help="recorded with the cancellation"
+            )
             p.add_argument("--undo", action="store_true", help="lift a cancellation")
     args = parser.parse_args(list(argv))
     pack = load_workload_pack(args.catalog, args.workload)
@@ -276,9 +366,11 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        from dpone.cli import use_colour
+
+        colour = use_colour(sys.stdout)
         print("".join(render_text(doc, colour) for doc in docs), end="")
     if args.html:
-        Path(args.html).write_text("".join(render_html(doc) for doc in docs[:1]), encoding="utf-8")
+        Path(args.html).write_text(render_html_page(docs), encoding="utf-8")
         print(f"dpone: wrote {args.html}", file=sys.stderr)
     return 0
