@@ -18,10 +18,18 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dpone check",
         description="Validate a workload catalog, its manifests and every mapping plan.",
-        epilog="example: dpone check golden/summary_365_into_40/workloads.yaml --format json",
+        epilog="example:\n  dpone check golden/summary_365_into_40/workloads.yaml --format json\n"
+        "exit codes: 0 no errors, 1 errors found (each as file:line:column: CODE: message), "
+        "2 usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("catalog", help="path of the workload catalog (dpone.workload-catalog.v1)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="json: the errors as a dpone.error.v1 list on stdout (text)",
+    )
     return parser
 
 

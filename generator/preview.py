@@ -21,12 +21,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dpone preview",
         description="Show the chunk and mapping plan of every workload (or one).",
-        epilog="example: dpone preview golden/summary_365_into_40/workloads.yaml --workload "
-        "orders_history",
+        epilog="example:\n  dpone preview golden/summary_365_into_40/workloads.yaml --workload "
+        "orders_history\nexit codes: 0 shown, 1 the catalog has errors (run dpone check), "
+        "2 usage or unknown workload",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("catalog", help="path of the workload catalog")
     parser.add_argument("--workload", help="only this workload")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="json: every process with its dpone.airflow-mapping-plan.v1 (text)",
+    )
     return parser
 
 

@@ -39,8 +39,9 @@ commands:
 
 examples:
   dpone check golden/summary_365_into_40/workloads.yaml
-  dpone run --catalog workloads.yaml --workload orders_history
-  dpone ledger status --catalog workloads.yaml --workload orders_history
+  dpone preview golden/summary_365_into_40/workloads.yaml
+  dpone run --catalog golden/internal_default/workloads.yaml --workload orders_history
+  dpone ledger status --catalog golden/internal_default/workloads.yaml --workload orders_history
 
 `dpone <command> --help` shows each command's options; exit codes are in docs/cli.md.
 """

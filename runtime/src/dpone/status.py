@@ -297,12 +297,14 @@ LEDGER_ACTIONS = (
     (
         "status",
         "show a campaign's chunks, running leases and failures, as the ledger records them",
-        "dpone ledger status --catalog workloads.yaml --workload orders_history --html c.html",
+        "dpone ledger status --catalog golden/internal_default/workloads.yaml "
+        "--workload orders_history --html campaign.html",
     ),
     (
         "cancel",
         "cancel a campaign: running items finish their current chunk and start no new one",
-        "dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad'",
+        "dpone ledger cancel --catalog golden/internal_default/workloads.yaml "
+        "--workload orders_history --reason 'wrong source table'",
     ),
 )
 
