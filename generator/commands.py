@@ -6,15 +6,15 @@ from collections.abc import Callable
 
 
 def main(command: str, argv: list[str]) -> int:
-    from dpone_generator.check import main_check
-    from dpone_generator.preview import main_preview
+    from .check import main_check
+    from .preview import main_preview
 
     handlers: dict[str, Callable[[list[str]], int]] = {
         "check": main_check,
         "preview": main_preview,
     }
     if command == "generate":
-        from dpone_generator.cli import main_generate
+        from .cli import main_generate
 
         return main_generate(argv)
     return handlers[command](argv)

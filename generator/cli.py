@@ -1,0 +1,130 @@
+"""`dpone generate CATALOG --out DIR [--check]`: a thin layer over build and emit.
+
+Exit codes: 0 written / up to date, 1 ``--check`` found a difference, 2 an error (every error is
+printed, as ``file:line:col: CODE: message`` lines or with ``--format json`` as a dpone.error.v1
+list on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dpone.cli import _Parser
+from dpone.errors import ErrorRecord
+
+from .build import build
+from .emit import EmitPlan, apply_emit, plan_emit, unified_diff
+
+EXIT_OK, EXIT_DIFF, EXIT_ERROR = 0, 1, 2
+
+EPILOG = """examples:
+  dpone generate golden/summary_365_into_40/workloads.yaml --out dags/
+  dpone generate golden/summary_365_into_40/workloads.yaml --out dags/ --check   # in CI
+
+Writes one <dag_id>.py per workload and dpone_pools.json (for `airflow pools import`) into DIR.
+Files are replaced atomically and only when their bytes change; generated files of this catalog
+that are no longer produced are removed; a file dpone did not generate is never touched. Keep one
+catalog per output folder and run from the repository root (headers name the catalog path as
+given). --check writes nothing: it prints a unified diff per changed, missing or stale file.
+exit codes: 0 up to date / written, 1 --check found differences, 2 error."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dpone generate",
+        description="Render the frozen Airflow DAG file of every workload, and the pools file.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("catalog", help="path of the workload catalog (dpone.workload-catalog.v1)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="the folder of DAG files")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when DIR is not up to date"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="json: errors as a dpone.error.v1 list, results as one object, on stdout",
+    )
+    return parser
+
+
+def _report_errors(problems: list[ErrorRecord], output_format: str) -> int:
+    if output_format == "json":
+        print(json.dumps([p.to_json() for p in problems], indent=2, ensure_ascii=False))
+    else:
+        for problem in problems:
+            print(str(problem), file=sys.stderr)
+        print(f"dpone generate: {len(problems)} error(s); nothing was written", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _names(plan: EmitPlan, kind: str) -> list[str]:
+    return [change.name for change in plan.changes if change.kind == kind]
+
+
+def _report_check(plan: EmitPlan, out_display: str, fix: str, output_format: str) -> int:
+    code = EXIT_OK if plan.up_to_date else EXIT_DIFF
+    if output_format == "json":
+        doc = {
+            "up_to_date": plan.up_to_date,
+            "changed": _names(plan, "changed"),
+            "missing": _names(plan, "missing"),
+            "stale": _names(plan, "stale"),
+            "unchanged": list(plan.unchanged),
+        }
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+        return code
+    if plan.up_to_date:
+        print(f"dpone generate --check: {out_display} is up to date ({len(plan.unchanged)} files)")
+        return code
+    for change in plan.changes:
+        sys.stdout.write(unified_diff(change, out_display))
+    print(
+        f"dpone generate --check: {out_display} is out of date: {plan.count('changed')} changed, "
+        f"{plan.count('missing')} missing, {plan.count('stale')} stale\n  update with: {fix}",
+        file=sys.stderr,
+    )
+    return code
+
+
+def _report_written(plan: EmitPlan, out_display: str, output_format: str) -> int:
+    written = _names(plan, "changed") + _names(plan, "missing")
+    removed = _names(plan, "stale")
+    if output_format == "json":
+        doc = {"written": sorted(written), "removed": removed, "unchanged": list(plan.unchanged)}
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+    else:
+        print(
+            f"dpone generate: {out_display}: {len(written)} written, "
+            f"{len(plan.unchanged)} unchanged, {len(removed)} removed"
+        )
+    return EXIT_OK
+
+
+def generate_command(catalog: str, out: str, check: bool, output_format: str = "text") -> int:
+    """Generate (or with ``check`` compare) the DAG files of ``catalog`` in ``out``."""
+    result = build(catalog)
+    if result.errors:
+        return _report_errors(list(result.errors), output_format)
+    out_display = out.rstrip("/") or "/"
+    plan, problems = plan_emit(Path(out), out_display, result.files, result.owner)
+    if plan is None:
+        return _report_errors(problems, output_format)
+    if check:
+        fix = f"dpone generate {catalog} --out {out}"
+        return _report_check(plan, out_display, fix, output_format)
+    problems = apply_emit(plan, out_display)
+    if problems:
+        return _report_errors(problems, output_format)
+    return _report_written(plan, out_display, output_format)
+
+
+def main_generate(args: list[str]) -> int:
+    """Entry point for `dpone generate` (dispatched by dpone.cli through commands.main)."""
+    parsed = _parser().parse_args(args)
+    return generate_command(parsed.catalog, parsed.out, parsed.check, parsed.format)

@@ -1,0 +1,49 @@
+"""Encode env values so Airflow's task-time Jinja rendering hands the pod the exact original string.
+
+Why this module exists: ``env_vars`` is a template field of KubernetesPodOperator and of dpone's
+subprocess operator, so Airflow renders every env value through Jinja before the pod or process
+sees it. Rendering evaluates ``{{ }}`` and ``{% %}``, fails on an unclosed ``{#``, turns CR/CRLF
+into LF, drops one trailing newline, and reads a value ending in a template extension (``.json``,
+``.sql`` ...) as a file name. The run identity and the mapping item are JSON (braces), and catalog
+``airflow.env`` values are arbitrary strings, so each generated value must be made render-proof.
+
+The rule (identical to the proven reference codec ``tests/airflow/harness/envcodec.py``, which runs
+inside the Airflow test environments where dpone is not installed; a test holds the two equal):
+a value that rendering cannot alter (no ``{`` ``}``, no C0/DEL control character, no trailing
+``.ext`` suffix with a letter) is written as is; any other value becomes one Jinja expression around
+a single-quoted Jinja string literal, ``{{ '<escaped>' }}``, escaping only ``\\``, ``'`` and control
+characters. Jinja reads the literal whole and decodes it back to the original, and an expression's
+output is neither template data (no newline rules) nor a file name.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["encode_env_value", "needs_encoding"]
+
+_UNSAFE_CHARS = re.compile(r"[{}\x00-\x1f\x7f]")
+# A trailing ".ext" with at least one letter: what ``template_ext`` suffixes look like. Broader than
+# any one operator's list on purpose: the list differs per operator and Airflow version.
+_FILE_SUFFIX = re.compile(r"\.[A-Za-z0-9_]*[A-Za-z][A-Za-z0-9_]*\Z")
+_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPED = re.compile(r"[\\'\x00-\x1f\x7f]")
+
+
+def needs_encoding(value: str) -> bool:
+    """True when Airflow's Jinja rendering could change ``value``."""
+    return bool(_UNSAFE_CHARS.search(value) or _FILE_SUFFIX.search(value))
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    return _ESCAPES.get(ch) or f"\\x{ord(ch):02x}"
+
+
+def encode_env_value(value: str) -> str:
+    """``value`` unchanged when rendering cannot alter it, else ``{{ '<escaped>' }}``."""
+    if not isinstance(value, str):
+        raise TypeError(f"env values must be str, got {type(value).__name__}")
+    if not needs_encoding(value):
+        return value
+    return "{{ '" + _ESCAPED.sub(_escape, value) + "' }}"
