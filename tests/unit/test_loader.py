@@ -1,0 +1,559 @@
+"""Authoring: catalogs and manifests load into frozen objects, or into located, collected errors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from dpone import errors
+from dpone.authoring.loader import load_catalog
+from dpone.authoring.yamldoc import MAX_DOCUMENT_BYTES, load_yaml
+from dpone.errors import ErrorRecord
+from dpone.plan.mapping import MappingPolicy
+
+from .support import (
+    BACKFILL_MANIFEST,
+    backfill_manifest,
+    catalog_with,
+    compile_project,
+    write,
+    write_project,
+)
+
+
+def load(root: Path, catalog: str, manifests: dict[str, str] | None = None) -> list[ErrorRecord]:
+    path = write_project(
+        root, catalog, manifests if manifests is not None else {"orders.yaml": BACKFILL_MANIFEST}
+    )
+    loaded, problems = load_catalog(path)
+    assert (loaded is None) == bool(problems)
+    return problems
+
+
+def where(record: ErrorRecord) -> tuple[str, int | None, int | None]:
+    assert record.location is not None
+    return Path(record.location.file).name, record.location.line, record.location.column
+
+
+def only(problems: list[ErrorRecord]) -> ErrorRecord:
+    assert len(problems) == 1, [str(p) for p in problems]
+    return problems[0]
+
+
+# --- a clean project ---------------------------------------------------------------------------
+
+
+def test_minimal_project_loads_with_built_in_internal_policy(tmp_path: Path) -> None:
+    path = write_project(tmp_path, catalog_with(), {"orders.yaml": BACKFILL_MANIFEST})
+    catalog, problems = load_catalog(path)
+    assert problems == [] and catalog is not None
+    [workload] = catalog.workloads
+    assert workload.name == "orders" and workload.mapping == MappingPolicy()
+    assert workload.mapping_source == "built-in"
+    assert workload.airflow.dag_id == "orders" and workload.airflow.flavour == "kubernetes"
+    [process] = workload.manifest.processes
+    assert process.backfill is not None
+    assert process.backfill.chunk.start == "2024-01-01"  # YAML timestamps stay text
+    assert (process.location.line, process.location.column) == (4, 5)
+
+
+# --- YAML-level errors -------------------------------------------------------------------------
+
+
+def test_yaml_syntax_error_is_located(tmp_path: Path) -> None:
+    catalog = "schema: dpone.workload-catalog.v1\nworkloads:\n  orders:\n    manifest: a: b\n"
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.YAML_INVALID
+    assert where(problem) == ("workloads.yaml", 4, 16)
+
+
+def test_unclosed_flow_sequence_is_located(tmp_path: Path) -> None:
+    catalog = "schema: dpone.workload-catalog.v1\nworkloads:\n  orders:\n    manifest: [a\n"
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.YAML_INVALID
+    assert where(problem)[1] == 5  # ruamel notices at the end of the document
+
+
+def test_duplicate_key_is_located_at_the_second_key(tmp_path: Path) -> None:
+    catalog = catalog_with() + "    manifest: other.yaml\n"
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.YAML_INVALID
+    assert "duplicate key" in problem.message
+    assert where(problem) == ("workloads.yaml", 5, 5)
+
+
+def test_duplicate_key_in_a_manifest(tmp_path: Path) -> None:
+    manifest = BACKFILL_MANIFEST.replace("name: orders\n", "name: orders\nname: again\n", 1)
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.YAML_INVALID
+    assert where(problem) == ("orders.yaml", 3, 1)
+
+
+def test_non_utf8_file(tmp_path: Path) -> None:
+    path = tmp_path / "workloads.yaml"
+    path.write_bytes(b"schema: dpone.workload-catalog.v1\nworkloads: {caf\xe9: 1}\n")
+    catalog, problems = load_catalog(path)
+    assert catalog is None and [p.code for p in problems] == [errors.YAML_INVALID]
+    assert "not UTF-8" in problems[0].message
+
+
+def test_oversized_file_is_refused_without_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"# " + b"x" * MAX_DOCUMENT_BYTES + b"\n")
+    doc, problems = load_yaml(path, "big.yaml")
+    assert doc is None and [p.code for p in problems] == [errors.YAML_INVALID]
+
+
+def billion_laughs(levels: int = 9) -> str:
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for level in range(1, levels + 1):
+        refs = ", ".join([f"*a{level - 1}"] * 10)
+        lines.append(f"a{level}: &a{level} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_bomb_is_rejected_quickly(tmp_path: Path) -> None:
+    path = write(tmp_path / "workloads.yaml", billion_laughs())
+    started = time.perf_counter()
+    catalog, problems = load_catalog(path)
+    elapsed = time.perf_counter() - started
+    assert catalog is None and [p.code for p in problems] == [errors.YAML_INVALID]
+    assert "aliases" in problems[0].message
+    assert elapsed < 3.0, f"alias bomb took {elapsed:.2f}s"
+
+
+def test_deep_flow_nesting_is_rejected_quickly_and_located(tmp_path: Path) -> None:
+    # Regression: ruamel's scanner is super-linear in flow depth (1,000 levels took 7 s).
+    path = write(tmp_path / "workloads.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n")
+    started = time.perf_counter()
+    catalog, problems = load_catalog(path)
+    assert time.perf_counter() - started < 1.0
+    assert catalog is None
+    problem = only(problems)
+    assert problem.code == errors.YAML_INVALID and "deeper than 64" in problem.message
+    assert where(problem) == ("workloads.yaml", 1, 68)
+
+
+def test_64_levels_of_flow_nesting_are_fine(tmp_path: Path) -> None:
+    doc, problems = load_yaml(write(tmp_path / "x.yaml", "a: " + "[" * 64 + "]" * 64), "x.yaml")
+    assert problems == [] and doc is not None
+
+
+def test_missing_catalog(tmp_path: Path) -> None:
+    catalog, problems = load_catalog(tmp_path / "nope.yaml")
+    assert catalog is None
+    problem = only(problems)
+    assert problem.code == errors.FILE_NOT_FOUND
+    assert where(problem) == ("nope.yaml", None, None)
+
+
+def test_missing_manifest_points_at_the_catalog_entry(tmp_path: Path) -> None:
+    problem = only(load(tmp_path, catalog_with(), {}))
+    assert problem.code == errors.FILE_NOT_FOUND
+    assert where(problem) == ("workloads.yaml", 4, 15)
+    assert "relative to the catalog" in problem.message
+
+
+# --- schema errors, located and collected -----------------------------------------------------
+
+
+def test_unknown_field_is_located_at_its_key(tmp_path: Path) -> None:
+    problem = only(load(tmp_path, catalog_with() + "    colour: red\n"))
+    assert problem.code == errors.CATALOG_INVALID
+    assert problem.message == "workloads.orders.colour: unknown field 'colour'"
+    assert where(problem) == ("workloads.yaml", 5, 5)
+
+
+def test_wrong_type_is_located_at_its_value(tmp_path: Path) -> None:
+    problem = only(load(tmp_path, catalog_with(extra_airflow='retries: "3"')))
+    assert problem.code == errors.CATALOG_INVALID
+    assert "must be integer, got a string" in problem.message
+    assert where(problem) == ("workloads.yaml", 6, 16)
+
+
+def test_missing_required_field(tmp_path: Path) -> None:
+    catalog = "schema: dpone.workload-catalog.v1\nworkloads:\n  orders:\n    description: x\n"
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.CATALOG_INVALID
+    assert "missing required field 'manifest'" in problem.message
+    assert where(problem) == ("workloads.yaml", 4, 5)
+
+
+def test_three_problems_are_reported_together(tmp_path: Path) -> None:
+    catalog = catalog_with(extra_airflow="""
+        retries: many
+        namespace: Not_A_Namespace
+        colour: red
+        """)
+    problems = load(tmp_path, catalog)
+    assert [p.code for p in problems] == [errors.CATALOG_INVALID] * 3
+    assert sorted(where(p)[1] or 0 for p in problems) == [6, 7, 8]
+
+
+def test_problems_of_several_manifests_are_all_reported(tmp_path: Path) -> None:
+    catalog = (
+        "schema: dpone.workload-catalog.v1\nworkloads:\n"
+        "  a: {manifest: a.yaml}\n  b: {manifest: b.yaml}\n  c: {manifest: missing.yaml}\n"
+    )
+    bad_a = BACKFILL_MANIFEST.replace("    sink:\n", "    colour: red\n    sink:\n")
+    bad_b = backfill_manifest(**{"parallel_workers: 1": "parallel_workers: 0"})
+    problems = load(tmp_path, catalog, {"a.yaml": bad_a, "b.yaml": bad_b})
+    assert [(p.code, where(p)) for p in problems] == [
+        (errors.MANIFEST_INVALID, ("a.yaml", 6, 5)),
+        (errors.MANIFEST_INVALID, ("b.yaml", 14, 25)),
+        (errors.FILE_NOT_FOUND, ("workloads.yaml", 5, 17)),
+    ]
+
+
+def test_manifest_error_names_the_manifest_file(tmp_path: Path) -> None:
+    manifest = BACKFILL_MANIFEST.replace("strategy: {mode: backfill}", "strategy: {mode: upsert}")
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID
+    assert problem.location is not None and problem.location.file == str(tmp_path / "orders.yaml")
+    assert where(problem) == ("orders.yaml", 10, 24)
+
+
+def test_yaml_1_2_yes_is_a_string_not_a_boolean(tmp_path: Path) -> None:
+    manifest = backfill_manifest(
+        **{"require_distributed_lock: true": "require_distributed_lock: yes"}
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID and "must be boolean" in problem.message
+    assert where(problem)[1] == 15
+
+
+# --- rules beyond the schema -------------------------------------------------------------------
+
+
+def test_bad_chunk_bound(tmp_path: Path) -> None:
+    manifest = backfill_manifest(**{"start: 2024-01-01": "start: 2024-13-01"})
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.BACKFILL_PLAN_INVALID
+    assert "backfill.chunk.start" in problem.message
+    assert where(problem) == ("orders.yaml", 12, 54)
+
+
+def test_naive_timestamp_bound(tmp_path: Path) -> None:
+    manifest = backfill_manifest(
+        **{
+            "type: date, start: 2024-01-01, end: 2024-01-11": (
+                'type: timestamp, start: "2024-01-01T00:00:00", end: "2024-01-02T00:00:00Z"'
+            )
+        }
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.BACKFILL_PLAN_INVALID and "timezone" in problem.message
+
+
+def test_unit_must_fit_the_chunk_type(tmp_path: Path) -> None:
+    manifest = backfill_manifest(**{"end: 2024-01-11}": "end: 2024-01-11, unit: hour}"})
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID and "unit 'hour'" in problem.message
+
+
+def test_merge_needs_keys(tmp_path: Path) -> None:
+    manifest = backfill_manifest(
+        **{"      keys: [order_id]\n": "", "inner_mode: replace": "inner_mode: merge"}
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID and "merge needs sink.keys" in problem.message
+    assert where(problem) == ("orders.yaml", 12, 19)
+
+
+def test_source_needs_exactly_one_of_table_or_query(tmp_path: Path) -> None:
+    manifest = backfill_manifest(**{"name: orders}}": 'name: orders}, query: "SELECT 1"}'})
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID and "exactly one of" in problem.message
+    assert where(problem) == ("orders.yaml", 5, 13)
+
+
+def test_duplicate_dag_id(tmp_path: Path) -> None:
+    catalog = (
+        "schema: dpone.workload-catalog.v1\nworkloads:\n"
+        "  a: {manifest: orders.yaml}\n"
+        "  b: {manifest: orders.yaml, airflow: {dag_id: a}}\n"
+    )
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.GENERATED_FILE_CONFLICT
+    assert where(problem) == ("workloads.yaml", 4, 48)
+
+
+def test_workload_named_mapping_is_still_schema_checked(tmp_path: Path) -> None:
+    # Regression: violations under any path element named "mapping" used to be dropped, and the
+    # loader then crashed with KeyError('manifest').
+    catalog = "schema: dpone.workload-catalog.v1\nworkloads:\n  mapping:\n    description: x\n"
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.CATALOG_INVALID
+    assert "missing required field 'manifest'" in problem.message
+
+
+def test_env_key_named_mapping_is_still_schema_checked(tmp_path: Path) -> None:
+    problem = only(load(tmp_path, catalog_with(extra_airflow="env: {mapping: 3}")))
+    assert problem.code == errors.CATALOG_INVALID and "must be string" in problem.message
+
+
+# --- mapping policy: located errors and precedence --------------------------------------------
+
+
+def test_policy_error_is_located_at_the_value(tmp_path: Path) -> None:
+    problem = only(load(tmp_path, catalog_with("{mode: summary, max_items: 0, max_active: 1}")))
+    assert problem.code == errors.MAPPING_POLICY_INVALID
+    assert problem.message.startswith("workloads.orders.airflow.mapping.max_items: ")
+    assert where(problem) == ("workloads.yaml", 6, 43)
+
+
+def test_unknown_policy_field_is_located_at_its_key(tmp_path: Path) -> None:
+    problem = only(load(tmp_path, catalog_with("{mode: summary, workers: 3}")))
+    assert problem.code == errors.MAPPING_POLICY_INVALID
+    assert where(problem) == ("workloads.yaml", 6, 32)
+
+
+def test_empty_pool_is_pool_required(tmp_path: Path) -> None:
+    problem = only(load(tmp_path, catalog_with('{mode: visible, pool: ""}')))
+    assert problem.code == errors.MAPPING_POOL_REQUIRED
+    assert where(problem) == ("workloads.yaml", 6, 38)
+
+
+def test_policy_problems_are_collected(tmp_path: Path) -> None:
+    problems = load(
+        tmp_path, catalog_with('{mode: often, max_items: 201, max_active: 0, pool: ""}')
+    )
+    assert [p.code for p in problems] == [errors.MAPPING_POLICY_INVALID] * 4
+
+
+def test_manifest_policy_error_is_located_in_the_manifest(tmp_path: Path) -> None:
+    manifest = (
+        BACKFILL_MANIFEST + "gitops:\n  airflow:\n    mapping: {mode: summary, max_items: true}\n"
+    )
+    problems = load(tmp_path, catalog_with(), {"orders.yaml": manifest})
+    assert [(p.code, where(p)) for p in problems] == [
+        (errors.MAPPING_POLICY_INVALID, ("orders.yaml", 18, 41))
+    ]
+
+
+def gitops(mapping: str) -> str:
+    return BACKFILL_MANIFEST + f"gitops:\n  airflow:\n    mapping: {mapping}\n"
+
+
+SUMMARY = "{mode: summary, max_items: 5, max_active: 2, pool: dpone_backfill}"
+
+
+def loaded_policy(root: Path, catalog: str, manifest: str) -> tuple[MappingPolicy, str]:
+    path = write_project(root, catalog, {"orders.yaml": manifest})
+    loaded, problems = load_catalog(path)
+    assert problems == [] and loaded is not None
+    workload = loaded.workloads[0]
+    return workload.mapping, workload.mapping_source
+
+
+def test_catalog_and_manifest_policies_that_agree(tmp_path: Path) -> None:
+    # equal after normalisation: the manifest spells out the pool default
+    policy, source = loaded_policy(
+        tmp_path, catalog_with("{mode: summary, max_items: 5, max_active: 2}"), gitops(SUMMARY)
+    )
+    assert policy == MappingPolicy("summary", 5, 2, "dpone_backfill")
+    assert source == "catalog+manifest"
+
+
+def test_catalog_and_manifest_policies_that_differ(tmp_path: Path) -> None:
+    problems = load(
+        tmp_path,
+        catalog_with("{mode: summary, max_items: 6, max_active: 2}"),
+        {"orders.yaml": gitops(SUMMARY)},
+    )
+    problem = only(problems)
+    assert problem.code == errors.MAPPING_POLICY_INVALID
+    assert "conflicts with gitops.airflow.mapping" in problem.message
+    assert where(problem) == ("workloads.yaml", 6, 7)
+
+
+def test_manifest_policy_alone(tmp_path: Path) -> None:
+    policy, source = loaded_policy(tmp_path, catalog_with(), gitops(SUMMARY))
+    assert (policy.mode, policy.max_items, source) == ("summary", 5, "manifest")
+
+
+def test_defaults_apply_when_neither_sets_a_policy(tmp_path: Path) -> None:
+    catalog = (
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n  airflow:\n    mapping: {mode: summary, max_items: 3, max_active: 3}\n"
+        "workloads:\n  orders:\n    manifest: orders.yaml\n"
+    )
+    policy, source = loaded_policy(tmp_path, catalog, BACKFILL_MANIFEST)
+    assert (policy, source) == (MappingPolicy("summary", 3, 3, "dpone_backfill"), "defaults")
+
+
+def test_catalog_and_manifest_beat_defaults(tmp_path: Path) -> None:
+    defaults = (
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n  airflow:\n    mapping: {mode: visible, max_items: 30, max_active: 3}\n"
+        "workloads:\n  orders:\n    manifest: orders.yaml\n"
+    )
+    policy, source = loaded_policy(tmp_path / "m", defaults, gitops(SUMMARY))
+    assert (policy.mode, source) == ("summary", "manifest")
+    with_catalog = defaults + "    airflow:\n      mapping: {mode: internal}\n"
+    policy, source = loaded_policy(tmp_path / "c", with_catalog, BACKFILL_MANIFEST)
+    assert (policy.mode, source) == ("internal", "catalog")
+
+
+# --- provider-owned env --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "DPONE_AIRFLOW_MAPPING_ITEM",
+        "DPONE_AIRFLOW_RUN_IDENTITY",
+        "DPONE_AIRFLOW_MAPPING_LABEL",
+        "DPONE_AIRFLOW_ANYTHING",
+    ],
+)
+def test_provider_owned_env_key_is_rejected(tmp_path: Path, key: str) -> None:
+    problem = only(load(tmp_path, catalog_with(extra_airflow=f"env: {{{key}: x}}")))
+    assert problem.code == errors.PROVIDER_OWNED_ENV
+    assert key in problem.message
+    assert where(problem) == ("workloads.yaml", 6, 13)
+
+
+def test_provider_owned_env_key_in_defaults_points_at_defaults(tmp_path: Path) -> None:
+    catalog = (
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n  airflow:\n    env:\n      DPONE_AIRFLOW_MAPPING_ITEM: x\n"
+        "workloads:\n  orders:\n    manifest: orders.yaml\n"
+    )
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.PROVIDER_OWNED_ENV
+    assert where(problem) == ("workloads.yaml", 5, 7)
+
+
+def test_ordinary_env_keys_are_fine(tmp_path: Path) -> None:
+    assert (
+        load(tmp_path, catalog_with(extra_airflow="env: {DPONE_LOG_LEVEL: debug, TZ: UTC}")) == []
+    )
+
+
+# --- mapped-mode rules (compile) ------------------------------------------------------------
+
+MAPPED = "{mode: summary, max_items: 5, max_active: 2}"
+
+
+def mapped_codes(
+    root: Path, mapping: str = MAPPED, **replacements: str
+) -> list[tuple[str, tuple[str, int | None, int | None]]]:
+    result = compile_project(
+        root, catalog_with(mapping), {"orders.yaml": backfill_manifest(**replacements)}
+    )
+    return [(p.code, where(p)) for p in result.problems]
+
+
+PROCESS = ("orders.yaml", 4, 5)
+
+
+def test_mapped_project_compiles(tmp_path: Path) -> None:
+    result = compile_project(tmp_path, catalog_with(MAPPED), {"orders.yaml": BACKFILL_MANIFEST})
+    plan = result.only_plan()
+    assert plan.mapping_plan is not None and plan.mapping_plan.items_total == 5
+
+
+def test_requires_chunked_backfill(tmp_path: Path) -> None:
+    codes = mapped_codes(
+        tmp_path,
+        **{
+            "strategy: {mode: backfill}": "strategy: {mode: full_refresh}",
+            "    backfill:\n": "",
+            "      chunk: {column: order_date, type: date, start: 2024-01-01, end: 2024-01-11}\n": "",
+            "      inner_mode: replace\n": "",
+            "      parallel_workers: 1\n": "",
+        },
+    )
+    assert codes == [(errors.MAPPING_REQUIRES_CHUNKED_BACKFILL, PROCESS)]
+
+
+def test_parallelism_multiplier(tmp_path: Path) -> None:
+    codes = mapped_codes(tmp_path, **{"parallel_workers: 1": "parallel_workers: 4"})
+    assert codes == [(errors.MAPPING_PARALLELISM_MULTIPLIER, PROCESS)]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "state: {backend: local_file, path: /tmp/ledger}",
+        "state: {backend: clickhouse, connection: wh, require_distributed_lock: true}",
+        "state: {backend: audit_schema, connection: wh, require_distributed_lock: false}",
+        "state: {backend: audit_schema, connection: wh}",
+    ],
+    ids=["local_file", "clickhouse", "lock-false", "lock-absent"],
+)
+def test_state_unsupported(tmp_path: Path, state: str) -> None:
+    codes = mapped_codes(
+        tmp_path,
+        **{"state: {backend: audit_schema, connection: wh, require_distributed_lock: true}": state},
+    )
+    assert codes == [(errors.MAPPING_STATE_UNSUPPORTED, PROCESS)]
+
+
+def test_state_rules_do_not_apply_to_internal(tmp_path: Path) -> None:
+    result = compile_project(
+        tmp_path,
+        catalog_with(),
+        {
+            "orders.yaml": backfill_manifest(
+                **{
+                    "state: {backend: audit_schema, connection: wh, require_distributed_lock: true}": (
+                        "state: {backend: local_file, path: /tmp/ledger}"
+                    ),
+                    "parallel_workers: 1": "parallel_workers: 4",
+                }
+            )
+        },
+    )
+    assert result.only_plan().mapping_plan is None
+
+
+def test_append_unsafe_when_ledger_and_sink_differ(tmp_path: Path) -> None:
+    codes = mapped_codes(
+        tmp_path,
+        **{
+            "inner_mode: replace": "inner_mode: append",
+            "connection: wh, require_distributed_lock": "connection: ledger, require_distributed_lock",
+        },
+    )
+    assert codes == [(errors.MAPPED_APPEND_UNSAFE, PROCESS)]
+
+
+def test_append_is_fine_when_ledger_and_sink_share_a_connection(tmp_path: Path) -> None:
+    result = compile_project(
+        tmp_path,
+        catalog_with(MAPPED),
+        {"orders.yaml": backfill_manifest(**{"inner_mode: replace": "inner_mode: append"})},
+    )
+    assert result.only_plan().mapping_plan is not None
+
+
+def test_every_mapped_rule_is_reported_at_once(tmp_path: Path) -> None:
+    codes = mapped_codes(
+        tmp_path,
+        **{
+            "parallel_workers: 1": "parallel_workers: 2",
+            "inner_mode: replace": "inner_mode: append",
+            "state: {backend: audit_schema, connection: wh, require_distributed_lock: true}": (
+                "state: {backend: clickhouse, connection: ch}"
+            ),
+        },
+    )
+    assert [code for code, _ in codes] == [
+        errors.MAPPING_PARALLELISM_MULTIPLIER,
+        errors.MAPPING_STATE_UNSUPPORTED,
+        errors.MAPPED_APPEND_UNSAFE,
+    ]
+
+
+def test_visible_task_limit_is_located_at_the_policy(tmp_path: Path) -> None:
+    codes = mapped_codes(tmp_path, "{mode: visible, max_items: 9, max_active: 2}")
+    assert codes == [(errors.MAPPING_TASK_LIMIT_EXCEEDED, ("workloads.yaml", 6, 7))]
+    result = compile_project(
+        tmp_path / "ok",
+        catalog_with("{mode: visible, max_items: 10, max_active: 2}"),
+        {"orders.yaml": BACKFILL_MANIFEST},
+    )
+    assert result.only_plan().mapping_plan is not None
