@@ -37,6 +37,13 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_push_result(context, result):
+    """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
+    ti = context.get("ti") if context else None
+    if ti is not None and isinstance(result, dict):
+        ti.xcom_push(key="return_value", value=result)
+
+
 class DponeRuntimeOperator(KubernetesPodOperator):
     """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
 
@@ -71,6 +78,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
 
     def _dpone_prepare(self, context):
         self._dpone_result = None
+        self._dpone_context = context
         env = self.env_vars or ()
         if isinstance(env, dict):
             label = env.get(LABEL_ENV)
@@ -83,6 +91,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             result = self._dpone_result
         problem = _dpone_result_problem(result)
         if problem:
+            _dpone_push_result(self._dpone_context, result)
             raise DponeRunOutcomeError(problem)
         return result
 
@@ -91,6 +100,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             return
         problem = _dpone_result_problem(self._dpone_result)
         if problem:
+            _dpone_push_result(self._dpone_context, self._dpone_result)
             raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
 
 
@@ -118,7 +128,7 @@ with DAG(
         cmds=["dpone", "check", "/app/golden/gitops_policy/workloads.yaml"],
         retries=1,
         env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
             "DPONE_LOG_FORMAT": "json",
             "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
             "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
@@ -155,99 +165,99 @@ with DAG(
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/12: chunks 1-3, 2024-04-01T00:00:00Z <= shipped_at < 2024-04-01T18:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/12: chunks 4-6, 2024-04-01T18:00:00Z <= shipped_at < 2024-04-02T12:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":7,"item_index":2,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":7,"item_index":2,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/12: chunks 7-9, 2024-04-02T12:00:00Z <= shipped_at < 2024-04-03T06:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":10,"item_index":3,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":10,"item_index":3,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/12: chunks 10-12, 2024-04-03T06:00:00Z <= shipped_at < 2024-04-04T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":13,"item_index":4,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":13,"item_index":4,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/12: chunks 13-14, 2024-04-04T00:00:00Z <= shipped_at < 2024-04-04T12:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":15,"item_index":5,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":15,"item_index":5,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/12: chunks 15-16, 2024-04-04T12:00:00Z <= shipped_at < 2024-04-05T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":17,"item_index":6,"last_chunk_index":18,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":17,"item_index":6,"last_chunk_index":18,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/12: chunks 17-18, 2024-04-05T00:00:00Z <= shipped_at < 2024-04-05T12:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":19,"item_index":7,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":19,"item_index":7,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/12: chunks 19-20, 2024-04-05T12:00:00Z <= shipped_at < 2024-04-06T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":21,"item_index":8,"last_chunk_index":22,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":21,"item_index":8,"last_chunk_index":22,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/12: chunks 21-22, 2024-04-06T00:00:00Z <= shipped_at < 2024-04-06T12:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":23,"item_index":9,"last_chunk_index":24,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":23,"item_index":9,"last_chunk_index":24,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/12: chunks 23-24, 2024-04-06T12:00:00Z <= shipped_at < 2024-04-07T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":25,"item_index":10,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":25,"item_index":10,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/12: chunks 25-26, 2024-04-07T00:00:00Z <= shipped_at < 2024-04-07T12:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":27,"item_index":11,"last_chunk_index":28,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":27,"item_index":11,"last_chunk_index":28,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/12: chunks 27-28, 2024-04-07T12:00:00Z <= shipped_at < 2024-04-08T00:00:00Z",
             },
         ]
@@ -268,7 +278,7 @@ with DAG(
         cmds=["psql", "-c", "REFRESH MATERIALIZED VIEW analytics.shipments_daily"],
         retries=1,
         env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}\' }}',
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
             "DPONE_LOG_FORMAT": "json",
             "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
             "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",

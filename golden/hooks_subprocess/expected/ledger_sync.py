@@ -49,6 +49,13 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_push_result(context, result):
+    """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
+    ti = context.get("ti") if context else None
+    if ti is not None and isinstance(result, dict):
+        ti.xcom_push(key="return_value", value=result)
+
+
 class DponeRuntimeSubprocessOperator(BaseOperator):
     """Runs `command` as a local process with `env_vars` added to the worker's environment.
 
@@ -82,6 +89,7 @@ class DponeRuntimeSubprocessOperator(BaseOperator):
             return None
         problem = _dpone_result_problem(result)
         if problem or returncode != 0:
+            _dpone_push_result(context, result)
             raise DponeRunOutcomeError(f"{problem or 'dpone run'} (exit code {returncode})")
         return result
 
@@ -141,7 +149,7 @@ with DAG(
         validate_result=False,
         retries=2,
         env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
             "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
             "DPONE_LOG_FORMAT": "json",
         },
@@ -152,7 +160,7 @@ with DAG(
         validate_result=False,
         retries=2,
         env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
             "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
             "DPONE_LOG_FORMAT": "json",
         },
@@ -178,31 +186,31 @@ with DAG(
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/4: chunks 1-3, 2024-01-01 <= opened_on < 2024-01-04",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/4: chunks 4-6, 2024-01-04 <= opened_on < 2024-01-07",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":2,"first_chunk_index":7,"item_index":2,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":2,"first_chunk_index":7,"item_index":2,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/4: chunks 7-8, 2024-01-07 <= opened_on < 2024-01-09",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":2,"first_chunk_index":9,"item_index":3,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":2,"first_chunk_index":9,"item_index":3,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/4: chunks 9-10, 2024-01-09 <= opened_on < 2024-01-11",
             },
         ]
@@ -228,31 +236,31 @@ with DAG(
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/4: chunks 1-3, 1 <= entry_id < 30001",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/4: chunks 4-6, 30001 <= entry_id < 60001",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":2,"first_chunk_index":7,"item_index":2,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":2,"first_chunk_index":7,"item_index":2,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/4: chunks 7-8, 60001 <= entry_id < 80001",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
                 "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
                 "DPONE_LOG_FORMAT": "json",
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":2,"first_chunk_index":9,"item_index":3,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":2,"first_chunk_index":9,"item_index":3,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/4: chunks 9-10, 80001 <= entry_id < 100001",
             },
         ]
@@ -263,7 +271,7 @@ with DAG(
         validate_result=False,
         retries=2,
         env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}\' }}',
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:2de0604f0955262f6560295c3ef4b2277bf263b1745a52295f33eed35e3c3707","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
             "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
             "DPONE_LOG_FORMAT": "json",
         },

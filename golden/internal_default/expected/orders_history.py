@@ -37,6 +37,13 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_push_result(context, result):
+    """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
+    ti = context.get("ti") if context else None
+    if ti is not None and isinstance(result, dict):
+        ti.xcom_push(key="return_value", value=result)
+
+
 class DponeRuntimeOperator(KubernetesPodOperator):
     """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
 
@@ -71,6 +78,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
 
     def _dpone_prepare(self, context):
         self._dpone_result = None
+        self._dpone_context = context
         env = self.env_vars or ()
         if isinstance(env, dict):
             label = env.get(LABEL_ENV)
@@ -83,6 +91,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             result = self._dpone_result
         problem = _dpone_result_problem(result)
         if problem:
+            _dpone_push_result(self._dpone_context, result)
             raise DponeRunOutcomeError(problem)
         return result
 
@@ -91,6 +100,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             return
         problem = _dpone_result_problem(self._dpone_result)
         if problem:
+            _dpone_push_result(self._dpone_context, self._dpone_result)
             raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
 
 
@@ -121,6 +131,6 @@ with DAG(
         do_xcom_push=True,
         retries=0,
         env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"orders_history","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:63cc231a8a7086065aa601a8882a1f3afb31dfb2d20452dc5c421a6b23665e23","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}\' }}',
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:63cc231a8a7086065aa601a8882a1f3afb31dfb2d20452dc5c421a6b23665e23","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
         },
     )

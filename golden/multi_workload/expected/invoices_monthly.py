@@ -37,6 +37,13 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_push_result(context, result):
+    """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
+    ti = context.get("ti") if context else None
+    if ti is not None and isinstance(result, dict):
+        ti.xcom_push(key="return_value", value=result)
+
+
 class DponeRuntimeOperator(KubernetesPodOperator):
     """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
 
@@ -71,6 +78,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
 
     def _dpone_prepare(self, context):
         self._dpone_result = None
+        self._dpone_context = context
         env = self.env_vars or ()
         if isinstance(env, dict):
             label = env.get(LABEL_ENV)
@@ -83,6 +91,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             result = self._dpone_result
         problem = _dpone_result_problem(result)
         if problem:
+            _dpone_push_result(self._dpone_context, result)
             raise DponeRunOutcomeError(problem)
         return result
 
@@ -91,6 +100,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             return
         problem = _dpone_result_problem(self._dpone_result)
         if problem:
+            _dpone_push_result(self._dpone_context, self._dpone_result)
             raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
 
 
@@ -126,33 +136,33 @@ with DAG(
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":1,"item_index":0,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":1,"item_index":0,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/6: chunks 1-2, 2023-01-31 <= issued_on < 2023-03-31",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":3,"item_index":1,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":3,"item_index":1,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/6: chunks 3-4, 2023-03-31 <= issued_on < 2023-05-31",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":5,"item_index":2,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":5,"item_index":2,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/6: chunks 5-6, 2023-05-31 <= issued_on < 2023-07-31",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":7,"item_index":3,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":7,"item_index":3,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/6: chunks 7-8, 2023-07-31 <= issued_on < 2023-09-30",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":9,"item_index":4,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":9,"item_index":4,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/6: chunks 9-10, 2023-09-30 <= issued_on < 2023-11-30",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":11,"item_index":5,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6476e0a7947c80fdfc639e6e9630a5224cf8229153830961b2198d249342bae7","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":11,"item_index":5,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/6: chunks 11-12, 2023-11-30 <= issued_on < 2024-01-31",
             },
         ]

@@ -37,6 +37,13 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_push_result(context, result):
+    """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
+    ti = context.get("ti") if context else None
+    if ti is not None and isinstance(result, dict):
+        ti.xcom_push(key="return_value", value=result)
+
+
 class DponeRuntimeOperator(KubernetesPodOperator):
     """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
 
@@ -71,6 +78,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
 
     def _dpone_prepare(self, context):
         self._dpone_result = None
+        self._dpone_context = context
         env = self.env_vars or ()
         if isinstance(env, dict):
             label = env.get(LABEL_ENV)
@@ -83,6 +91,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             result = self._dpone_result
         problem = _dpone_result_problem(result)
         if problem:
+            _dpone_push_result(self._dpone_context, result)
             raise DponeRunOutcomeError(problem)
         return result
 
@@ -91,6 +100,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             return
         problem = _dpone_result_problem(self._dpone_result)
         if problem:
+            _dpone_push_result(self._dpone_context, self._dpone_result)
             raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
 
 
@@ -126,73 +136,73 @@ with DAG(
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/14: chunk 1, 2024-05-01 <= clicked_on < 2024-05-02",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/14: chunk 2, 2024-05-02 <= clicked_on < 2024-05-03",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/14: chunk 3, 2024-05-03 <= clicked_on < 2024-05-04",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/14: chunk 4, 2024-05-04 <= clicked_on < 2024-05-05",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/14: chunk 5, 2024-05-05 <= clicked_on < 2024-05-06",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/14: chunk 6, 2024-05-06 <= clicked_on < 2024-05-07",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/14: chunk 7, 2024-05-07 <= clicked_on < 2024-05-08",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/14: chunk 8, 2024-05-08 <= clicked_on < 2024-05-09",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/14: chunk 9, 2024-05-09 <= clicked_on < 2024-05-10",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":10,"item_index":9,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":10,"item_index":9,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/14: chunk 10, 2024-05-10 <= clicked_on < 2024-05-11",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":11,"item_index":10,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":11,"item_index":10,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/14: chunk 11, 2024-05-11 <= clicked_on < 2024-05-12",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":12,"item_index":11,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":12,"item_index":11,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/14: chunk 12, 2024-05-12 <= clicked_on < 2024-05-13",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":13,"item_index":12,"last_chunk_index":13,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":13,"item_index":12,"last_chunk_index":13,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 12/14: chunk 13, 2024-05-13 <= clicked_on < 2024-05-14",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":14,"item_index":13,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:7a162986ee92473d801ca789cd7645bb1c8b475105e7284a1402a28502f1ec23","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":14,"item_index":13,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 13/14: chunk 14, 2024-05-14 <= clicked_on < 2024-05-15",
             },
         ]

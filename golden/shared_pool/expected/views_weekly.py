@@ -37,6 +37,13 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_push_result(context, result):
+    """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
+    ti = context.get("ti") if context else None
+    if ti is not None and isinstance(result, dict):
+        ti.xcom_push(key="return_value", value=result)
+
+
 class DponeRuntimeOperator(KubernetesPodOperator):
     """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
 
@@ -71,6 +78,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
 
     def _dpone_prepare(self, context):
         self._dpone_result = None
+        self._dpone_context = context
         env = self.env_vars or ()
         if isinstance(env, dict):
             label = env.get(LABEL_ENV)
@@ -83,6 +91,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             result = self._dpone_result
         problem = _dpone_result_problem(result)
         if problem:
+            _dpone_push_result(self._dpone_context, result)
             raise DponeRunOutcomeError(problem)
         return result
 
@@ -91,6 +100,7 @@ class DponeRuntimeOperator(KubernetesPodOperator):
             return
         problem = _dpone_result_problem(self._dpone_result)
         if problem:
+            _dpone_push_result(self._dpone_context, self._dpone_result)
             raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
 
 
@@ -126,28 +136,28 @@ with DAG(
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":6,"first_chunk_index":1,"item_index":0,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":6,"first_chunk_index":1,"item_index":0,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/5: chunks 1-6, 2024-01-01 <= viewed_on < 2024-02-12",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":7,"item_index":1,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":7,"item_index":1,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/5: chunks 7-11, 2024-02-12 <= viewed_on < 2024-03-18",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":12,"item_index":2,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":12,"item_index":2,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/5: chunks 12-16, 2024-03-18 <= viewed_on < 2024-04-22",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":17,"item_index":3,"last_chunk_index":21,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":17,"item_index":3,"last_chunk_index":21,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/5: chunks 17-21, 2024-04-22 <= viewed_on < 2024-05-27",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{{ \'{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}\' }}',
-                "DPONE_AIRFLOW_MAPPING_ITEM": '{{ \'{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":22,"item_index":4,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}\' }}',
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:bcc9ee9d7a6ba30268ad4d9aca70131d0c2b503e3fabb26785ef46098a68e152","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":22,"item_index":4,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/5: chunks 22-26, 2024-05-27 <= viewed_on < 2024-07-01",
             },
         ]

@@ -1,0 +1,168 @@
+"""Generated DAG files keep the proven reference shape (tests/airflow/reference/).
+
+The reference files are hand-written and proven on Airflow 2.10.5, 2.11.2, 3.2.2 and 3.3.2. The
+templates copy their imports and operator classes verbatim; when the reference changes, resync with
+
+    .venv/bin/python tests/generator/test_reference_shape.py --sync
+
+then regenerate the goldens (python -m dpone_generator.update_goldens) and review both diffs.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "tests" / "airflow" / "reference"
+TEMPLATES = ROOT / "templates"
+GOLDEN = ROOT / "golden"
+FLAVOUR_REFERENCE = {"kubernetes": "kubernetes_summary.py", "subprocess": "subprocess_summary.py"}
+SECRET_IMPORT = "from airflow.providers.cncf.kubernetes.secret import Secret\n"
+TEMPLATE_HEAD = (
+    "{{#- The {flavour} flavour's imports and operator code, verbatim from the proven reference\n"
+    "    tests/airflow/reference/{ref} (tests/generator/test_reference_shape.py holds them\n"
+    "    equal; its --sync rewrites this file). #}}\n"
+)
+RUNTIME_CLASS = {
+    "kubernetes": "DponeRuntimeOperator",
+    "subprocess": "DponeRuntimeSubprocessOperator",
+}
+
+
+def reference_preamble(flavour: str) -> str:
+    """The reference file from ``from __future__`` up to (not including) ``with DAG(``."""
+    src = (REFERENCE / FLAVOUR_REFERENCE[flavour]).read_text(encoding="utf-8")
+    start = src.index("from __future__ import annotations")
+    end = src.index("\nwith DAG(")
+    return src[start:end].rstrip("\n") + "\n"
+
+
+def template_text(flavour: str) -> str:
+    """What templates/operator_<flavour>.py.jinja must hold for the current reference."""
+    body = reference_preamble(flavour)
+    if flavour == "kubernetes":
+        assert SECRET_IMPORT in body
+        body = body.replace(
+            SECRET_IMPORT, "{% if dag.secrets %}\n" + SECRET_IMPORT + "{% endif %}\n"
+        )
+    head = TEMPLATE_HEAD.format(flavour=flavour, ref=FLAVOUR_REFERENCE[flavour])
+    return head + body
+
+
+def sync() -> None:
+    for flavour in FLAVOUR_REFERENCE:
+        path = TEMPLATES / f"operator_{flavour}.py.jinja"
+        path.write_text(template_text(flavour), encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
+
+
+@pytest.mark.parametrize("flavour", sorted(FLAVOUR_REFERENCE))
+def test_operator_code_is_the_reference_code(flavour: str) -> None:
+    path = TEMPLATES / f"operator_{flavour}.py.jinja"
+    assert path.read_text(encoding="utf-8") == template_text(flavour), (
+        f"{path.name} differs from {FLAVOUR_REFERENCE[flavour]}; resync with: "
+        ".venv/bin/python tests/generator/test_reference_shape.py --sync"
+    )
+
+
+def golden_files() -> list[Path]:
+    return sorted(GOLDEN.glob("*/expected/*.py"))
+
+
+def _calls(tree: ast.AST) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def _kwargs(call: ast.Call) -> set[str]:
+    return {k.arg for k in call.keywords if k.arg}
+
+
+def _reference_calls(flavour: str) -> dict[str, set[str]]:
+    """Keyword names per constructor in the reference: DAG, hook, runtime partial, expand."""
+    tree = ast.parse((REFERENCE / FLAVOUR_REFERENCE[flavour]).read_text(encoding="utf-8"))
+    found = _call_kwargs(tree, flavour)
+    mapped_only = {"pool", "max_active_tis_per_dag", "map_index_template"}
+    if flavour == "kubernetes":
+        internal = ast.parse((REFERENCE / "kubernetes_internal.py").read_text(encoding="utf-8"))
+        found["task"] = _call_kwargs(internal, flavour)["task"]
+        assert found["task"] == (found["partial"] - mapped_only) | {"env_vars"}
+    else:  # no internal subprocess reference: the mapped one without its mapping arguments
+        found["task"] = (found["partial"] - mapped_only) | {"env_vars"}
+    return found
+
+
+def _call_kwargs(tree: ast.AST, flavour: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    runtime = RUNTIME_CLASS[flavour]
+    for call in _calls(tree):
+        func = call.func
+        if isinstance(func, ast.Name) and func.id == "DAG":
+            found["dag"] = _kwargs(call)
+        elif isinstance(func, ast.Attribute) and func.attr == "partial":
+            found["partial"] = _kwargs(call)
+        elif isinstance(func, ast.Attribute) and func.attr == "expand":
+            found["expand"] = _kwargs(call)
+        elif isinstance(func, ast.Name) and func.id in ("KubernetesPodOperator", runtime):
+            kind = "hook" if "validate_result" in _kwargs(call) or func.id != runtime else "task"
+            found[kind] = _kwargs(call)
+    return found
+
+
+@pytest.mark.parametrize("path", golden_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_generated_calls_use_the_reference_arguments(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    flavour = (
+        "subprocess" if "DponeRuntimeSubprocessOperator(BaseOperator)" in source else "kubernetes"
+    )
+    ours = _call_kwargs(ast.parse(source), flavour)
+    ref = _reference_calls(flavour)
+    extras = {"retries", "container_resources", "max_active_runs"}  # what the catalog adds
+    optional = {"secrets"}  # only when the catalog projects connections
+    assert ref["dag"] <= ours["dag"] <= ref["dag"] | extras
+    for kind in ("partial", "hook", "task"):
+        if kind in ours:
+            assert ref[kind] - optional <= ours[kind] <= ref[kind] | extras, kind
+    if "partial" in ours:
+        assert ours["expand"] == ref["expand"] == {"env_vars"}
+
+
+@pytest.mark.parametrize("path", golden_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_generated_files_import_only_airflow_the_provider_and_stdlib(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+        else:
+            continue
+        for module in modules:
+            top = module.split(".")[0]
+            assert top in sys.stdlib_module_names or top == "airflow", module
+            if module.startswith("airflow.providers."):
+                assert module.startswith("airflow.providers.cncf.kubernetes."), module
+
+
+@pytest.mark.parametrize("path", golden_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_header_names_catalog_workload_and_pack_without_time_or_machine(path: Path) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    case = path.parent.parent.name
+    assert lines[0] == "# Generated by dpone — do not edit."
+    assert lines[1] == f"# catalog: golden/{case}/workloads.yaml"
+    assert re.fullmatch(r"# workload: [A-Za-z][A-Za-z0-9_]*", lines[2])
+    assert re.fullmatch(r"# pack: sha256:[0-9a-f]{64}", lines[3])
+    header = "\n".join(lines[:3] + lines[4:6])  # the pack line is hex: checked above
+    assert "/work/" not in header and "/home/" not in header and "/tmp" not in header
+    assert not re.search(r"\d{1,2}:\d{2}|\d{4}-\d{2}-\d{2}|version|0\.1\.0", header)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--sync"]:
+        sync()
+    else:
+        print(__doc__)
