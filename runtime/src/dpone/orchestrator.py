@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from dpone import errors
 from dpone.connections import dsn_kind, resolve_dsn
 from dpone.errors import DponeError, ErrorRecord
+from dpone.faults import fault_point
 from dpone.ledger.port import (
     CampaignShape,
     ChunkResult,
@@ -147,6 +148,7 @@ class ChunkMover:
 
             def write(connection: Any) -> ChunkResult:
                 written = sink.write_chunk(source, window, connection=connection)
+                fault_point("chunk_written")
                 return ChunkResult(True, rows=written.rows, checksum=written.checksum)
 
             return self.store.complete_in_transaction(lease, chunk, write)
@@ -156,6 +158,7 @@ class ChunkMover:
             failed = ChunkResult(False, error_code=exc.code, error_message=exc.message[:500])
             self.store.complete(lease, chunk, failed)
             raise
+        fault_point("data_committed")
         result = ChunkResult(True, rows=written.rows, checksum=written.checksum)
         self.store.complete(lease, chunk, result)
         return result
