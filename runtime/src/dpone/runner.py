@@ -121,8 +121,8 @@ def run_command(args: argparse.Namespace) -> int:
             print(_summary(outcome), file=sys.stderr)
             continue
         assert outcome.error is not None
-        report_error(outcome.error)
         print(_summary(outcome), file=sys.stderr)
+        report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
         code = EXIT_CANCELLED if outcome.cancelled else exit_code_for(outcome.error.code)
         worst = max(worst, code if code != EXIT_OK else EXIT_FAILED)
     return worst
