@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from dpone import errors
 from dpone.connections import dsn_kind, resolve_dsn
@@ -31,6 +31,7 @@ from dpone.ledger.port import (
 )
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Chunk
+from dpone.progress import NoProgressSink
 from dpone.result import ChunkTiming, RunOutcome
 from dpone.verify import Selection
 
@@ -43,22 +44,11 @@ class ProgressSink(Protocol):
     def finish(self) -> None: ...
 
 
-class NoProgress:
-    def start(self, total: int, label: str) -> None:
-        return None
-
-    def advance(self, committed: int, skipped: int, failed: int, rows: int) -> None:
-        return None
-
-    def finish(self) -> None:
-        return None
-
-
 @dataclass
 class RunSettings:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     lock_timeout_s: float = 30.0
-    progress: ProgressSink = field(default_factory=NoProgress)
+    progress: ProgressSink = field(default_factory=NoProgressSink)
     owner_prefix: str = ""
     warn: Callable[[str], None] = lambda message: None
 
@@ -175,7 +165,7 @@ class ChunkMover:
 
 def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:
     """Translate the manifest's source and sink into the connector layer's specs."""
-    from dpone.connectors.base import SinkSpec, SourceSpec, TableRef
+    from dpone.connectors.base import InnerMode, SinkSpec, SourceSpec, TableRef
 
     cfg = plan.config
     src = cfg.source
@@ -189,7 +179,7 @@ def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:
     sink = SinkSpec(
         connection=cfg.sink.connection,
         table=TableRef(cfg.sink.table.schema, cfg.sink.table.name),
-        inner_mode="replace" if inner == "full_refresh" else inner,
+        inner_mode=cast(InnerMode, "replace" if inner == "full_refresh" else inner),
         keys=cfg.sink.keys,
     )
     return source, sink
@@ -317,10 +307,11 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     tally = _Tally(outcome, settings.progress)
     label = f"{ctx.pack.workload.name}/{plan.name}"
     pending = [c for c in ctx.selection.chunks if not ledger.state_of(c.index) == "committed"]
+    # start() before the first record(): a progress sink must know its total and label first.
+    settings.progress.start(len(ctx.selection.chunks), label)
     for chunk in ctx.selection.chunks:
         if ledger.state_of(chunk.index) == "committed":
             tally.record(ChunkTiming(chunk.index, "skipped_resume"))
-    settings.progress.start(len(ctx.selection.chunks), label)
     workers = 1 if mapped else max(1, min(bf.parallel_workers, len(pending) or 1))
     movers: list[ChunkMover] = [ChunkMover(ctx, store)]
     try:
