@@ -1,0 +1,452 @@
+"""The connector contract: specs, the Source/Sink ports, identifier rules and the row checksum.
+
+Everything here is database-neutral and imports only the standard library, so the orchestrator and
+the tests can speak about sources and sinks without a driver installed. The checksum is defined once
+(``canonical_text`` + ``RowChecksum``) and every dialect reproduces it exactly, in SQL where the
+database can (Postgres) and in Python where it cannot (SQLite, MSSQL), so a source and a sink of
+different kinds, or an internal and a mapped run, can be compared.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import hashlib
+import math
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, Self
+
+from dpone import errors
+from dpone.errors import DponeError
+
+Bound = str | int
+InnerMode = Literal["replace", "merge", "append"]
+INNER_MODES: tuple[str, ...] = ("replace", "merge", "append")
+CHUNK_TYPES: tuple[str, ...] = ("date", "timestamp", "integer")
+
+#: Name and version of the checksum scheme; part of every checksum string.
+CHECKSUM_SCHEME = "rowsum-md5-v1"
+_MASK64 = (1 << 64) - 1
+_TIMESTAMP_BOUND = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})Z$")
+
+
+# --- specs ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TableRef:
+    """A table by schema (None: the connection's default) and name; never pre-quoted."""
+
+    schema: str | None
+    name: str
+
+    def display(self) -> str:
+        """schema.name for messages (identifiers only, never data)."""
+        return self.name if self.schema is None else f"{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where a chunk's rows come from: a table or a trusted SELECT (exactly one), optional columns.
+
+    ``connection`` is the connection *name* (for messages); the DSN is passed separately and never
+    stored in a spec.
+    """
+
+    connection: str
+    table: TableRef | None = None
+    query: str | None = None
+    columns: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.table is None) == (self.query is None):
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"source {self.connection!r} needs exactly one of table or query",
+            )
+        if self.query is not None and not strip_query(self.query):
+            raise DponeError(errors.CONNECTOR_INVALID, f"source {self.connection!r}: empty query")
+        if self.columns is not None:
+            if not self.columns:
+                raise DponeError(
+                    errors.CONNECTOR_INVALID, f"source {self.connection!r}: empty column list"
+                )
+            check_unique(self.columns, f"source {self.connection!r} columns")
+
+    def display(self) -> str:
+        what = f"table {self.table.display()!r}" if self.table else "query"
+        return f"source {self.connection!r} {what}"
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Where a chunk is written and how: replace its range, merge on keys, or append."""
+
+    connection: str
+    table: TableRef
+    inner_mode: InnerMode
+    keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.inner_mode not in INNER_MODES:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"sink {self.connection!r}: inner_mode must be one of {', '.join(INNER_MODES)}, "
+                f"got {self.inner_mode!r}",
+            )
+        if self.inner_mode == "merge" and not self.keys:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"sink {self.connection!r}: inner_mode merge needs at least one key column",
+            )
+        check_unique(self.keys, f"sink {self.connection!r} keys")
+
+    def display(self) -> str:
+        return f"sink {self.connection!r} table {self.table.display()!r}"
+
+
+@dataclass(frozen=True)
+class ChunkWindow:
+    """One chunk: the half-open range [lower, upper) on ``column`` of type date|timestamp|integer.
+
+    Date bounds are ``YYYY-MM-DD`` strings, timestamp bounds ``YYYY-MM-DDTHH:MM:SSZ`` (UTC), integer
+    bounds ints. Bounds are only ever bound as parameters, so any string is treated as data.
+    """
+
+    column: str
+    type: str
+    lower: Bound
+    upper: Bound
+
+    def __post_init__(self) -> None:
+        if self.type not in CHUNK_TYPES:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"chunk type must be one of {', '.join(CHUNK_TYPES)}, got {self.type!r}",
+            )
+        want: type = int if self.type == "integer" else str
+        for bound in (self.lower, self.upper):
+            if isinstance(bound, bool) or not isinstance(bound, want):
+                raise DponeError(
+                    errors.CONNECTOR_INVALID,
+                    f"chunk bound {bound!r} of a {self.type} chunk must be a {want.__name__}",
+                )
+        if not self.lower < self.upper:  # type: ignore[operator]
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"chunk lower bound {self.lower!r} is not below upper bound {self.upper!r}",
+            )
+
+    def display(self) -> str:
+        return f"{self.column} [{self.lower}, {self.upper})"
+
+
+@dataclass(frozen=True)
+class ChunkWrite:
+    """What one chunk wrote: its row count, its checksum (None if disabled) and the path used."""
+
+    rows: int
+    checksum: str | None
+    method: str
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Tuning knobs; the defaults are what the orchestrator uses.
+
+    ``checksum=False`` skips the read-back pass (measured separately in bench/data_bench.py).
+    """
+
+    checksum: bool = True
+    batch_rows: int = 10_000
+    copy_block_bytes: int = 4 << 20
+
+    def __post_init__(self) -> None:
+        if self.batch_rows < 1 or self.copy_block_bytes < 1:
+            raise DponeError(
+                errors.CONNECTOR_INVALID, "batch_rows and copy_block_bytes must be positive"
+            )
+
+
+# --- ports ----------------------------------------------------------------------------------------
+Row = tuple[object, ...]
+
+
+class Source(ABC):
+    """Reads the rows of one chunk. Not thread-safe: open one per worker."""
+
+    kind: str = ""
+
+    def __init__(self, spec: SourceSpec, dsn: str) -> None:
+        self.spec = spec
+        self._dsn = dsn
+
+    def same_dsn(self, dsn: str) -> bool:
+        """True when ``dsn`` names exactly this source's database, so SQL can stay in-server."""
+        return self._dsn.strip() == dsn.strip()
+
+    @abstractmethod
+    def columns(self) -> tuple[str, ...]:
+        """The moved column names (``spec.columns`` or the described table/query columns)."""
+
+    @abstractmethod
+    def rows(self, window: ChunkWindow, batch_rows: int) -> Generator[list[Row], None, None]:
+        """The chunk's rows in batches; raises DponeError(SOURCE_FAILED | CONNECTION_FAILED)."""
+
+    @abstractmethod
+    def checksum(self, window: ChunkWindow) -> str:
+        """The checksum of the chunk's rows as the source holds them."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close owned connections (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Sink(ABC):
+    """Writes one chunk per call, in one transaction, with the spec's inner mode."""
+
+    kind: str = ""
+
+    def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
+        self.spec = spec
+        self.options = options
+        self._dsn = dsn
+
+    @abstractmethod
+    def write_chunk(
+        self, source: Source, window: ChunkWindow, connection: object | None = None
+    ) -> ChunkWrite:
+        """Move exactly the rows of ``window`` from ``source`` and write them atomically.
+
+        With ``connection`` (Postgres only: a psycopg connection inside an open transaction) the
+        write joins that transaction and is not committed here.
+        """
+
+    @abstractmethod
+    def preflight(self, window_column: str) -> list[str]:
+        """Human-readable warnings to print before a run (missing index, missing unique key)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close owned connections (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _moved_columns(self, source: Source, window: ChunkWindow) -> tuple[str, ...]:
+        """The source's columns, checked against what the inner mode needs from them."""
+        cols = source.columns()
+        if self.spec.inner_mode == "replace" and window.column not in cols:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"{self.spec.display()}: replace deletes by {window.column!r}, "
+                "which is not among the moved columns",
+            )
+        missing = [k for k in self.spec.keys if k not in cols]
+        if self.spec.inner_mode == "merge" and missing:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"{self.spec.display()}: merge keys {missing} are not among the moved columns",
+            )
+        return cols
+
+    def _no_external_connection(self, connection: object | None) -> None:
+        if connection is not None:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"{self.spec.display()}: an external transaction is only supported for "
+                "Postgres sinks",
+            )
+
+
+# --- identifiers and SQL text ---------------------------------------------------------------------
+def check_identifier(name: object, what: str, *, max_chars: int, max_bytes: int = 0) -> str:
+    """Reject identifiers that could be truncated or mangled by a server; quoting does the rest."""
+    if not isinstance(name, str) or not name:
+        raise DponeError(errors.IDENTIFIER_INVALID, f"{what}: expected a non-empty name")
+    if "\x00" in name:
+        raise DponeError(errors.IDENTIFIER_INVALID, f"{what}: a name cannot contain NUL")
+    if len(name) > max_chars or (max_bytes and len(name.encode("utf-8")) > max_bytes):
+        limit = f"{max_bytes} bytes" if max_bytes else f"{max_chars} characters"
+        raise DponeError(
+            errors.IDENTIFIER_INVALID, f"{what}: name {name[:40]!r}... is longer than {limit}"
+        )
+    return name
+
+
+def check_unique(names: Sequence[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise DponeError(errors.CONNECTOR_INVALID, f"{what}: {name!r} appears twice")
+        seen.add(name)
+
+
+def strip_query(query: str) -> str:
+    """A trusted query without surrounding blanks and trailing semicolons, ready to nest."""
+    return query.strip().rstrip(";").strip()
+
+
+def sql_text_bound(window: ChunkWindow, value: Bound) -> Bound:
+    """A bound for engines that compare timestamps as 'YYYY-MM-DD HH:MM:SS' text (SQLite)."""
+    if window.type == "timestamp" and isinstance(value, str):
+        match = _TIMESTAMP_BOUND.match(value)
+        if match:
+            return f"{match.group(1)} {match.group(2)}"
+    return value
+
+
+def index_warnings(
+    shown: str,
+    spec: SinkSpec,
+    window_column: str,
+    columns: set[str],
+    indexes: Sequence[tuple[Sequence[str], bool]],
+) -> list[str]:
+    """Warnings shared by every dialect: replace without an index, merge without a unique key."""
+    out: list[str] = []
+    if spec.inner_mode == "replace":
+        if window_column not in columns:
+            out.append(f"target {shown} has no column {window_column!r}: replace deletes will fail")
+        elif not any(keys and keys[0] == window_column for keys, _ in indexes):
+            out.append(
+                f"no index on {shown}.{window_column}: replace deletes will scan the whole table "
+                f"for every chunk (create an index whose first column is {window_column})"
+            )
+    if spec.inner_mode == "merge":
+        missing = [k for k in spec.keys if k not in columns]
+        if missing:
+            out.append(f"target {shown} has no merge key column(s) {missing}")
+        elif not any(unique and set(keys) == set(spec.keys) for keys, unique in indexes):
+            out.append(
+                f"no unique index or constraint on {shown} ({', '.join(spec.keys)}): "
+                "merge needs one to detect existing rows"
+            )
+    return out
+
+
+# --- checksum -------------------------------------------------------------------------------------
+def _trim_fraction(text: str) -> str:
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def canonical_decimal(value: decimal.Decimal) -> str:
+    """Plain notation without trailing fractional zeros (Postgres ``trim_scale(v)::text``)."""
+    if value.is_nan():
+        return "NaN"
+    if value.is_infinite():
+        return "Infinity" if value > 0 else "-Infinity"
+    if value.is_zero():
+        return "0"
+    return _trim_fraction(format(value, "f"))
+
+
+def canonical_float(value: float) -> str:
+    """15 significant digits, then as a decimal (Postgres ``trim_scale(v::float8::numeric)``)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return canonical_decimal(decimal.Decimal(format(value, ".15g")))
+
+
+def canonical_datetime(value: dt.datetime) -> str:
+    """UTC wall clock 'YYYY-MM-DD HH:MM:SS[.f]' (naive values are taken as UTC)."""
+    if value.tzinfo is not None and value.utcoffset() is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return _trim_fraction(value.replace(tzinfo=None).isoformat(sep=" "))
+
+
+def canonical_text(value: object) -> str | None:
+    """The text every connector hashes for one value; None for SQL NULL.
+
+    Numbers of every kind share one form (12, 12.0 and 12.00 are '12'), timestamps are UTC wall
+    clock, booleans '1'/'0', bytes '\\x'+hex, dates ISO; other values their own text.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return canonical_float(value)
+    if isinstance(value, decimal.Decimal):
+        return canonical_decimal(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dt.datetime):
+        return canonical_datetime(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dt.time):
+        return _trim_fraction(value.replace(tzinfo=None).isoformat())
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "\\x" + bytes(value).hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return str(value)
+
+
+def checksum_order(columns: Sequence[str]) -> list[int]:
+    """Column positions in hashing order: by name, so physical column order does not matter."""
+    return sorted(range(len(columns)), key=lambda i: columns[i])
+
+
+def format_checksum(count: int, total: int) -> str:
+    return f"{CHECKSUM_SCHEME}:{count}:{total & _MASK64:016x}"
+
+
+class RowChecksum:
+    """Order-independent checksum of rows: count + sum mod 2^64 of md5-64 of each row's text.
+
+    A row's text is its fields in column-name order joined by ',', each field ``N`` for NULL or
+    ``"`` + canonical text with ``"`` doubled + ``"``. Postgres computes the same in SQL.
+    """
+
+    __slots__ = ("_order", "count", "total")
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self._order = checksum_order(columns)
+        self.count = 0
+        self.total = 0
+
+    def add(self, row: Sequence[object]) -> None:
+        parts = []
+        for i in self._order:
+            text = canonical_text(row[i])
+            parts.append("N" if text is None else '"' + text.replace('"', '""') + '"')
+        digest = hashlib.md5(",".join(parts).encode("utf-8"), usedforsecurity=False).digest()
+        self.total = (self.total + int.from_bytes(digest[:8], "big")) & _MASK64
+        self.count += 1
+
+    def add_many(self, rows: Sequence[Sequence[object]]) -> None:
+        for row in rows:
+            self.add(row)
+
+    def value(self) -> str:
+        return format_checksum(self.count, self.total)

@@ -1,0 +1,107 @@
+"""Open a source or sink by the DSN's kind; the only place that imports the dialect modules.
+
+Drivers are optional extras of dpone-runtime, so a missing one becomes DPONE_DRIVER_MISSING with
+the extra to install, never a bare ImportError.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from types import ModuleType
+
+from dpone import errors
+from dpone.connections import dsn_kind
+from dpone.connectors.base import (
+    Bound,
+    ChunkWindow,
+    Sink,
+    SinkOptions,
+    SinkSpec,
+    Source,
+    SourceSpec,
+    TableRef,
+)
+from dpone.errors import DponeError
+
+_EXTRA = {"postgres": "postgres", "mssql": "mssql", "sqlite": ""}
+_DRIVERS = {"psycopg", "psycopg_binary", "psycopg_c", "pyodbc"}
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+
+
+def _module(kind: str) -> ModuleType:
+    try:
+        if kind == "postgres":
+            from dpone.connectors import postgres
+
+            return postgres
+        if kind == "mssql":
+            from dpone.connectors import mssql
+
+            return mssql
+        from dpone.connectors import sqlite
+
+        return sqlite
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in _DRIVERS:
+            raise
+        raise DponeError(
+            errors.DRIVER_MISSING,
+            f"the {kind} connector needs its driver: install dpone-runtime[{_EXTRA[kind]}]",
+        ) from None
+
+
+def open_source(spec: SourceSpec, dsn: str) -> Source:
+    """A Source for ``spec`` on the database ``dsn`` points at (connections open lazily)."""
+    kind = dsn_kind(dsn)
+    module = _module(kind)
+    source: Source
+    if kind == "postgres":
+        source = module.PostgresSource(spec, dsn)
+    elif kind == "mssql":
+        source = module.MssqlSource(spec, dsn)
+    else:
+        source = module.SqliteSource(spec, dsn)
+    return source
+
+
+def open_sink(spec: SinkSpec, dsn: str, options: SinkOptions | None = None) -> Sink:
+    """A Sink for ``spec`` on the database ``dsn`` points at (connections open lazily)."""
+    kind = dsn_kind(dsn)
+    module = _module(kind)
+    opts = options or SinkOptions()
+    sink: Sink
+    if kind == "postgres":
+        sink = module.PostgresSink(spec, dsn, opts)
+    elif kind == "mssql":
+        sink = module.MssqlSink(spec, dsn, opts)
+    else:
+        sink = module.SqliteSink(spec, dsn, opts)
+    return sink
+
+
+def window_for(column: str, lower: Bound, upper: Bound) -> ChunkWindow:
+    """A ChunkWindow whose type is read off the bounds (int, canonical timestamp, else date)."""
+    if isinstance(lower, int) and not isinstance(lower, bool):
+        return ChunkWindow(column, "integer", lower, upper)
+    kind = "timestamp" if isinstance(lower, str) and _TIMESTAMP.match(lower) else "date"
+    return ChunkWindow(column, kind, lower, upper)
+
+
+def table_checksum(
+    dsn: str,
+    table: TableRef,
+    column: str,
+    lower: Bound,
+    upper: Bound,
+    columns: Sequence[str] | None = None,
+) -> str:
+    """The checksum of ``table``'s rows with ``lower <= column < upper``, as any connector writes it.
+
+    ``columns`` limits the hashed columns (e.g. to leave out a target-only ``loaded_at``).
+    """
+    kind = dsn_kind(dsn)
+    result: str = _module(kind).table_checksum(
+        dsn, table, window_for(column, lower, upper), columns
+    )
+    return result

@@ -1,0 +1,786 @@
+"""Postgres source and sink on psycopg 3.
+
+Three write paths, chosen per chunk: ``INSERT .. SELECT`` when source and sink share a DSN (rows
+never leave the server); a streaming COPY pipe between two databases, binary when every column has
+the same built-in type on both sides and text otherwise; and a text COPY of Python rows when the
+source is another kind of database. The checksum is computed in SQL on the sink, inside the chunk's
+transaction, with the exact formula of :class:`dpone.connectors.base.RowChecksum`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import selectors
+import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq, sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.copy import QueuedLibpqWriter
+
+from dpone import errors
+from dpone.connectors.base import (
+    ChunkWindow,
+    ChunkWrite,
+    Row,
+    Sink,
+    SinkOptions,
+    SinkSpec,
+    Source,
+    SourceSpec,
+    TableRef,
+    check_identifier,
+    check_unique,
+    format_checksum,
+    index_warnings,
+    strip_query,
+)
+from dpone.errors import DponeError
+
+Connection = psycopg.Connection[Any]
+Cursor = psycopg.Cursor[Any]
+
+MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are silently truncated by the server
+FIRST_USER_OID = 16384  # below: built-in types, whose binary COPY format is the same everywhere
+
+_INT_OIDS = frozenset({20, 21, 23, 26})
+_FLOAT4, _FLOAT8 = 700, 701
+_FLOAT_OIDS = frozenset({_FLOAT4, _FLOAT8})
+_NUMERIC, _BOOL, _DATE, _TIME, _BYTEA, _UUID = 1700, 16, 1082, 1083, 17, 2950
+_TIMESTAMP, _TIMESTAMPTZ = 1114, 1184
+#: Types whose canonical text never contains a double quote (no replace() needed in the hash).
+_QUOTE_FREE = _INT_OIDS | _FLOAT_OIDS | {_NUMERIC, _BOOL, _DATE, _TIME, _BYTEA, _UUID}
+_QUOTE_FREE |= {_TIMESTAMP, _TIMESTAMPTZ}
+#: Types read as Python values on the row path; every other type is read as Postgres's own text.
+_NATIVE = _QUOTE_FREE | {25, 1043, 1042, 19}
+
+#: Session settings every text form (COPY text, checksum text) depends on.
+SESSION_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("TimeZone", "UTC"),
+    ("DateStyle", "ISO, YMD"),
+    ("IntervalStyle", "postgres"),
+    ("bytea_output", "hex"),
+    ("extra_float_digits", "3"),
+    ("client_encoding", "UTF8"),
+)
+_CONNECT_DEFAULTS = {
+    "fallback_application_name": "dpone",
+    "connect_timeout": "30",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+#: SQLSTATE classes whose primary message names objects, never row values.
+_SAFE_MESSAGE_CLASSES = frozenset(
+    {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
+)
+_CONNECTION_LOSS_STATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+# --- identifiers ----------------------------------------------------------------------------------
+def ident(name: str, what: str) -> sql.Identifier:
+    return sql.Identifier(
+        check_identifier(name, what, max_chars=MAX_IDENTIFIER_BYTES, max_bytes=MAX_IDENTIFIER_BYTES)
+    )
+
+
+def table_sql(table: TableRef) -> sql.Identifier:
+    name = check_identifier(
+        table.name, "table", max_chars=MAX_IDENTIFIER_BYTES, max_bytes=MAX_IDENTIFIER_BYTES
+    )
+    if table.schema is None:
+        return sql.Identifier(name)
+    schema = check_identifier(
+        table.schema, "schema", max_chars=MAX_IDENTIFIER_BYTES, max_bytes=MAX_IDENTIFIER_BYTES
+    )
+    return sql.Identifier(schema, name)
+
+
+def _columns_sql(columns: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(ident(c, "column") for c in columns)
+
+
+def _predicate(column: str) -> sql.Composed:
+    col = sql.Identifier("dpone_src", check_identifier(column, "chunk column", max_chars=63))
+    return sql.SQL("{} >= %s AND {} < %s").format(col, col)
+
+
+def _params(window: ChunkWindow) -> tuple[object, object]:
+    """Bounds as parameters: strings go as 'unknown', so the server types them from the column."""
+    return (window.lower, window.upper)
+
+
+# --- errors ---------------------------------------------------------------------------------------
+def _is_connection_loss(exc: BaseException, conn: Connection | None) -> bool:
+    if conn is not None and (conn.closed or conn.broken):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    if state and (state.startswith("08") or state in _CONNECTION_LOSS_STATES):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and not state
+
+
+def describe_error(exc: psycopg.Error) -> str:
+    """Error class, SQLSTATE and object names; never DETAIL, and no message for data errors."""
+    state = exc.sqlstate
+    text = type(exc).__name__ + (f" (SQLSTATE {state})" if state else "")
+    parts = [text]
+    diag = exc.diag
+    if diag.constraint_name:
+        parts.append(f'constraint "{diag.constraint_name}"')
+    if diag.column_name:
+        parts.append(f'column "{diag.column_name}"')
+    if diag.datatype_name:
+        parts.append(f'type "{diag.datatype_name}"')
+    if state and state[:2] in _SAFE_MESSAGE_CLASSES and diag.message_primary:
+        parts.append(diag.message_primary)
+    return ", ".join(parts)
+
+
+def translate_error(
+    exc: BaseException, code: str, what: str, conn: Connection | None
+) -> DponeError:
+    if isinstance(exc, DponeError):
+        return exc
+    if isinstance(exc, psycopg.Error):
+        if _is_connection_loss(exc, conn):
+            return DponeError(
+                errors.CONNECTION_FAILED,
+                f"{what}: lost the connection to the database ({type(exc).__name__})",
+            )
+        return DponeError(code, f"{what} failed: {describe_error(exc)}")
+    return DponeError(code, f"{what} failed: {type(exc).__name__}")
+
+
+def _connect_reason(exc: psycopg.Error) -> str:
+    """A coarse, secret-free reason for a failed connect (libpq's text names host and user)."""
+    text = str(exc).lower()
+    for needle, reason in (
+        ("password", "authentication failed"),
+        ("authentication", "authentication failed"),
+        ("refused", "connection refused"),
+        ("timeout", "timed out"),
+        ("does not exist", "database or role does not exist"),
+        ("could not translate host", "unknown host"),
+        ("too many", "too many connections"),
+    ):
+        if needle in text:
+            return reason
+    return "server unreachable"
+
+
+class PgConnection:
+    """A lazily (re)opened autocommit connection with dpone's session settings."""
+
+    def __init__(self, dsn: str, label: str) -> None:
+        self._dsn = dsn
+        self._label = label
+        self.current: Connection | None = None
+
+    def get(self) -> Connection:
+        conn = self.current
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        self.discard()
+        try:
+            given = conninfo_to_dict(self._dsn)
+        except psycopg.Error:
+            raise DponeError(
+                errors.CONFIG_INVALID, f"{self._label}: the Postgres DSN is malformed"
+            ) from None
+        extra = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
+        try:
+            conn = psycopg.connect(make_conninfo(self._dsn, **extra), autocommit=True)
+            conn.execute(
+                sql.SQL("SELECT {}").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("set_config(%s, %s, false)") for _ in SESSION_SETTINGS
+                    )
+                ),
+                [v for pair in SESSION_SETTINGS for v in pair],
+            )
+        except psycopg.Error as exc:
+            raise DponeError(
+                errors.CONNECTION_FAILED,
+                f"{self._label}: could not connect to the database ({_connect_reason(exc)})",
+            ) from None
+        self.current = conn
+        return conn
+
+    def discard(self) -> None:
+        conn, self.current = self.current, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def forget_if_broken(self) -> None:
+        conn = self.current
+        if conn is not None and (conn.closed or conn.broken):
+            self.discard()
+
+
+def utf8_database(conn: Connection) -> bool:
+    return (conn.info.parameter_status("server_encoding") or "").upper() in ("UTF8", "UTF-8")
+
+
+# --- checksum in SQL ------------------------------------------------------------------------------
+def _canonical_sql(col: sql.Composable, oid: int) -> sql.Composable:
+    """The SQL twin of base.canonical_text for one column of type ``oid``."""
+    if oid == _NUMERIC:
+        return sql.SQL("trim_scale({})::text").format(col)
+    if oid == _FLOAT8:
+        return sql.SQL("trim_scale({}::numeric)::text").format(col)
+    if oid == _FLOAT4:
+        # via its shortest text, as drivers read a real: 0.1::real is 0.1, not 0.100000001490116
+        return sql.SQL("trim_scale({}::text::float8::numeric)::text").format(col)
+    if oid == _BOOL:
+        return sql.SQL("{}::int::text").format(col)
+    if oid == _TIMESTAMPTZ:
+        return sql.SQL("({} AT TIME ZONE 'UTC')::text").format(col)
+    return sql.SQL("{}::text").format(col)
+
+
+def row_hash_sql(columns: Sequence[tuple[str, int]], utf8: bool) -> sql.Composable:
+    """md5-64 of a row's canonical text, as a signed bigint (summed mod 2^64 in Python)."""
+    fields: list[sql.Composable] = []
+    for name, oid in sorted(columns, key=lambda c: c[0]):
+        text = _canonical_sql(sql.Identifier(name), oid)
+        if oid not in _QUOTE_FREE:
+            text = sql.SQL("replace({}, '\"', '\"\"')").format(text)
+        fields.append(sql.SQL("coalesce('\"' || {} || '\"', 'N')").format(text))
+    row: sql.Composable = sql.SQL(" || ',' || ").join(fields)
+    if not utf8:
+        row = sql.SQL("convert_to({}, 'UTF8')").format(row)
+    return sql.SQL("('x' || left(md5({}), 16))::bit(64)::bigint").format(row)
+
+
+def checksum_select(
+    relation: sql.Composable, columns: Sequence[tuple[str, int]], utf8: bool
+) -> sql.Composed:
+    return sql.SQL("SELECT count(*), sum({}) FROM {}").format(row_hash_sql(columns, utf8), relation)
+
+
+def checksum_value(row: tuple[Any, ...] | None) -> tuple[int, str]:
+    count = int(row[0]) if row else 0
+    total = int(row[1]) if row and row[1] is not None else 0
+    return count, format_checksum(count, total)
+
+
+# --- COPY streaming -------------------------------------------------------------------------------
+def raw_copy_blocks(conn: Connection, block_bytes: int) -> Iterator[bytearray]:
+    """COPY TO data in blocks of about ``block_bytes``, straight from libpq.
+
+    psycopg's ``Copy.read()`` costs a generator round trip per row; reading every message libpq has
+    buffered in one tight loop and handing multi-megabyte blocks to the writer keeps Python off the
+    critical path. The final result is consumed here, so the connection is idle afterwards.
+    """
+    pgconn = conn.pgconn
+    with selectors.DefaultSelector() as selector:
+        selector.register(pgconn.socket, selectors.EVENT_READ)
+        buf = bytearray()
+        while True:
+            nbytes, data = pgconn.get_copy_data(1)
+            if nbytes > 0:
+                buf += data
+                if len(buf) >= block_bytes:
+                    yield buf
+                    buf = bytearray()
+            elif nbytes == 0:
+                selector.select()
+                pgconn.consume_input()
+            else:
+                break
+        if buf:
+            yield buf
+        failure: psycopg.Error | None = None
+        while True:
+            while pgconn.is_busy():
+                selector.select()
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                break
+            if result.status != pq.ExecStatus.COMMAND_OK and failure is None:
+                failure = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+        if failure is not None:
+            raise failure
+
+
+# --- source ---------------------------------------------------------------------------------------
+class PostgresSource(Source):
+    """A table or trusted query in Postgres, read chunk by chunk in autocommit statements."""
+
+    kind = "postgres"
+
+    def __init__(self, spec: SourceSpec, dsn: str) -> None:
+        super().__init__(spec, dsn)
+        if spec.table is not None:
+            table_sql(spec.table)
+        for col in spec.columns or ():
+            ident(col, "source column")
+        self._conn = PgConnection(dsn, spec.display())
+        self._described: tuple[tuple[str, int], ...] | None = None
+
+    def relation(self) -> sql.Composed:
+        """The FROM item, aliased dpone_src; a trusted query is nested as a subquery.
+
+        Its '%' are doubled because every statement here is sent with parameters.
+        """
+        if self.spec.table is not None:
+            base: sql.Composable = table_sql(self.spec.table)
+        else:
+            query = strip_query(self.spec.query or "").replace("%", "%%")
+            base = sql.SQL("({})").format(sql.SQL(query))
+        return sql.SQL("{} AS dpone_src").format(base)
+
+    def describe(self) -> tuple[tuple[str, int], ...]:
+        """(name, type oid) of the moved columns, asked once from the server."""
+        if self._described is None:
+            conn = self._conn.get()
+            select = (
+                _columns_sql(self.spec.columns) if self.spec.columns else sql.SQL("dpone_src.*")
+            )
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        sql.SQL("SELECT {} FROM {} LIMIT 0").format(select, self.relation()), ()
+                    )
+                    desc = cur.description or []
+            except psycopg.Error as exc:
+                raise self._fail(exc, "describing the columns") from None
+            described = tuple((d.name, int(d.type_code)) for d in desc)
+            names = [name for name, _ in described]
+            for name in names:
+                check_identifier(name, f"{self.spec.display()} column", max_chars=63, max_bytes=63)
+            check_unique(names, f"{self.spec.display()} columns")
+            self._described = described
+        return self._described
+
+    def columns(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.describe())
+
+    def select_sql(
+        self, window: ChunkWindow, columns: Sequence[str], as_text: frozenset[str] = frozenset()
+    ) -> sql.Composed:
+        """SELECT of the chunk; columns in ``as_text`` are cast to text (for non-Postgres sinks)."""
+        items = [
+            (
+                sql.SQL("{}::text AS {}").format(ident(c, "column"), ident(c, "column"))
+                if c in as_text
+                else ident(c, "column")
+            )
+            for c in columns
+        ]
+        return sql.SQL("SELECT {} FROM {} WHERE {}").format(
+            sql.SQL(", ").join(items), self.relation(), _predicate(window.column)
+        )
+
+    def rows(self, window: ChunkWindow, batch_rows: int) -> Generator[list[Row], None, None]:
+        described = self.describe()
+        as_text = frozenset(name for name, oid in described if oid not in _NATIVE)
+        query = self.select_sql(window, [name for name, _ in described], as_text)
+        conn = self._conn.get()
+        try:
+            with conn.transaction(), conn.cursor(name=f"dpone_{uuid.uuid4().hex[:16]}") as cur:
+                cur.itersize = batch_rows
+                cur.execute(query, _params(window))
+                while batch := cur.fetchmany(batch_rows):
+                    yield batch
+        except psycopg.Error as exc:
+            raise self._fail(exc, f"reading chunk {window.display()}") from None
+
+    def checksum(self, window: ChunkWindow) -> str:
+        described = self.describe()
+        conn = self._conn.get()
+        inner = self.select_sql(window, [name for name, _ in described])
+        query = checksum_select(sql.SQL("({}) AS s").format(inner), described, utf8_database(conn))
+        try:
+            with conn.cursor() as cur:
+                cur.execute(query, _params(window))
+                return checksum_value(cur.fetchone())[1]
+        except psycopg.Error as exc:
+            raise self._fail(exc, f"checksumming chunk {window.display()}") from None
+
+    def copy_into(
+        self,
+        dst: Cursor,
+        dst_copy: sql.Composed,
+        window: ChunkWindow,
+        columns: Sequence[str],
+        binary: bool,
+        block_bytes: int,
+    ) -> int:
+        """Stream the chunk into ``dst``'s ``COPY .. FROM STDIN``; returns the rows written.
+
+        Source-side failures become DponeError(SOURCE_FAILED); sink-side psycopg errors propagate
+        untouched for the sink to classify.
+        """
+        fmt = sql.SQL("BINARY" if binary else "TEXT")
+        stmt = sql.SQL("COPY ({}) TO STDOUT (FORMAT {})").format(
+            self.select_sql(window, columns), fmt
+        )
+        conn = self._conn.get()
+        what = f"reading chunk {window.display()}"
+        with contextlib.ExitStack() as stack:
+            cur = stack.enter_context(conn.cursor())
+            try:
+                stack.enter_context(cur.copy(stmt, _params(window)))
+            except psycopg.Error as exc:
+                raise self._fail(exc, what) from None
+            with dst.copy(dst_copy, writer=QueuedLibpqWriter(dst)) as sink_copy:
+                blocks = raw_copy_blocks(conn, block_bytes)
+                while True:
+                    try:
+                        block = next(blocks, None)
+                    except psycopg.Error as exc:
+                        raise self._fail(exc, what) from None
+                    if block is None:
+                        break
+                    sink_copy.write(block)
+        return dst.rowcount
+
+    def _fail(self, exc: BaseException, doing: str) -> DponeError:
+        err = translate_error(
+            exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}", self._conn.current
+        )
+        self._described = None
+        self._conn.forget_if_broken()
+        return err
+
+    def close(self) -> None:
+        self._conn.discard()
+
+
+# --- sink -----------------------------------------------------------------------------------------
+def _aware_utc(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+def _naive_utc(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+_COERCERS: dict[int, Callable[[object], object]] = {
+    _TIMESTAMPTZ: _aware_utc,
+    _TIMESTAMP: _naive_utc,
+}
+
+
+class PostgresSink(Sink):
+    """Writes chunks into one Postgres table; see the module docstring for the three paths."""
+
+    kind = "postgres"
+
+    def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
+        super().__init__(spec, dsn, options)
+        self._table = table_sql(spec.table)
+        for key in spec.keys:
+            ident(key, "merge key")
+        self._conn = PgConnection(dsn, spec.display())
+        self._target: dict[tuple[str, ...], dict[str, int]] = {}
+
+    # public -------------------------------------------------------------------------------------
+    def write_chunk(
+        self, source: Source, window: ChunkWindow, connection: object | None = None
+    ) -> ChunkWrite:
+        external = self._external(connection)
+        columns = self._moved_columns(source, window)
+        conn = external or self._conn.get()
+        try:
+            with conn.transaction():
+                saved = self._enter_settings(conn) if external is not None else None
+                result = self._write(conn, source, window, columns)
+                if saved is not None:
+                    self._restore_settings(conn, saved)
+            return result
+        except Exception as exc:
+            self._target.clear()
+            err = translate_error(
+                exc,
+                errors.SINK_FAILED,
+                f"{self.spec.display()}: writing chunk {window.display()} (rolled back)",
+                conn,
+            )
+            if external is None:
+                self._conn.forget_if_broken()
+            raise err from None
+
+    def preflight(self, window_column: str) -> list[str]:
+        conn = self._conn.get()
+        name = self._table.as_string(conn)
+        shown = self.spec.table.display()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s)::oid", (name,))
+                found = cur.fetchone()
+                if found is None or found[0] is None:
+                    return [f"target table {shown} does not exist: every chunk will fail"]
+                relid = int(found[0])
+                cur.execute(
+                    "SELECT attnum, attname FROM pg_attribute"
+                    " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
+                    (relid,),
+                )
+                attnames = {int(num): str(att) for num, att in cur.fetchall()}
+                cur.execute(
+                    "SELECT indkey::text, indnkeyatts, indisunique AND indpred IS NULL"
+                    " AND indexprs IS NULL FROM pg_index WHERE indrelid = %s AND indisvalid",
+                    (relid,),
+                )
+                indexes = [
+                    ([attnames.get(int(k), "") for k in str(keys).split()][: int(nkey)], bool(u))
+                    for keys, nkey, u in cur.fetchall()
+                ]
+        except psycopg.Error as exc:
+            raise translate_error(
+                exc, errors.SINK_FAILED, f"{self.spec.display()}: preflight", conn
+            ) from None
+        return index_warnings(shown, self.spec, window_column, set(attnames.values()), indexes)
+
+    def close(self) -> None:
+        self._conn.discard()
+
+    # paths --------------------------------------------------------------------------------------
+    def _write(
+        self, conn: Connection, source: Source, window: ChunkWindow, columns: tuple[str, ...]
+    ) -> ChunkWrite:
+        with conn.cursor() as cur:
+            if isinstance(source, PostgresSource) and source.same_dsn(self._dsn):
+                return self._insert_select(cur, source, window, columns)
+            types = self._target_types(cur, columns)
+            if isinstance(source, PostgresSource):
+                src_types = dict(source.describe())
+                binary = all(
+                    src_types[c] == types[c] and types[c] < FIRST_USER_OID for c in columns
+                )
+                block = self.options.copy_block_bytes
+
+                def fill_copy(rel: sql.Composable) -> int:
+                    stmt = self._copy_in(rel, columns, binary)
+                    return source.copy_into(cur, stmt, window, columns, binary, block)
+
+                method = "copy-binary" if binary else "copy-text"
+                return self._via_copy(cur, window, columns, types, fill_copy, method)
+
+            def fill_rows(rel: sql.Composable) -> int:
+                return self._copy_rows(cur, rel, source, window, columns, types)
+
+            return self._via_copy(cur, window, columns, types, fill_rows, "copy-rows")
+
+    def _insert_select(
+        self, cur: Cursor, source: PostgresSource, window: ChunkWindow, columns: tuple[str, ...]
+    ) -> ChunkWrite:
+        if self.spec.inner_mode == "replace":
+            self._delete_range(cur, window)
+        rows, checksum = self._insert_from(
+            cur, source.select_sql(window, columns), _params(window), columns, None
+        )
+        return ChunkWrite(rows, checksum, "insert-select")
+
+    def _via_copy(
+        self,
+        cur: Cursor,
+        window: ChunkWindow,
+        columns: tuple[str, ...],
+        types: dict[str, int],
+        fill: Callable[[sql.Composable], int],
+        method: str,
+    ) -> ChunkWrite:
+        mode = self.spec.inner_mode
+        if mode == "replace":
+            self._delete_range(cur, window)
+            rows = fill(self._table)
+            checksum: str | None = None
+            if self.options.checksum:
+                inner = sql.SQL("(SELECT {} FROM {} AS dpone_src WHERE {}) AS s").format(
+                    _columns_sql(columns), self._table, _predicate(window.column)
+                )
+                typed = [(c, types[c]) for c in columns]
+                cur.execute(
+                    checksum_select(inner, typed, utf8_database(cur.connection)), _params(window)
+                )
+                checksum = checksum_value(cur.fetchone())[1]
+            return ChunkWrite(rows, checksum, method)
+        if mode == "append" and not self.options.checksum:
+            return ChunkWrite(fill(self._table), None, method)
+        stage = sql.Identifier(f"dpone_stage_{uuid.uuid4().hex[:16]}")
+        cur.execute(
+            sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+                stage, _columns_sql(columns), self._table
+            )
+        )
+        fill(stage)
+        select = sql.SQL("SELECT {} FROM {}").format(_columns_sql(columns), stage)
+        rows, checksum = self._insert_from(cur, select, (), columns, types)
+        cur.execute(sql.SQL("DROP TABLE {}").format(stage))
+        return ChunkWrite(rows, checksum, method)
+
+    # statements ---------------------------------------------------------------------------------
+    def _delete_range(self, cur: Cursor, window: ChunkWindow) -> None:
+        cur.execute(
+            sql.SQL("DELETE FROM {} AS dpone_src WHERE {}").format(
+                self._table, _predicate(window.column)
+            ),
+            _params(window),
+        )
+
+    def _insert_from(
+        self,
+        cur: Cursor,
+        select: sql.Composable,
+        params: Sequence[object],
+        columns: tuple[str, ...],
+        types: dict[str, int] | None,
+    ) -> tuple[int, str | None]:
+        """INSERT .. SELECT with the inner mode's conflict clause; checksum via RETURNING."""
+        insert = sql.SQL("INSERT INTO {} ({}) {}").format(
+            self._table, _columns_sql(columns), select
+        )
+        if self.spec.inner_mode == "merge":
+            insert = sql.SQL("{} {}").format(insert, self._on_conflict(columns))
+        if not self.options.checksum:
+            cur.execute(insert, params)
+            return cur.rowcount, None
+        if types is None:
+            types = self._target_types(cur, columns)
+        returning = sql.SQL("WITH w AS ({} RETURNING {}) ").format(insert, _columns_sql(columns))
+        typed = [(c, types[c]) for c in columns]
+        query = sql.SQL("{}{}").format(
+            returning, checksum_select(sql.SQL("w"), typed, utf8_database(cur.connection))
+        )
+        cur.execute(query, params)
+        return checksum_value(cur.fetchone())
+
+    def _on_conflict(self, columns: Sequence[str]) -> sql.Composed:
+        keys = self.spec.keys
+        updated = [c for c in columns if c not in keys] or [keys[0]]
+        sets = sql.SQL(", ").join(
+            sql.SQL("{} = EXCLUDED.{}").format(ident(c, "column"), ident(c, "column"))
+            for c in updated
+        )
+        return sql.SQL("ON CONFLICT ({}) DO UPDATE SET {}").format(_columns_sql(keys), sets)
+
+    def _copy_in(self, rel: sql.Composable, columns: Sequence[str], binary: bool) -> sql.Composed:
+        fmt = sql.SQL("BINARY" if binary else "TEXT")
+        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
+            rel, _columns_sql(columns), fmt
+        )
+
+    def _copy_rows(
+        self,
+        cur: Cursor,
+        rel: sql.Composable,
+        source: Source,
+        window: ChunkWindow,
+        columns: tuple[str, ...],
+        types: dict[str, int],
+    ) -> int:
+        """Rows from another kind of database, as text COPY (the server parses every type)."""
+        coercers = [
+            (i, _COERCERS[types[c]]) for i, c in enumerate(columns) if types[c] in _COERCERS
+        ]
+        count = 0
+        with (
+            contextlib.closing(source.rows(window, self.options.batch_rows)) as batches,
+            cur.copy(self._copy_in(rel, columns, binary=False)) as copy,
+        ):
+            for batch in batches:
+                for row in batch:
+                    if coercers:
+                        values = list(row)
+                        for i, fn in coercers:
+                            values[i] = fn(values[i])
+                        copy.write_row(values)
+                    else:
+                        copy.write_row(row)
+                count += len(batch)
+        return count
+
+    def _target_types(self, cur: Cursor, columns: tuple[str, ...]) -> dict[str, int]:
+        """Type oid of each moved column in the target (base type for domains), cached."""
+        types = self._target.get(columns)
+        if types is None:
+            cur.execute(
+                sql.SQL("SELECT {} FROM {} LIMIT 0").format(_columns_sql(columns), self._table)
+            )
+            types = {d.name: int(d.type_code) for d in cur.description or []}
+            self._target[columns] = types
+        return types
+
+    # transactions -------------------------------------------------------------------------------
+    def _external(self, connection: object | None) -> Connection | None:
+        if connection is None:
+            return None
+        if not isinstance(connection, psycopg.Connection):
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"{self.spec.display()}: the external connection must be a psycopg Connection",
+            )
+        if connection.info.transaction_status != pq.TransactionStatus.INTRANS:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"{self.spec.display()}: the external connection must be inside an open "
+                "transaction (the caller commits data and completion together)",
+            )
+        return connection
+
+    @staticmethod
+    def _enter_settings(conn: Connection) -> tuple[object, ...]:
+        """SET LOCAL dpone's settings inside the caller's transaction; returns the old values."""
+        with conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT {}").format(
+                    sql.SQL(", ").join(sql.SQL("current_setting(%s)") for _ in SESSION_SETTINGS)
+                ),
+                [name for name, _ in SESSION_SETTINGS],
+            )
+            saved = cur.fetchone() or ()
+            _set_local(cur, [value for _, value in SESSION_SETTINGS])
+        return tuple(saved)
+
+    @staticmethod
+    def _restore_settings(conn: Connection, saved: Sequence[object]) -> None:
+        with conn.cursor() as cur:
+            _set_local(cur, saved)
+
+
+def _set_local(cur: Cursor, values: Sequence[object]) -> None:
+    cur.execute(
+        sql.SQL("SELECT {}").format(
+            sql.SQL(", ").join(sql.SQL("set_config(%s, %s, true)") for _ in SESSION_SETTINGS)
+        ),
+        [
+            v
+            for (name, _), value in zip(SESSION_SETTINGS, values, strict=True)
+            for v in (name, value)
+        ],
+    )
+
+
+def table_checksum(
+    dsn: str, table: TableRef, window: ChunkWindow, columns: Sequence[str] | None = None
+) -> str:
+    """Checksum of ``table``'s rows in ``window`` (for comparing a source with its target)."""
+    spec = SourceSpec(
+        connection="checksum", table=table, columns=tuple(columns) if columns else None
+    )
+    with PostgresSource(spec, dsn) as source:
+        return source.checksum(window)

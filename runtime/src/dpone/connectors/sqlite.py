@@ -1,0 +1,367 @@
+"""SQLite source and sink (the embedded demo's default), standard-library sqlite3 only.
+
+Rows move with ``executemany`` in batches inside one ``BEGIN IMMEDIATE`` transaction; when source
+and sink are the same database file the chunk is copied with ``INSERT .. SELECT`` on one connection
+(two connections to one file would wait on each other's locks). SQLite compares timestamps as
+text, so timestamp columns hold UTC ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (SQLite's own ``datetime()``
+form) and timestamp bounds are bound in that form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+import os
+import pathlib
+import re
+import sqlite3
+import uuid
+from collections.abc import Callable, Generator, Sequence
+
+from dpone import errors
+from dpone.connections import sqlite_path
+from dpone.connectors.base import (
+    Bound,
+    ChunkWindow,
+    ChunkWrite,
+    Row,
+    RowChecksum,
+    Sink,
+    SinkOptions,
+    SinkSpec,
+    Source,
+    SourceSpec,
+    TableRef,
+    canonical_datetime,
+    canonical_decimal,
+    canonical_text,
+    check_identifier,
+    check_unique,
+    index_warnings,
+    sql_text_bound,
+    strip_query,
+)
+from dpone.errors import DponeError
+
+MAX_IDENTIFIER_CHARS = 1024
+_SAFE_MESSAGE = re.compile(
+    r"^(?:(?:UNIQUE|NOT NULL|CHECK|FOREIGN KEY|PRIMARY KEY) constraint failed(?:: [^']*)?"
+    r"|no such (?:table|column): [^']*"
+    r"|table \S+ has no column named \S+"
+    r"|database (?:table )?is locked"
+    r"|attempt to write a readonly database"
+    r"|datatype mismatch"
+    r"|\d+ values for \d+ columns"
+    r"|ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE constraint"
+    r"|near \"[^\"']*\": syntax error)$"
+)
+
+
+def quote(name: str, what: str) -> str:
+    """ "double-quoted" with embedded quotes doubled."""
+    check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table_sql(table: TableRef) -> str:
+    name = quote(table.name, "table")
+    return name if table.schema is None else f"{quote(table.schema, 'schema')}.{name}"
+
+
+def _columns_sql(columns: Sequence[str]) -> str:
+    return ", ".join(quote(c, "column") for c in columns)
+
+
+def _predicate(column: str) -> str:
+    col = "dpone_src." + quote(column, "chunk column")
+    return f"{col} >= ? AND {col} < ?"
+
+
+def _params(window: ChunkWindow) -> tuple[Bound, Bound]:
+    return (sql_text_bound(window, window.lower), sql_text_bound(window, window.upper))
+
+
+def to_sqlite(value: object) -> object:
+    """A Python value from another database in the form SQLite stores and dpone hashes."""
+    if value is None or isinstance(value, int | float | str | bytes):
+        return int(value) if isinstance(value, bool) else value
+    if isinstance(value, decimal.Decimal):
+        return canonical_decimal(value)
+    if isinstance(value, dt.datetime):
+        return canonical_datetime(value)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, dt.date | dt.time | uuid.UUID):
+        return canonical_text(value)
+    return str(value)
+
+
+def describe_error(exc: sqlite3.Error) -> str:
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    text = str(exc)
+    return f"{name}: {text}" if _SAFE_MESSAGE.match(text) else name
+
+
+def translate_error(exc: BaseException, code: str, what: str) -> DponeError:
+    if isinstance(exc, DponeError):
+        return exc
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
+        return DponeError(errors.CONNECTION_FAILED, f"{what}: the database connection is closed")
+    if isinstance(exc, sqlite3.Error):
+        return DponeError(code, f"{what} failed: {describe_error(exc)}")
+    return DponeError(code, f"{what} failed: {type(exc).__name__}")
+
+
+class SqliteConnection:
+    """A lazily opened connection to an existing database file, in autocommit mode."""
+
+    def __init__(self, dsn: str, label: str) -> None:
+        self.path = os.path.realpath(sqlite_path(dsn))
+        self._label = label
+        self.current: sqlite3.Connection | None = None
+
+    def get(self) -> sqlite3.Connection:
+        if self.current is None:
+            uri = pathlib.Path(self.path).as_uri() + "?mode=rw"
+            try:
+                self.current = sqlite3.connect(
+                    uri, uri=True, isolation_level=None, timeout=30, check_same_thread=False
+                )
+            except sqlite3.Error:
+                raise DponeError(
+                    errors.CONNECTION_FAILED,
+                    f"{self._label}: could not open the SQLite database file",
+                ) from None
+        return self.current
+
+    def close(self) -> None:
+        conn, self.current = self.current, None
+        if conn is not None:
+            conn.close()
+
+
+class SqliteSource(Source):
+    """A table or trusted query in a SQLite file."""
+
+    kind = "sqlite"
+
+    def __init__(self, spec: SourceSpec, dsn: str) -> None:
+        super().__init__(spec, dsn)
+        if spec.table is not None:
+            table_sql(spec.table)
+        for col in spec.columns or ():
+            quote(col, "source column")
+        self.db = SqliteConnection(dsn, spec.display())
+        self._columns: tuple[str, ...] | None = None
+
+    def relation(self) -> str:
+        if self.spec.table is not None:
+            return table_sql(self.spec.table) + " AS dpone_src"
+        return f"({strip_query(self.spec.query or '')}) AS dpone_src"
+
+    def columns(self) -> tuple[str, ...]:
+        if self._columns is None:
+            select = _columns_sql(self.spec.columns) if self.spec.columns else "dpone_src.*"
+            try:
+                cur = self.db.get().execute(f"SELECT {select} FROM {self.relation()} LIMIT 0")
+                names = tuple(str(d[0]) for d in cur.description or ())
+                cur.close()
+            except sqlite3.Error as exc:
+                raise self._fail(exc, "describing the columns") from None
+            for name in names:
+                check_identifier(name, f"{self.spec.display()} column", max_chars=1024)
+            check_unique(names, f"{self.spec.display()} columns")
+            self._columns = names
+        return self._columns
+
+    def select_sql(self, window: ChunkWindow, columns: Sequence[str]) -> str:
+        return (
+            f"SELECT {_columns_sql(columns)} FROM {self.relation()} "
+            f"WHERE {_predicate(window.column)}"
+        )
+
+    def rows(self, window: ChunkWindow, batch_rows: int) -> Generator[list[Row], None, None]:
+        query = self.select_sql(window, self.columns())
+        try:
+            cur = self.db.get().execute(query, _params(window))
+            try:
+                while batch := cur.fetchmany(batch_rows):
+                    yield batch
+            finally:
+                cur.close()
+        except sqlite3.Error as exc:
+            raise self._fail(exc, f"reading chunk {window.display()}") from None
+
+    def checksum(self, window: ChunkWindow) -> str:
+        total = RowChecksum(self.columns())
+        for batch in self.rows(window, 10_000):
+            total.add_many(batch)
+        return total.value()
+
+    def same_file(self, path: str) -> bool:
+        return self.db.path == path
+
+    def _fail(self, exc: BaseException, doing: str) -> DponeError:
+        self._columns = None
+        return translate_error(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class SqliteSink(Sink):
+    """Writes chunks into one SQLite table."""
+
+    kind = "sqlite"
+
+    def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
+        super().__init__(spec, dsn, options)
+        self._table = table_sql(spec.table)
+        for key in spec.keys:
+            quote(key, "merge key")
+        self.db = SqliteConnection(dsn, spec.display())
+
+    def write_chunk(
+        self, source: Source, window: ChunkWindow, connection: object | None = None
+    ) -> ChunkWrite:
+        self._no_external_connection(connection)
+        columns = self._moved_columns(source, window)
+        conn = self.db.get()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = self._write(conn, source, window, columns)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+        except Exception as exc:
+            what = f"{self.spec.display()}: writing chunk {window.display()} (rolled back)"
+            raise translate_error(exc, errors.SINK_FAILED, what) from None
+
+    def preflight(self, window_column: str) -> list[str]:
+        conn = self.db.get()
+        schema = (
+            "" if self.spec.table.schema is None else quote(self.spec.table.schema, "schema") + "."
+        )
+        name = quote(self.spec.table.name, "table")
+        shown = self.spec.table.display()
+        try:
+            info = conn.execute(f"PRAGMA {schema}table_info({name})").fetchall()
+            if not info:
+                return [f"target table {shown} does not exist: every chunk will fail"]
+            columns = {str(row[1]) for row in info}
+            pk = [str(row[1]) for row in sorted(info, key=lambda r: int(r[5])) if int(row[5]) > 0]
+            indexes: list[tuple[list[str], bool]] = [(pk, True)] if pk else []
+            for row in conn.execute(f"PRAGMA {schema}index_list({name})").fetchall():
+                index = quote(str(row[1]), "index")
+                keys = conn.execute(f"PRAGMA {schema}index_info({index})").fetchall()
+                names = [str(k[2] or "") for k in sorted(keys, key=lambda k: int(k[0]))]
+                indexes.append((names, bool(row[2]) and not bool(row[4])))
+        except sqlite3.Error as exc:
+            raise translate_error(
+                exc, errors.SINK_FAILED, f"{self.spec.display()}: preflight"
+            ) from None
+        return index_warnings(shown, self.spec, window_column, columns, indexes)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # paths --------------------------------------------------------------------------------------
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        source: Source,
+        window: ChunkWindow,
+        columns: tuple[str, ...],
+    ) -> ChunkWrite:
+        if isinstance(source, SqliteSource) and source.same_file(self.db.path):
+            select = source.select_sql(window, columns)
+
+            def fill_select(rel: str) -> int:
+                insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) {select}"
+                if self.spec.inner_mode == "merge" and rel == self._table:
+                    insert += " " + self._on_conflict(columns)
+                return conn.execute(insert, _params(window)).rowcount
+
+            return self._modes(conn, window, columns, fill_select, "insert-select")
+
+        convert = None if isinstance(source, SqliteSource) else to_sqlite
+
+        def fill_rows(rel: str) -> int:
+            marks = ", ".join("?" for _ in columns)
+            insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) VALUES ({marks})"
+            if self.spec.inner_mode == "merge" and rel == self._table:
+                insert += " " + self._on_conflict(columns)
+            count = 0
+            with contextlib.closing(source.rows(window, self.options.batch_rows)) as batches:
+                for batch in batches:
+                    values = batch if convert is None else [tuple(map(convert, r)) for r in batch]
+                    conn.executemany(insert, values)
+                    count += len(values)
+            return count
+
+        return self._modes(conn, window, columns, fill_rows, "executemany")
+
+    def _modes(
+        self,
+        conn: sqlite3.Connection,
+        window: ChunkWindow,
+        columns: tuple[str, ...],
+        fill: Callable[[str], int],
+        method: str,
+    ) -> ChunkWrite:
+        mode = self.spec.inner_mode
+        cols = _columns_sql(columns)
+        if mode == "replace":
+            conn.execute(
+                f"DELETE FROM {self._table} AS dpone_src WHERE {_predicate(window.column)}",
+                _params(window),
+            )
+            rows = fill(self._table)
+            checksum = None
+            if self.options.checksum:
+                check = RowChecksum(columns)
+                read = f"SELECT {cols} FROM {self._table} AS dpone_src WHERE {_predicate(window.column)}"
+                check.add_many(conn.execute(read, _params(window)).fetchall())
+                checksum = check.value()
+            return ChunkWrite(rows, checksum, method)
+        if not self.options.checksum:
+            return ChunkWrite(fill(self._table), None, method)
+        stage = quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
+        conn.execute(f"CREATE TEMP TABLE {stage} AS SELECT {cols} FROM {self._table} WHERE 0")
+        try:
+            fill(f"temp.{stage}")
+            insert = (
+                f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM temp.{stage} WHERE true"
+            )
+            if mode == "merge":
+                insert += " " + self._on_conflict(columns)
+            rows = conn.execute(insert).rowcount
+            checksum = None
+            if self.options.checksum:
+                check = RowChecksum(columns)
+                check.add_many(conn.execute(f"SELECT {cols} FROM temp.{stage}").fetchall())
+                checksum = check.value()
+        finally:
+            conn.execute(f"DROP TABLE IF EXISTS temp.{stage}")
+        return ChunkWrite(rows, checksum, method)
+
+    def _on_conflict(self, columns: Sequence[str]) -> str:
+        keys = self.spec.keys
+        updated = [c for c in columns if c not in keys] or [keys[0]]
+        sets = ", ".join(f"{quote(c, 'column')} = excluded.{quote(c, 'column')}" for c in updated)
+        return f"ON CONFLICT ({_columns_sql(keys)}) DO UPDATE SET {sets}"
+
+
+def table_checksum(
+    dsn: str, table: TableRef, window: ChunkWindow, columns: Sequence[str] | None = None
+) -> str:
+    spec = SourceSpec(
+        connection="checksum", table=table, columns=tuple(columns) if columns else None
+    )
+    with SqliteSource(spec, dsn) as source:
+        return source.checksum(window)

@@ -1,0 +1,321 @@
+"""SQLite -> SQLite, SQLite -> Postgres and Postgres -> SQLite, with checksum parity across kinds."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from dpone import errors
+from dpone.connectors import (
+    ChunkWindow,
+    SinkOptions,
+    SinkSpec,
+    SourceSpec,
+    TableRef,
+    open_sink,
+    open_source,
+    table_checksum,
+)
+from dpone.errors import DponeError
+from psycopg import sql
+
+from .support import (
+    PG_DDL,
+    ROWS,
+    SECRET,
+    SQLITE_DDL,
+    WINDOWS,
+    Pg,
+    canon,
+    create_pg,
+    create_sqlite,
+    expected,
+    pg_rows,
+    sqlite_rows,
+)
+
+MakeDb = Callable[[str], tuple[str, sqlite3.Connection]]
+MODES = ("replace", "merge", "append")
+
+
+def _sink(
+    dsn: str,
+    mode: str,
+    table: str = "orders",
+    keys: tuple[str, ...] = ("id",),
+    schema: str | None = None,
+    options: SinkOptions | None = None,
+):  # type: ignore[no-untyped-def]
+    spec = SinkSpec("dst", TableRef(schema, table), mode, keys if mode == "merge" else ())  # type: ignore[arg-type]
+    return open_sink(spec, dsn, options)
+
+
+def _checksum(
+    dsn: str, window: ChunkWindow, table: str = "orders", schema: str | None = None
+) -> str:
+    return table_checksum(dsn, TableRef(schema, table), window.column, window.lower, window.upper)
+
+
+@pytest.fixture(params=["separate-files", "same-file"])
+def sqlite_pair(request: pytest.FixtureRequest, sqlite_db: MakeDb):  # type: ignore[no-untyped-def]
+    """(source dsn, sink dsn, sink connection, method) with the source loaded."""
+    src_dsn, src = sqlite_db("src")
+    create_sqlite(src)
+    if request.param == "same-file":
+        create_sqlite(src, "target", rows=[])
+        return src_dsn, src_dsn, src, "target", "insert-select"
+    dst_dsn, dst = sqlite_db("dst")
+    create_sqlite(dst, "target", rows=[])
+    return src_dsn, dst_dsn, dst, "target", "executemany"
+
+
+@pytest.mark.parametrize("chunk_type", sorted(WINDOWS))
+@pytest.mark.parametrize("mode", MODES)
+def test_sqlite_to_sqlite_every_mode(sqlite_pair, mode: str, chunk_type: str) -> None:  # type: ignore[no-untyped-def]
+    src_dsn, dst_dsn, dst, table, method = sqlite_pair
+    window = WINDOWS[chunk_type]
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source,
+        _sink(dst_dsn, mode, table) as sink,
+    ):
+        result = sink.write_chunk(source, window)
+    assert result.method == method
+    assert result.rows == len(expected(window)) > 0
+    assert sqlite_rows(dst, table) == expected(window)
+    assert result.checksum == _checksum(src_dsn, window) == _checksum(dst_dsn, window, table)
+
+
+def test_sqlite_replace_idempotent_and_merge_upserts(sqlite_pair) -> None:  # type: ignore[no-untyped-def]
+    src_dsn, dst_dsn, dst, table, _ = sqlite_pair
+    window = WINDOWS["date"]
+    stale = [(r[0], *r[1:5], 1, "stale") for r in ROWS]
+    create_sqlite(dst, "stale", rows=stale)
+    dst.execute(f"INSERT INTO {table} SELECT * FROM stale")
+    source = open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn)
+    with _sink(dst_dsn, "replace", table) as sink:
+        first = sink.write_chunk(source, window)
+        second = sink.write_chunk(source, window)
+    assert first == second
+    found = sqlite_rows(dst, table)
+    assert [r for r in found if r[1] in ("2024-01-02", "2024-01-03")] == expected(window)
+    assert [r for r in found if r[1] not in ("2024-01-02", "2024-01-03")] == [
+        r for r in canon(stale) if r[1] not in ("2024-01-02", "2024-01-03")
+    ]
+    dst.execute(f"DELETE FROM {table}")
+    dst.execute(f"INSERT INTO {table} SELECT * FROM stale WHERE id % 2 = 0")
+    with _sink(dst_dsn, "merge", table) as sink:
+        merged = sink.write_chunk(source, WINDOWS["integer"])
+    source.close()
+    assert merged.rows == len(expected(WINDOWS["integer"]))
+    found = sqlite_rows(dst, table)
+    assert [r for r in found if 200 <= int(r[3]) < 500] == expected(WINDOWS["integer"])
+    assert [r for r in found if not 200 <= int(r[3]) < 500] == [
+        r for r in canon(stale) if int(r[0]) % 2 == 0 and not 200 <= int(r[3]) < 500
+    ]
+
+
+def test_sqlite_constraint_violation_rolls_back(sqlite_db: MakeDb) -> None:
+    src_dsn, src = sqlite_db("src")
+    create_sqlite(src, rows=[r if r[0] != 20 else (*r[:4], SECRET, 9999.99, SECRET) for r in ROWS])
+    dst_dsn, dst = sqlite_db("dst")
+    create_sqlite(
+        dst,
+        rows=ROWS[:50],
+        ddl=SQLITE_DDL.replace(
+            "payload TEXT", "payload TEXT, CONSTRAINT amount_cap CHECK (amount < 9000)"
+        ),
+    )
+    before = sqlite_rows(dst)
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source,
+        _sink(dst_dsn, "replace") as sink,
+    ):
+        with pytest.raises(DponeError) as caught:
+            sink.write_chunk(source, WINDOWS["date"])
+    assert caught.value.code == errors.SINK_FAILED
+    assert "amount_cap" in caught.value.message and "orders" in caught.value.message
+    assert SECRET not in caught.value.message and "9999" not in caught.value.message
+    assert sqlite_rows(dst) == before
+
+
+def test_sqlite_hostile_identifiers_and_bound(sqlite_db: MakeDb) -> None:
+    src_dsn, src = sqlite_db("src")
+    dst_dsn, dst = sqlite_db("dst")
+    table = 'or"ders; DROP TABLE canary; --'
+    cols = ('i"d', "da;te", "v')--")
+    ddl = (
+        "CREATE TABLE {} ("
+        + ", ".join(
+            '"' + c.replace('"', '""') + '"' + t
+            for c, t in zip(cols, (" INTEGER PRIMARY KEY", " TEXT", " TEXT"), strict=True)
+        )
+        + ")"
+    )
+    quoted = '"' + table.replace('"', '""') + '"'
+    for conn in (src, dst):
+        conn.execute(ddl.format(quoted))
+        conn.execute("CREATE TABLE canary (x)")
+    src.executemany(
+        f"INSERT INTO {quoted} VALUES (?, ?, ?)",
+        [(i, f"2024-01-0{1 + i % 3}", f"v{i}") for i in range(30)],
+    )
+    hostile = "2024-01-03'; DROP TABLE canary; --"
+    window = ChunkWindow("da;te", "date", "2024-01-02", hostile)
+    with (
+        open_source(SourceSpec("src", TableRef("main", table)), src_dsn) as source,
+        _sink(dst_dsn, "merge", table, keys=('i"d',), schema="main") as sink,
+    ):
+        result = sink.write_chunk(source, window)
+        assert sink.preflight("da;te") == []
+    # compared as text, the hostile bound is just a string above '2024-01-03'
+    assert result.rows == 20
+    for conn in (src, dst):
+        assert conn.execute("SELECT count(*) FROM canary").fetchone() == (0,)
+
+
+def test_sqlite_preflight(sqlite_db: MakeDb) -> None:
+    dsn, conn = sqlite_db("dst")
+    create_sqlite(conn, rows=[])
+    [warning] = _sink(dsn, "replace").preflight("order_date")
+    assert "no index on orders.order_date" in warning
+    assert _sink(dsn, "merge").preflight("order_date") == []  # INTEGER PRIMARY KEY
+    [warning] = _sink(dsn, "merge", keys=("seq",)).preflight("order_date")
+    assert "no unique index" in warning
+    conn.execute("CREATE INDEX by_day ON orders (order_date)")
+    conn.execute("CREATE UNIQUE INDEX by_seq ON orders (seq)")
+    assert _sink(dsn, "replace").preflight("order_date") == []
+    assert _sink(dsn, "merge", keys=("seq",)).preflight("order_date") == []
+    [missing] = _sink(dsn, "replace", table="absent").preflight("order_date")
+    assert "does not exist" in missing
+
+
+def test_sqlite_missing_file_is_a_connection_failure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = open_source(SourceSpec("src", TableRef(None, "t")), f"sqlite:///{tmp_path}/none.db")
+    with pytest.raises(DponeError) as caught:
+        source.columns()
+    assert caught.value.code == errors.CONNECTION_FAILED
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_external_connection_is_postgres_only(sqlite_db: MakeDb) -> None:
+    dsn, conn = sqlite_db("x")
+    create_sqlite(conn)
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), dsn) as source,
+        _sink(dsn, "replace") as sink,
+    ):
+        with pytest.raises(DponeError) as caught:
+            sink.write_chunk(source, WINDOWS["date"], connection=object())
+    assert caught.value.code == errors.CONNECTOR_INVALID
+
+
+# --- across kinds ---------------------------------------------------------------------------------
+@pytest.mark.postgres
+@pytest.mark.parametrize("chunk_type", sorted(WINDOWS))
+@pytest.mark.parametrize("mode", MODES)
+def test_sqlite_to_postgres(sqlite_db: MakeDb, pg: Pg, mode: str, chunk_type: str) -> None:
+    src_dsn, src = sqlite_db("src")
+    create_sqlite(src)
+    schema = pg.schema()
+    create_pg(pg, schema, rows=[])
+    window = WINDOWS[chunk_type]
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source,
+        _sink(pg.dsn, mode, schema=schema, options=SinkOptions(batch_rows=7)) as sink,
+    ):
+        result = sink.write_chunk(source, window)
+    assert result.method == "copy-rows"
+    assert pg_rows(pg, schema) == expected(window)
+    assert result.checksum == _checksum(src_dsn, window) == _checksum(pg.dsn, window, schema=schema)
+
+
+@pytest.mark.postgres
+def test_sqlite_to_postgres_in_an_external_transaction(sqlite_db: MakeDb, pg: Pg) -> None:
+    """Zone-less SQLite timestamps are UTC even when the caller's session is not."""
+    src_dsn, src = sqlite_db("src")
+    create_sqlite(src)
+    schema = pg.schema()
+    create_pg(
+        pg, schema, rows=[], ddl=PG_DDL.replace("created_at timestamptz", "created_at timestamp")
+    )
+    create_pg(pg, schema, "orders_tz", rows=[])
+    window = WINDOWS["timestamp"]
+    caller = psycopg.connect(pg.dsn)
+    try:
+        caller.execute("SET TimeZone = 'Asia/Kolkata'")
+        with open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source:
+            for table in ("orders", "orders_tz"):
+                with _sink(pg.dsn, "replace", table=table, schema=schema) as sink:
+                    sink.write_chunk(source, window, connection=caller)
+        caller.commit()
+        assert caller.execute("SHOW TimeZone").fetchone() == ("Asia/Kolkata",)
+    finally:
+        caller.close()
+    assert pg_rows(pg, schema) == expected(window)
+    assert pg_rows(pg, schema, "orders_tz") == expected(window)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("chunk_type", sorted(WINDOWS))
+@pytest.mark.parametrize("mode", MODES)
+def test_postgres_to_sqlite(sqlite_db: MakeDb, pg: Pg, mode: str, chunk_type: str) -> None:
+    schema = pg.schema()
+    create_pg(pg, schema)
+    dst_dsn, dst = sqlite_db("dst")
+    create_sqlite(dst, rows=[])
+    window = WINDOWS[chunk_type]
+    src_spec = SourceSpec("src", TableRef(schema, "orders"))
+    with (
+        open_source(src_spec, pg.dsn) as source,
+        _sink(dst_dsn, mode, options=SinkOptions(batch_rows=9)) as sink,
+    ):
+        result = sink.write_chunk(source, window)
+        assert result.checksum == source.checksum(window)
+    assert result.method == "executemany"
+    assert sqlite_rows(dst) == expected(window)
+    assert result.checksum == _checksum(pg.dsn, window, schema=schema) == _checksum(dst_dsn, window)
+
+
+@pytest.mark.postgres
+def test_postgres_exotic_types_reach_sqlite_as_postgres_text(sqlite_db: MakeDb, pg: Pg) -> None:
+    schema = pg.schema()
+    pg.run(
+        sql.SQL(
+            "CREATE TABLE {} (id int, d date, j jsonb, iv interval, arr int[], f real, b bool,"
+            " u uuid, raw bytea, t time)"
+        ).format(sql.Identifier(schema, "odd"))
+    )
+    pg.run(
+        sql.SQL(
+            "INSERT INTO {} VALUES (1, '2024-01-01', '{{\"a\": [1, \"x\"]}}', '1 day 02:00', '{{1,2}}',"
+            " 0.1, true, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x00ff', '12:30:00.25'),"
+            " (2, '2024-01-01', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+        ).format(sql.Identifier(schema, "odd"))
+    )
+    dst_dsn, dst = sqlite_db("dst")
+    dst.execute(
+        "CREATE TABLE odd (id INTEGER, d TEXT, j TEXT, iv TEXT, arr TEXT, f REAL, b INTEGER,"
+        " u TEXT, raw BLOB, t TEXT)"
+    )
+    window = ChunkWindow("d", "date", "2024-01-01", "2024-01-02")
+    with (
+        open_source(SourceSpec("src", TableRef(schema, "odd")), pg.dsn) as source,
+        _sink(dst_dsn, "replace", table="odd") as sink,
+    ):
+        result = sink.write_chunk(source, window)
+    assert dst.execute("SELECT j, iv, arr, b, u, raw, t FROM odd WHERE id = 1").fetchone() == (
+        '{"a": [1, "x"]}',
+        "1 day 02:00:00",
+        "{1,2}",
+        1,
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        b"\x00\xff",
+        "12:30:00.25",
+    )
+    assert (
+        result.checksum
+        == _checksum(pg.dsn, window, "odd", schema)
+        == _checksum(dst_dsn, window, "odd")
+    )
