@@ -1,0 +1,576 @@
+"""The local_file ledger: internal mode on one machine, many worker threads, no database.
+
+Layout, for ``path`` = ``ledger.json``:
+
+- ``ledger.json``: the compacted snapshot (campaigns + the latest record of every chunk), written
+  only by compaction as temp file + fsync + ``os.replace`` + directory fsync, so it is always whole.
+- ``ledger.json.journal``: JSON lines appended (and fdatasync-ed) one per transition since the last
+  compaction. Each line carries a global ``seq``; the snapshot keeps ``last_seq``, so a crash between
+  writing the snapshot and truncating the journal replays nothing twice. A torn last line (a crash
+  mid-append) is ignored and cut off before the next append.
+- ``ledger.json.lock``: the ``fcntl.flock`` taken around every read-decide-append (process safety);
+  a threading lock orders threads of one process before they reach it.
+
+A transition therefore costs one small append, not a rewrite of the whole file; the journal is folded
+into the snapshot every ``compact_every`` lines. Leases use the local clock, which is the only clock
+of a one-machine run. The store has no distributed capability: mapped execution refuses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpone import errors
+from dpone.errors import DponeError
+from dpone.ledger.port import (
+    CampaignShape,
+    Capabilities,
+    ChunkRecord,
+    ChunkResult,
+    Lease,
+    LeaseOutcome,
+    LeaseStatus,
+    Ledger,
+)
+from dpone.ledger.sql import (
+    CampaignHead,
+    NewTransition,
+    ShapeRow,
+    StoredTransition,
+    check_chunk,
+    check_owner,
+    check_shape_input,
+    completion_record,
+    corrupt,
+    decide_lease,
+    merge_ledger,
+    running_record,
+    shape_from_rows,
+    validate_transition,
+    verify_shape,
+)
+from dpone.plan.chunks import Chunk
+
+FORMAT = "dpone.ledger.local_file.v1"
+FORMAT_VERSION = 1
+LOCAL_ONLY = Capabilities(
+    distributed_lock=False, distributed_chunk_lease=False, compare_and_set_completion=False
+)
+
+
+def _stamp(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.astimezone(dt.UTC).isoformat()
+
+
+def _unstamp(value: Any) -> dt.datetime | None:
+    return None if value is None else dt.datetime.fromisoformat(str(value))
+
+
+@dataclass
+class CampaignEntry:
+    """One campaign in memory: its latest head, its stored shape rows and every chunk's latest row."""
+
+    head: CampaignHead
+    shape: list[ShapeRow]
+    latest: dict[int, StoredTransition] = field(default_factory=dict)
+
+
+def _transition_json(
+    seq: int, run_key: str, record: NewTransition, now: dt.datetime
+) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "kind": "transition",
+        "run_key": run_key,
+        "chunk_index": record.chunk_index,
+        "transition": record.transition,
+        "state": record.state.value,
+        "attempt": record.attempt,
+        "idempotency_key": record.idempotency_key,
+        "chunk_start": record.chunk_start,
+        "chunk_end": record.chunk_end,
+        "lease_owner": record.lease_owner,
+        "lease_expires_at": _stamp(record.lease_expires_at),
+        "started_at": _stamp(record.started_at),
+        "rows": record.rows,
+        "checksum": record.checksum,
+        "error_code": record.error_code,
+        "error_message": record.error_message,
+        "recorded_at": _stamp(now),
+    }
+
+
+def _stored(entry: dict[str, Any]) -> StoredTransition:
+    return StoredTransition(
+        seq=int(entry["seq"]),
+        chunk_index=int(entry["chunk_index"]),
+        transition=int(entry["transition"]),
+        state=str(entry["state"]),
+        attempt=int(entry["attempt"]),
+        idempotency_key=str(entry["idempotency_key"]),
+        chunk_start=str(entry["chunk_start"]),
+        chunk_end=str(entry["chunk_end"]),
+        lease_owner=entry.get("lease_owner"),
+        lease_expires_at=_unstamp(entry.get("lease_expires_at")),
+        started_at=_unstamp(entry.get("started_at")),
+        rows=entry.get("rows"),
+        checksum=entry.get("checksum"),
+        error_code=entry.get("error_code"),
+        error_message=entry.get("error_message"),
+        recorded_at=_unstamp(entry.get("recorded_at")),
+    )
+
+
+def _stored_json(row: StoredTransition, run_key: str) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "kind": "transition",
+        "run_key": run_key,
+        "chunk_index": row.chunk_index,
+        "transition": row.transition,
+        "state": row.state,
+        "attempt": row.attempt,
+        "idempotency_key": row.idempotency_key,
+        "chunk_start": row.chunk_start,
+        "chunk_end": row.chunk_end,
+        "lease_owner": row.lease_owner,
+        "lease_expires_at": _stamp(row.lease_expires_at),
+        "started_at": _stamp(row.started_at),
+        "rows": row.rows,
+        "checksum": row.checksum,
+        "error_code": row.error_code,
+        "error_message": row.error_message,
+        "recorded_at": _stamp(row.recorded_at),
+    }
+
+
+def _campaign_json(seq: int, head: CampaignHead, shape: list[ShapeRow] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "seq": seq,
+        "kind": "campaign",
+        "run_key": head.run_key,
+        "workload": head.workload,
+        "process": head.process,
+        "plan_hash": head.plan_hash,
+        "config_hash": head.config_hash,
+        "chunk_count": head.chunk_count,
+        "cancelled": head.cancelled,
+        "cancel_reason": head.cancel_reason,
+        "created_by": head.created_by,
+        "created_at": _stamp(head.created_at),
+    }
+    if shape is not None:
+        entry["chunks"] = [
+            [r.chunk_index, r.chunk_start, r.chunk_end, r.idempotency_key] for r in shape
+        ]
+    return entry
+
+
+def _head(entry: dict[str, Any]) -> CampaignHead:
+    return CampaignHead(
+        run_key=str(entry["run_key"]),
+        workload=str(entry["workload"]),
+        process=str(entry["process"]),
+        plan_hash=str(entry["plan_hash"]),
+        config_hash=str(entry["config_hash"]),
+        chunk_count=int(entry["chunk_count"]),
+        cancelled=bool(entry["cancelled"]),
+        cancel_reason=entry.get("cancel_reason"),
+        created_by=str(entry["created_by"]),
+        seq=int(entry["seq"]),
+        created_at=_unstamp(entry.get("created_at")),
+    )
+
+
+class LocalFileLedger:
+    """A thread-safe, process-safe ledger in one file plus its journal (see the module doc)."""
+
+    capabilities: Capabilities = LOCAL_ONLY
+    name = "local_file"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        lease_seconds: float = 300.0,
+        *,
+        compact_every: int = 5000,
+        durable: bool = True,
+        lock_timeout_s: float = 10.0,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.journal_path = self.path.with_name(self.path.name + ".journal")
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.lease_seconds = float(lease_seconds)
+        self.compact_every = compact_every
+        self.durable = durable
+        self.lock_timeout_s = lock_timeout_s
+        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self._thread_lock = threading.RLock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._journal_fd = os.open(self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._campaigns: dict[str, CampaignEntry] = {}
+        self._last_seq = 0
+        self._snapshot_identity: tuple[int, int, int] | None = None
+        self._journal_offset = 0
+        self._journal_lines = 0
+
+    # --- locking and syncing --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, timeout_s: float | None = None) -> Iterator[None]:
+        """Thread lock + exclusive flock (bounded when timeout_s is given), then a fresh view."""
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        if not self._thread_lock.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
+            raise self._busy(timeout_s)
+        try:
+            while True:
+                try:
+                    fcntl.flock(
+                        self._lock_fd,
+                        fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0),
+                    )
+                    break
+                except BlockingIOError:
+                    assert deadline is not None
+                    if time.monotonic() >= deadline:
+                        raise self._busy(timeout_s) from None
+                    time.sleep(0.01)
+            try:
+                self._sync()
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+    @staticmethod
+    def _busy(timeout_s: float | None) -> DponeError:
+        return DponeError(
+            errors.MAPPING_CAMPAIGN_BUSY,
+            f"the local ledger lock was not free within {timeout_s or 0:g}s",
+        )
+
+    def _sync(self) -> None:
+        """Reload the snapshot if another process compacted, then apply new journal lines."""
+        try:
+            info = os.stat(self.path)
+            identity: tuple[int, int, int] | None = (info.st_ino, info.st_mtime_ns, info.st_size)
+        except FileNotFoundError:
+            identity = None
+        if identity != self._snapshot_identity:
+            self._load_snapshot()
+            self._snapshot_identity = identity
+            self._journal_offset = 0
+            self._journal_lines = 0
+        size = os.fstat(self._journal_fd).st_size
+        if size < self._journal_offset:  # truncated by a compaction we already reloaded
+            self._journal_offset = 0
+        if size == self._journal_offset:
+            return
+        data = os.pread(self._journal_fd, size - self._journal_offset, self._journal_offset)
+        end = data.rfind(b"\n") + 1  # a torn last line (no newline) is not applied
+        for number, line in enumerate(data[:end].splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                raise self._file_corrupt(
+                    f"journal {self.journal_path} has an unreadable line "
+                    f"{number} after byte {self._journal_offset}"
+                ) from None
+            self._apply(entry)
+            self._journal_lines += 1
+        self._journal_offset += end
+
+    @staticmethod
+    def _file_corrupt(why: str) -> DponeError:
+        return DponeError(errors.LEDGER_CORRUPT, why)
+
+    def _load_snapshot(self) -> None:
+        self._campaigns = {}
+        self._last_seq = 0
+        try:
+            document = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except ValueError:
+            raise self._file_corrupt(f"snapshot {self.path} is not valid JSON") from None
+        version = document.get("format_version")
+        if document.get("format") != FORMAT or not isinstance(version, int):
+            raise self._file_corrupt(f"{self.path} is not a dpone local ledger ({FORMAT})")
+        if version > FORMAT_VERSION:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"local ledger {self.path} has format version {version}; this dpone reads up to "
+                f"{FORMAT_VERSION}: upgrade dpone",
+            )
+        for entry in document["campaigns"]:
+            self._apply(entry, replay=False)
+        for entry in document["latest"]:
+            self._apply(entry, replay=False)
+        self._last_seq = int(document["last_seq"])
+
+    def _apply(self, entry: dict[str, Any], replay: bool = True) -> None:
+        """Apply one entry; a journal replay skips entries the snapshot already holds."""
+        seq = int(entry["seq"])
+        if replay and seq <= self._last_seq:
+            return
+        run_key = str(entry["run_key"])
+        if entry["kind"] == "campaign":
+            existing = self._campaigns.get(run_key)
+            if "chunks" in entry:
+                rows = [
+                    ShapeRow(int(c[0]), str(c[1]), str(c[2]), str(c[3])) for c in entry["chunks"]
+                ]
+            elif existing is not None:
+                rows = existing.shape
+            else:
+                raise corrupt(
+                    run_key, None, f"journal seq {seq} updates a campaign that was never created"
+                )
+            latest = existing.latest if existing is not None else {}
+            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest)
+        elif entry["kind"] == "transition":
+            campaign = self._campaigns.get(run_key)
+            if campaign is None:
+                raise corrupt(
+                    run_key, entry.get("chunk_index"), f"journal seq {seq} has no campaign"
+                )
+            row = _stored(entry)
+            campaign.latest[row.chunk_index] = row
+        else:
+            raise corrupt(run_key, None, f"journal seq {seq} has unknown kind {entry['kind']!r}")
+        self._last_seq = max(self._last_seq, seq)
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        """Append one journal line (fdatasync when durable), apply it, compact when due."""
+        size = os.fstat(self._journal_fd).st_size
+        if size > self._journal_offset:  # a torn line from a crashed writer: cut it off
+            os.ftruncate(self._journal_fd, self._journal_offset)
+        line = (json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        os.write(self._journal_fd, line)
+        if self.durable:
+            os.fdatasync(self._journal_fd)
+        self._journal_offset += len(line)
+        self._journal_lines += 1
+        self._apply(entry)
+        if self._journal_lines >= self.compact_every:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Fold the journal into a new snapshot (atomic replace), then empty the journal."""
+        document = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "last_seq": self._last_seq,
+            "campaigns": [
+                _campaign_json(c.head.seq, c.head, c.shape) for c in self._campaigns.values()
+            ],
+            "latest": [
+                _stored_json(row, run_key)
+                for run_key, c in self._campaigns.items()
+                for row in c.latest.values()
+            ],
+        }
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, ensure_ascii=False, separators=(",", ":"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        os.ftruncate(self._journal_fd, 0)
+        os.fsync(self._journal_fd)
+        info = os.stat(self.path)
+        self._snapshot_identity = (info.st_ino, info.st_mtime_ns, info.st_size)
+        self._journal_offset = 0
+        self._journal_lines = 0
+
+    def compact(self) -> None:
+        """Fold the journal into the snapshot now (also done every compact_every transitions)."""
+        with self._locked():
+            self._compact()
+
+    # --- the port -------------------------------------------------------------------------------
+    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger:
+        check_shape_input(shape)
+        with self._locked(lock_timeout_s):
+            existing = self._campaigns.get(shape.run_key)
+            if existing is None:
+                head = CampaignHead(
+                    run_key=shape.run_key,
+                    workload=shape.workload,
+                    process=shape.process,
+                    plan_hash=shape.plan_hash,
+                    config_hash=shape.config_hash,
+                    chunk_count=shape.chunk_count,
+                    cancelled=False,
+                    cancel_reason=None,
+                    created_by=owner,
+                    seq=self._last_seq + 1,
+                    created_at=self._clock(),
+                )
+                rows = [ShapeRow.of(chunk) for chunk in shape.chunks]
+                self._append(_campaign_json(head.seq, head, rows))
+            else:
+                verify_shape(existing.head, shape)
+            ledger = self._ledger(shape.run_key)
+        assert ledger is not None
+        if ledger.shape.chunks != shape.chunks:
+            raise corrupt(shape.run_key, None, "stored chunks differ from the planned chunks")
+        return ledger
+
+    def _ledger(self, run_key: str) -> Ledger | None:
+        campaign = self._campaigns.get(run_key)
+        if campaign is None:
+            return None
+        shape = shape_from_rows(campaign.head, campaign.shape)
+        return merge_ledger(campaign.head, shape, list(campaign.latest.values()), self._clock())
+
+    def load(self, run_key: str) -> Ledger | None:
+        with self._locked():
+            return self._ledger(run_key)
+
+    def _view(self, run_key: str, chunk: Chunk) -> tuple[CampaignEntry, ChunkRecord | None, int]:
+        campaign = self._campaigns.get(run_key)
+        if campaign is None:
+            raise corrupt(run_key, chunk.index, "no campaign: initialize the campaign first")
+        stored = (
+            campaign.shape[chunk.index - 1] if 1 <= chunk.index <= len(campaign.shape) else None
+        )
+        check_chunk(run_key, chunk, stored)
+        assert stored is not None
+        row = campaign.latest.get(chunk.index)
+        if row is None:
+            return campaign, None, 0
+        return campaign, validate_transition(run_key, {chunk.index: stored}, row), row.transition
+
+    def acquire_lease(
+        self, shape: CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> LeaseOutcome:
+        with self._locked():
+            campaign, latest, transition = self._view(shape.run_key, chunk)
+            now = self._clock()
+            decision = decide_lease(campaign.head.cancelled, latest, now, owner)
+            if decision.status is not LeaseStatus.ACQUIRED:
+                return LeaseOutcome(decision.status, holder=latest)
+            assert decision.attempt is not None
+            if decision.reuse:
+                assert latest is not None and latest.lease_expires_at is not None
+                expires = latest.lease_expires_at
+            else:
+                expires = now + dt.timedelta(seconds=lease_seconds)
+                record = running_record(
+                    chunk, transition + 1, decision.attempt, owner, expires, now
+                )
+                self._append(_transition_json(self._last_seq + 1, shape.run_key, record, now))
+        lease = Lease(shape.run_key, chunk.index, owner, decision.attempt, expires)
+        return LeaseOutcome(LeaseStatus.ACQUIRED, lease=lease)
+
+    def complete(self, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
+        if lease.chunk_index != chunk.index:
+            raise DponeError(
+                errors.INTERNAL,
+                f"lease of chunk {lease.chunk_index} used to complete chunk {chunk.index}",
+            )
+        with self._locked():
+            _, latest, transition = self._view(lease.run_key, chunk)
+            running = check_owner(lease, latest)
+            record = completion_record(lease, chunk, running, transition + 1, result)
+            now = self._clock()
+            self._append(_transition_json(self._last_seq + 1, lease.run_key, record, now))
+
+    def complete_in_transaction(
+        self, lease: Lease, chunk: Chunk, write: Callable[[Any], ChunkResult]
+    ) -> ChunkResult:
+        raise NotImplementedError("the local_file ledger cannot share a transaction with a sink")
+
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        with self._locked():
+            campaign = self._campaigns.get(lease.run_key)
+            if campaign is None or not 1 <= lease.chunk_index <= len(campaign.shape):
+                raise corrupt(
+                    lease.run_key, lease.chunk_index, "no such chunk in the stored campaign"
+                )
+            stored = campaign.shape[lease.chunk_index - 1]
+            row = campaign.latest.get(lease.chunk_index)
+            shape_of_chunk = {lease.chunk_index: stored}
+            latest = (
+                None if row is None else validate_transition(lease.run_key, shape_of_chunk, row)
+            )
+            running = check_owner(lease, latest)
+            assert row is not None
+            now = self._clock()
+            expires = now + dt.timedelta(seconds=lease_seconds)
+            record = NewTransition(
+                chunk_index=lease.chunk_index,
+                transition=row.transition + 1,
+                state=running.state,
+                attempt=lease.attempt,
+                idempotency_key=stored.idempotency_key,
+                chunk_start=stored.chunk_start,
+                chunk_end=stored.chunk_end,
+                lease_owner=lease.owner,
+                lease_expires_at=expires,
+                started_at=running.started_at,
+            )
+            self._append(_transition_json(self._last_seq + 1, lease.run_key, record, now))
+        return Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
+
+    def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
+        with self._locked(self.lock_timeout_s):
+            campaign = self._campaigns.get(run_key)
+            if campaign is None:
+                raise DponeError(errors.USAGE, f"no campaign {run_key!r} in {self.path}")
+            head = campaign.head
+            updated = CampaignHead(
+                run_key=head.run_key,
+                workload=head.workload,
+                process=head.process,
+                plan_hash=head.plan_hash,
+                config_hash=head.config_hash,
+                chunk_count=head.chunk_count,
+                cancelled=not undo,
+                cancel_reason=reason,
+                created_by=head.created_by,
+                seq=self._last_seq + 1,
+                created_at=self._clock(),
+            )
+            self._append(_campaign_json(updated.seq, updated, None))
+
+    def list_campaigns(self, workload: str | None = None) -> list[str]:
+        with self._locked():
+            return sorted(
+                key
+                for key, c in self._campaigns.items()
+                if workload is None or c.head.workload == workload
+            )
+
+    def close(self) -> None:
+        with self._thread_lock:
+            for fd in (self._journal_fd, self._lock_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._journal_fd = self._lock_fd = -1
+
+    def __enter__(self) -> LocalFileLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

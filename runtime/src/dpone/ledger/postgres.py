@@ -1,0 +1,583 @@
+"""The Postgres ledger: append-only chunk transitions under transaction-level advisory locks.
+
+Only transaction-scoped locks are used (``pg_advisory_xact_lock``), so PgBouncer transaction pooling
+is safe and a crashed process can never leave a lock behind. Every chunk transaction is sent as one
+pipelined batch (BEGIN, bounded lock, read) and one more (append, COMMIT): two network round trips
+per lease or completion. Times come from the server's ``clock_timestamp()``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from dpone import errors
+from dpone.connections import redact
+from dpone.errors import DponeError
+from dpone.ledger.port import ChunkResult, ChunkState, Lease
+from dpone.ledger.sql import (
+    CAMPAIGN_COLUMNS,
+    ERROR_MESSAGE_LIMIT,
+    INSERT_CAMPAIGN_COLUMNS,
+    INSERT_TRANSITION_COLUMNS,
+    SCHEMA_VERSION,
+    TRANSITION_COLUMNS,
+    Appended,
+    CampaignHead,
+    ChunkLockTimeout,
+    ChunkView,
+    NewTransition,
+    ShapeRow,
+    SqlLedger,
+    StoredTransition,
+    TxMode,
+    WriteFailed,
+    campaign_from_row,
+    campaign_lock_key,
+    campaign_params,
+    chunk_lock_class,
+    first_line,
+    rows_as_shape,
+    schema_lock_key,
+    transition_from_row,
+    transition_params,
+    utc,
+    view_from_row,
+)
+from dpone.plan.chunks import Chunk
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+except ImportError as missing:  # pragma: no cover - exercised by the factory guard test
+    raise DponeError(
+        errors.LEDGER_UNAVAILABLE,
+        f"the Postgres ledger needs psycopg ({missing}): install dpone-runtime[postgres]",
+    ) from missing
+
+CONNECTION_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "connect_timeout": "10",
+}
+"""Applied unless the DSN sets them: a lost node is noticed in about a minute, not two hours."""
+
+# SQLSTATE classes that mean the session is gone (connection exception, admin shutdown).
+CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03", "25P03")
+
+
+def ddl_v1(s: str) -> list[str]:
+    """Version 1 of the audit schema (idempotent statements; run under the DDL advisory lock)."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {s}.schema_version (
+            version integer PRIMARY KEY,
+            applied_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.campaign (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_key text NOT NULL,
+            workload text NOT NULL,
+            process text NOT NULL,
+            plan_hash text NOT NULL,
+            config_hash text NOT NULL,
+            chunk_count integer NOT NULL CHECK (chunk_count > 0),
+            cancelled boolean NOT NULL DEFAULT false,
+            cancel_reason text,
+            created_by text NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        f"CREATE INDEX IF NOT EXISTS campaign_run_key_seq ON {s}.campaign (run_key, seq DESC)",
+        f"""CREATE TABLE IF NOT EXISTS {s}.campaign_chunk (
+            run_key text NOT NULL,
+            chunk_index integer NOT NULL,
+            chunk_start text NOT NULL,
+            chunk_end text NOT NULL,
+            idempotency_key text NOT NULL,
+            PRIMARY KEY (run_key, chunk_index))""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.chunk_transition (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_key text NOT NULL,
+            chunk_index integer NOT NULL,
+            transition integer NOT NULL,
+            state text NOT NULL CHECK (state IN ('pending', 'running', 'committed', 'failed')),
+            attempt integer NOT NULL,
+            idempotency_key text NOT NULL,
+            chunk_start text NOT NULL,
+            chunk_end text NOT NULL,
+            lease_owner text,
+            lease_expires_at timestamptz,
+            started_at timestamptz,
+            rows_moved bigint,
+            checksum text,
+            error_code text,
+            error_message text,
+            recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            CONSTRAINT chunk_transition_fence UNIQUE (run_key, chunk_index, transition))""",
+        *chunk_functions(s),
+    ]
+
+
+VIEW_ROW_TYPE = (
+    "now timestamptz, cancelled boolean, cancel_reason text, sh_index integer, sh_start text, "
+    "sh_end text, sh_key text, seq bigint, chunk_index integer, transition integer, state text, "
+    "attempt integer, idempotency_key text, chunk_start text, chunk_end text, lease_owner text, "
+    "lease_expires_at timestamptz, started_at timestamptz, rows_moved bigint, checksum text, "
+    "error_code text, error_message text, recorded_at timestamptz, new_transition integer, "
+    "new_attempt integer, new_lease_expires_at timestamptz"
+)
+"""The row both chunk functions return: the chunk view (as view_from_row reads it) + what was
+appended (NULLs when the condition did not hold)."""
+
+
+def _chunk_view_sql(s: str) -> str:
+    return (
+        "SELECT clock_timestamp() AS now, c.cancelled, c.cancel_reason, "
+        "sh.chunk_index AS sh_index, sh.chunk_start AS sh_start, sh.chunk_end AS sh_end, "
+        "sh.idempotency_key AS sh_key, t.* "
+        "FROM (SELECT 1 AS one) AS o "
+        f"LEFT JOIN (SELECT cc.cancelled, cc.cancel_reason FROM {s}.campaign AS cc "
+        "WHERE cc.run_key = p_run_key ORDER BY cc.seq DESC LIMIT 1) AS c ON true "
+        f"LEFT JOIN {s}.campaign_chunk AS sh ON sh.run_key = p_run_key "
+        "AND sh.chunk_index = p_chunk_index "
+        f"LEFT JOIN (SELECT {TRANSITION_COLUMNS.replace(', ', ', tt.').replace('seq,', 'tt.seq,', 1)} "
+        f"FROM {s}.chunk_transition AS tt WHERE tt.run_key = p_run_key "
+        "AND tt.chunk_index = p_chunk_index ORDER BY tt.transition DESC LIMIT 1) AS t ON true"
+    )
+
+
+_SAME_CHUNK = (
+    "v.sh_key = p_key AND v.sh_start = p_start AND v.sh_end = p_end AND v.cancelled IS NOT NULL"
+)
+_SAME_RECORD = (
+    "v.idempotency_key = p_key AND v.chunk_start = p_start AND v.chunk_end = p_end "
+    "AND v.attempt >= 1"
+)
+_LOCK = (
+    "PERFORM set_config('lock_timeout', p_lock_timeout, true); "
+    "PERFORM set_config('idle_in_transaction_session_timeout', p_idle_timeout, true); "
+    "PERFORM pg_advisory_xact_lock(p_lock_class, p_chunk_index); "
+)
+_RETURNING = (
+    "RETURNING chunk_transition.transition, chunk_transition.attempt, "
+    "chunk_transition.lease_expires_at) "
+    "SELECT v.*, ins.transition, ins.attempt, ins.lease_expires_at FROM v LEFT JOIN ins ON true"
+)
+
+
+def chunk_functions(s: str) -> list[str]:
+    """lease_append and close_append: chunk lock, read and conditional append in one call.
+
+    One statement per ledger transaction (plus BEGIN/COMMIT), like a SKIP LOCKED claim. Each
+    statement inside a volatile PL/pgSQL function takes a fresh snapshot, so the read after the
+    lock sees every transition committed before the lock was granted. The rules mirror
+    dpone.ledger.sql (decide_lease, check_owner), which re-decides from the returned view and
+    rolls back on any disagreement.
+    """
+    view = _chunk_view_sql(s)
+    lease = (
+        f"CREATE OR REPLACE FUNCTION {s}.lease_append(p_lock_class integer, p_run_key text, "
+        "p_chunk_index integer, p_key text, p_start text, p_end text, p_owner text, "
+        "p_lease_seconds double precision, p_lock_timeout text, p_idle_timeout text) "
+        f"RETURNS TABLE ({VIEW_ROW_TYPE}) LANGUAGE plpgsql VOLATILE AS $fn$ "
+        "#variable_conflict use_column\nBEGIN "
+        f"{_LOCK}"
+        f"RETURN QUERY WITH v AS ({view}), ins AS (INSERT INTO {s}.chunk_transition (run_key, "
+        "chunk_index, transition, state, attempt, idempotency_key, chunk_start, chunk_end, "
+        "lease_owner, lease_expires_at, started_at) "
+        "SELECT p_run_key, p_chunk_index, coalesce(v.transition, 0) + 1, 'running', "
+        "coalesce(v.attempt, 0) + 1, p_key, p_start, p_end, p_owner, "
+        "v.now + make_interval(secs => p_lease_seconds), v.now FROM v "
+        f"WHERE v.cancelled IS false AND {_SAME_CHUNK} AND (v.seq IS NULL OR ({_SAME_RECORD} AND "
+        "(v.state IN ('failed', 'pending') OR (v.state = 'running' AND v.lease_owner IS NOT NULL "
+        f"AND v.lease_expires_at <= v.now)))) {_RETURNING}; "
+        "END $fn$"
+    )
+    close = (
+        f"CREATE OR REPLACE FUNCTION {s}.close_append(p_lock_class integer, p_run_key text, "
+        "p_chunk_index integer, p_key text, p_start text, p_end text, p_owner text, "
+        "p_attempt integer, p_state text, p_rows bigint, p_checksum text, p_error_code text, "
+        "p_error_message text, p_lock_timeout text, p_idle_timeout text) "
+        f"RETURNS TABLE ({VIEW_ROW_TYPE}) LANGUAGE plpgsql VOLATILE AS $fn$ "
+        "#variable_conflict use_column\nBEGIN "
+        f"{_LOCK}"
+        f"RETURN QUERY WITH v AS ({view}), ins AS (INSERT INTO {s}.chunk_transition "
+        f"({INSERT_TRANSITION_COLUMNS}) "
+        "SELECT p_run_key, p_chunk_index, v.transition + 1, p_state, v.attempt, p_key, p_start, "
+        "p_end, p_owner, NULL, v.started_at, p_rows, p_checksum, p_error_code, p_error_message "
+        f"FROM v WHERE {_SAME_CHUNK} AND {_SAME_RECORD} AND v.state = 'running' AND "
+        "v.lease_owner = p_owner AND v.attempt = p_attempt AND v.lease_expires_at IS NOT NULL "
+        f"{_RETURNING}; "
+        "END $fn$"
+    )
+    return [lease, close]
+
+
+MIGRATIONS = {1: ddl_v1}
+
+
+class PostgresStatements:
+    """Every statement of the adapter, composed once per schema (psycopg prepares them)."""
+
+    def __init__(self, schema: str) -> None:
+        s = '"' + schema + '"'
+        self.schema = s
+        self.campaign_head = f"SELECT {CAMPAIGN_COLUMNS} FROM {s}.campaign WHERE run_key = %s ORDER BY seq DESC LIMIT 1"
+        self.insert_campaign = (
+            f"INSERT INTO {s}.campaign ({INSERT_CAMPAIGN_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        )
+        self.copy_shape = (
+            f"COPY {s}.campaign_chunk (run_key, chunk_index, chunk_start, chunk_end, idempotency_key) "
+            "FROM STDIN"
+        )
+        self.shape_rows = (
+            f"SELECT chunk_index, chunk_start, chunk_end, idempotency_key FROM {s}.campaign_chunk "
+            "WHERE run_key = %s ORDER BY chunk_index"
+        )
+        self.chunk_view = (
+            "SELECT clock_timestamp(), c.cancelled, c.cancel_reason, "
+            "sh.chunk_index, sh.chunk_start, sh.chunk_end, sh.idempotency_key, t.* "
+            "FROM (SELECT 1 AS one) AS o "
+            f"LEFT JOIN (SELECT cancelled, cancel_reason FROM {s}.campaign WHERE run_key = %(rk)s "
+            "ORDER BY seq DESC LIMIT 1) AS c ON true "
+            f"LEFT JOIN {s}.campaign_chunk AS sh ON sh.run_key = %(rk)s AND sh.chunk_index = %(ix)s "
+            f"LEFT JOIN (SELECT {TRANSITION_COLUMNS} FROM {s}.chunk_transition "
+            "WHERE run_key = %(rk)s AND chunk_index = %(ix)s ORDER BY transition DESC LIMIT 1) AS t ON true"
+        )
+        self.lease_append = (
+            f"SELECT * FROM {s}.lease_append(%s::integer, %s::text, %s::integer, %s::text, "
+            "%s::text, %s::text, %s::text, %s::double precision, %s::text, %s::text)"
+        )
+        self.close_append = (
+            f"SELECT * FROM {s}.close_append(%s::integer, %s::text, %s::integer, %s::text, "
+            "%s::text, %s::text, %s::text, %s::integer, %s::text, %s::bigint, %s::text, %s::text, "
+            "%s::text, %s::text, %s::text)"
+        )
+        self.append_transition = (
+            f"INSERT INTO {s}.chunk_transition ({INSERT_TRANSITION_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        )
+        self.latest_transitions = (
+            f"SELECT DISTINCT ON (chunk_index) {TRANSITION_COLUMNS} FROM {s}.chunk_transition "
+            "WHERE run_key = %s ORDER BY chunk_index, transition DESC"
+        )
+        self.run_keys = f"SELECT DISTINCT run_key FROM {s}.campaign ORDER BY run_key"
+        self.run_keys_of = (
+            f"SELECT DISTINCT run_key FROM {s}.campaign WHERE workload = %s ORDER BY run_key"
+        )
+        self.version = f"SELECT max(version) FROM {s}.schema_version"
+        self.record_version = (
+            f"INSERT INTO {s}.schema_version (version) VALUES (%s) ON CONFLICT DO NOTHING"
+        )
+
+
+def connection_info(dsn: str, application_name: str) -> str:
+    """The DSN's own parameters win; keepalives, a connect timeout and a name are defaults."""
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise DponeError(
+            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {exc}"
+        ) from None
+    extra = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
+    if "application_name" not in given:
+        extra["application_name"] = application_name
+    return make_conninfo(dsn, **extra)
+
+
+class PostgresTx:
+    """One ledger transaction on the store's connection (see LedgerTx)."""
+
+    def __init__(self, store: PostgresLedger, conn: psycopg.Connection[Any], mode: TxMode) -> None:
+        self.store = store
+        self.connection = conn
+        self.mode = mode
+        self.sql = store.statements
+        self.lock_wanted: tuple[str, int] | None = None
+
+    def _one(self, query: str, params: Any = None) -> tuple[Any, ...] | None:
+        return self.connection.execute(query, params).fetchone()
+
+    def lock_campaign(self, run_key: str, timeout_s: float) -> None:
+        """Bounded FIFO wait via a transaction-local lock_timeout; 0 means try once."""
+        key = campaign_lock_key(self.store.schema, run_key)
+        if timeout_s <= 0:
+            row = self._one("SELECT pg_try_advisory_xact_lock(%s)", (key,))
+            if row is not None and row[0]:
+                return
+        else:
+            self._one(
+                "SELECT set_config('lock_timeout', %s, true)",
+                (f"{max(1, int(timeout_s * 1000))}ms",),
+            )
+            try:
+                self._one("SELECT pg_advisory_xact_lock(%s)", (key,))
+                return
+            except pg_errors.LockNotAvailable:
+                pass
+        raise DponeError(
+            errors.MAPPING_CAMPAIGN_BUSY,
+            f"campaign {run_key!r}: the campaign lock was not free within {timeout_s:g}s",
+        )
+
+    def lock_chunk(self, run_key: str, chunk_index: int) -> None:
+        """Deferred: lease_append / close_append lock inside their one call; a plain read takes
+        the lock first (see _take_chunk_lock)."""
+        self.lock_wanted = (run_key, chunk_index)
+
+    def _take_chunk_lock(self) -> None:
+        if self.lock_wanted is None:
+            return
+        run_key, chunk_index = self.lock_wanted
+        self.lock_wanted = None
+        wait_ms, idle_ms = self._timeouts()
+        self.store.pending_chunk_lock = (run_key, chunk_index)
+        self.connection.execute(
+            "SELECT set_config('lock_timeout', %s, true), "
+            "set_config('idle_in_transaction_session_timeout', %s, true)",
+            (wait_ms, idle_ms),
+        )
+        self.connection.execute(
+            "SELECT pg_advisory_xact_lock(%s, %s)",
+            (chunk_lock_class(self.store.schema, run_key), chunk_index),
+        )
+
+    def campaign_head(self, run_key: str) -> CampaignHead | None:
+        row = self._one(self.sql.campaign_head, (run_key,))
+        return None if row is None else campaign_from_row(row)
+
+    def insert_campaign(self, head: CampaignHead) -> None:
+        self.connection.execute(self.sql.insert_campaign, campaign_params(head))
+
+    def insert_shape(self, run_key: str, rows: Sequence[ShapeRow]) -> None:
+        with self.connection.cursor().copy(self.sql.copy_shape) as copy:
+            for row in rows:
+                copy.write_row(
+                    (run_key, row.chunk_index, row.chunk_start, row.chunk_end, row.idempotency_key)
+                )
+
+    def chunk_view(self, run_key: str, chunk_index: int) -> ChunkView:
+        self._take_chunk_lock()
+        row = self._one(self.sql.chunk_view, {"rk": run_key, "ix": chunk_index})
+        self.store.pending_chunk_lock = None
+        assert row is not None
+        return view_from_row(row)
+
+    def append_transition(self, run_key: str, record: NewTransition) -> None:
+        self.connection.execute(self.sql.append_transition, transition_params(run_key, record))
+
+    def _combined(self, query: str, params: Sequence[Any]) -> tuple[ChunkView, Appended | None]:
+        self.lock_wanted = None  # the function takes the chunk lock itself
+        row = self._one(query, params)
+        self.store.pending_chunk_lock = None
+        assert row is not None
+        appended = None if row[23] is None else Appended(int(row[23]), int(row[24]), row[25])
+        return view_from_row(row[:23]), appended
+
+    def _lock_params(self, run_key: str, chunk: Chunk) -> list[Any]:
+        shape = ShapeRow.of(chunk)
+        self.store.pending_chunk_lock = (run_key, chunk.index)
+        return [
+            chunk_lock_class(self.store.schema, run_key),
+            run_key,
+            chunk.index,
+            shape.idempotency_key,
+            shape.chunk_start,
+            shape.chunk_end,
+        ]
+
+    def _timeouts(self) -> list[str]:
+        idle = (
+            "0"
+            if self.mode is TxMode.WRITE
+            else f"{max(1, int(self.store.idle_timeout_s * 1000))}ms"
+        )
+        return [f"{max(1, int(self.store.chunk_lock_timeout_s * 1000))}ms", idle]
+
+    def lease_append(
+        self, run_key: str, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> tuple[ChunkView, Appended | None]:
+        params = [
+            *self._lock_params(run_key, chunk),
+            owner,
+            float(lease_seconds),
+            *self._timeouts(),
+        ]
+        return self._combined(self.sql.lease_append, params)
+
+    def close_append(
+        self, run_key: str, chunk: Chunk, lease: Lease, result: ChunkResult
+    ) -> tuple[ChunkView, Appended | None]:
+        message = result.error_message
+        params = [
+            *self._lock_params(run_key, chunk),
+            lease.owner,
+            lease.attempt,
+            (ChunkState.COMMITTED if result.committed else ChunkState.FAILED).value,
+            result.rows,
+            result.checksum,
+            result.error_code,
+            None if message is None else message[:ERROR_MESSAGE_LIMIT],
+            *self._timeouts(),
+        ]
+        return self._combined(self.sql.close_append, params)
+
+    def shape_rows(self, run_key: str) -> list[ShapeRow]:
+        return rows_as_shape(self.connection.execute(self.sql.shape_rows, (run_key,)).fetchall())
+
+    def latest_transitions(self, run_key: str) -> list[StoredTransition]:
+        rows = self.connection.execute(self.sql.latest_transitions, (run_key,)).fetchall()
+        return [transition_from_row(row) for row in rows]
+
+    def db_now(self) -> dt.datetime:
+        row = self._one("SELECT clock_timestamp()")
+        assert row is not None
+        return utc(row[0])
+
+    def run_keys(self, workload: str | None) -> list[str]:
+        if workload is None:
+            rows = self.connection.execute(self.sql.run_keys).fetchall()
+        else:
+            rows = self.connection.execute(self.sql.run_keys_of, (workload,)).fetchall()
+        return [str(row[0]) for row in rows]
+
+
+class PostgresLedger(SqlLedger):
+    """The audit-schema ledger on Postgres (one connection per instance; not thread-safe)."""
+
+    name = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str = "dpone_audit",
+        lease_seconds: float = 300.0,
+        *,
+        lock_timeout_s: float = 10.0,
+        chunk_lock_timeout_s: float = 30.0,
+        idle_timeout_s: float = 60.0,
+        application_name: str = "dpone-ledger",
+    ) -> None:
+        super().__init__(schema, lease_seconds, lock_timeout_s, chunk_lock_timeout_s)
+        self.idle_timeout_s = float(idle_timeout_s)
+        self.statements = PostgresStatements(self.schema)
+        self.pending_chunk_lock: tuple[str, int] | None = None
+        self._dsn = dsn
+        self._conninfo = connection_info(dsn, application_name)
+        self._conn: psycopg.Connection[Any] | None = None
+        self.ensure_schema()
+
+    # --- connection -----------------------------------------------------------------------------
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The store's one connection, reopened after a loss (the failed call already raised)."""
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        if self._conn is not None:
+            self._conn.close()
+        try:
+            self._conn = psycopg.connect(self._conninfo, autocommit=False)
+        except psycopg.Error as exc:
+            raise DponeError(
+                errors.CONNECTION_FAILED,
+                f"cannot connect to the ledger database {redact(self._dsn)}: {first_line(str(exc))}",
+            ) from exc
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> PostgresLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _translate(self, exc: psycopg.Error, op: str) -> DponeError:
+        state = exc.sqlstate or ""
+        conn = self._conn
+        lost = (
+            conn is None or conn.closed or conn.broken or state.startswith(CONNECTION_LOST_STATES)
+        )
+        if isinstance(exc, pg_errors.LockNotAvailable) and self.pending_chunk_lock is not None:
+            run_key, index = self.pending_chunk_lock
+            return ChunkLockTimeout(run_key, index, self.chunk_lock_timeout_s)
+        if lost or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            return DponeError(
+                errors.CONNECTION_FAILED,
+                f"the ledger database connection failed during {op} ({redact(self._dsn)}): "
+                f"{first_line(str(exc))}; the outcome of this call is unknown, retry the task",
+            )
+        return DponeError(
+            errors.LEDGER_UNAVAILABLE,
+            f"ledger database error during {op} in schema {self.schema!r}: "
+            f"{state} {first_line(str(exc))}",
+        )
+
+    @contextmanager
+    def _transaction(self, op: str, mode: TxMode) -> Iterator[PostgresTx]:
+        conn = self._connection()
+        self.pending_chunk_lock = None
+        try:
+            if True:
+                with conn.transaction():
+                    if mode is TxMode.READ:
+                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    yield PostgresTx(self, conn, mode)
+        except WriteFailed:
+            raise
+        except psycopg.Error as exc:
+            raise self._translate(exc, op) from exc
+        finally:
+            self.pending_chunk_lock = None
+
+    # --- schema ---------------------------------------------------------------------------------
+    def ensure_schema(self) -> None:
+        """Create or migrate the audit schema once, safely from many processes at once."""
+        sql = self.statements
+        try:
+            conn = self._connection()
+            with conn.transaction():
+                exists = conn.execute(
+                    "SELECT to_regclass(%s)", (f"{sql.schema}.schema_version",)
+                ).fetchone()
+                version = None
+                if exists is not None and exists[0] is not None:
+                    found = conn.execute(sql.version).fetchone()
+                    version = None if found is None else found[0]
+            if version == SCHEMA_VERSION:
+                return
+            self._check_version(version)
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema_lock_key(self.schema),))
+                exists = conn.execute(
+                    "SELECT to_regclass(%s)", (f"{sql.schema}.schema_version",)
+                ).fetchone()
+                version = None
+                if exists is not None and exists[0] is not None:
+                    found = conn.execute(sql.version).fetchone()
+                    version = None if found is None else found[0]
+                self._check_version(version)
+                namespace = conn.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+                ).fetchone()
+                if namespace is None:
+                    conn.execute(f"CREATE SCHEMA {sql.schema}")
+                for target in range(int(version or 0) + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[target](sql.schema):
+                        conn.execute(statement)
+                    conn.execute(sql.record_version, (target,))
+        except psycopg.Error as exc:
+            raise self._translate(exc, "schema creation") from exc
+
+    def _check_version(self, version: int | None) -> None:
+        if version is not None and version > SCHEMA_VERSION:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"audit schema {self.schema!r} is at version {version}; this dpone knows versions "
+                f"up to {SCHEMA_VERSION}: upgrade dpone",
+            )

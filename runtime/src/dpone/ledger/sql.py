@@ -1,0 +1,979 @@
+"""The ledger protocol every adapter shares, and the SQL algorithm the Postgres and MSSQL adapters run.
+
+Pure parts (lock keys, bound encoding, record validation, the lease decision, failure records) are
+used by every store, the local file one included, so the three cannot drift apart. ``SqlLedger``
+is the lock / lease / compare-and-set algorithm written once against ``LedgerTx``: a dialect
+supplies the statements and the lock primitive, never the decisions.
+
+Ordering comes from a per-chunk transition number appended under the chunk's lock and fenced by
+``UNIQUE (run_key, chunk_index, transition)``; the identity ``seq`` is kept for audit only, because
+a sequence is assigned at insert, not at commit, and so orders nothing across chunks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from dpone import errors
+from dpone.errors import DponeError
+from dpone.faults import fault_point
+from dpone.ledger.port import (
+    CampaignShape,
+    Capabilities,
+    ChunkRecord,
+    ChunkResult,
+    ChunkState,
+    Lease,
+    LeaseOutcome,
+    LeaseStatus,
+    Ledger,
+)
+from dpone.plan.chunks import Bound, Chunk, plan_hash
+
+SCHEMA_VERSION = 1
+"""The audit-schema version this release writes; a newer stored version is refused."""
+
+SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+ERROR_MESSAGE_LIMIT = 2000
+DISTRIBUTED = Capabilities(
+    distributed_lock=True, distributed_chunk_lease=True, compare_and_set_completion=True
+)
+
+
+class TxMode(StrEnum):
+    """What a ledger transaction is for; dialects tune timeouts and batching by it."""
+
+    READ = "read"  # load: one consistent read-only snapshot
+    CAMPAIGN = "campaign"  # initialize / cancel: under the campaign lock
+    CHUNK = "chunk"  # acquire / complete / renew: under one chunk's lock, ledger rows only
+    WRITE = "write"  # complete_in_transaction: the caller's data write shares the transaction
+
+
+def check_schema_name(schema: str) -> str:
+    """The audit schema is spliced into SQL as an identifier, so it must be a plain one."""
+    if not isinstance(schema, str) or not SCHEMA_NAME.match(schema):
+        raise DponeError(
+            errors.CONFIG_INVALID,
+            f"audit schema name {schema!r} is not a plain identifier (letters, digits, _; "
+            "at most 63 characters, not starting with a digit)",
+        )
+    return schema
+
+
+def bound_text(value: Bound) -> str:
+    """A chunk bound as stored: its canonical JSON scalar ("2024-01-01" quoted, 42 bare)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_bound(text: str) -> Bound:
+    value = json.loads(text)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"not a chunk bound: {text!r}")
+    return value
+
+
+def _digest(*parts: str) -> bytes:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+
+
+def campaign_lock_key(schema: str, run_key: str) -> int:
+    """Signed 64-bit advisory-lock key of a campaign: sha256, never the 32-bit ``hashtext``."""
+    return int.from_bytes(_digest("dpone-campaign", schema, run_key)[:8], "big", signed=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def chunk_lock_class(schema: str, run_key: str) -> int:
+    """Signed 32-bit first half of the two-integer chunk lock key (the second is the index).
+
+    A collision between two campaigns only makes them share a lock slot for equal indexes (a short
+    wait, never a wrong answer): every row is still keyed by run_key.
+    """
+    return int.from_bytes(_digest("dpone-chunk", schema, run_key)[:4], "big", signed=True)
+
+
+def schema_lock_key(schema: str) -> int:
+    """Advisory-lock key that serializes DDL on one audit schema across processes."""
+    return int.from_bytes(_digest("dpone-ddl", schema)[:8], "big", signed=True)
+
+
+def lock_resource(schema: str, run_key: str, chunk_index: int | None = None) -> str:
+    """A short, case-stable applock resource name (nvarchar(255)) for a campaign or a chunk."""
+    campaign = _digest("dpone-campaign", schema, run_key).hex()[:32]
+    if chunk_index is None:
+        return f"dpone/{schema}/{campaign}"
+    return f"dpone/{schema}/{campaign}/{chunk_index}"
+
+
+def utc(value: Any) -> dt.datetime:
+    """A database timestamp as an aware UTC datetime (drivers return naive UTC or aware values)."""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    if not isinstance(value, dt.datetime):
+        raise TypeError(f"expected a timestamp, got {type(value).__name__}")
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
+def optional_utc(value: Any) -> dt.datetime | None:
+    return None if value is None else utc(value)
+
+
+def first_line(text: str, limit: int = ERROR_MESSAGE_LIMIT) -> str:
+    """Driver messages put row values in DETAIL lines; keep only the primary line."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:limit]
+
+
+def failure_from_exception(exc: BaseException) -> tuple[str, str]:
+    """The (error_code, error_message) a FAILED record stores for an exception of a chunk write."""
+    if isinstance(exc, DponeError):
+        return exc.code, exc.message[:ERROR_MESSAGE_LIMIT]
+    return errors.SINK_FAILED, first_line(f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class CampaignHead:
+    """The latest campaign snapshot row, without its chunk list."""
+
+    run_key: str
+    workload: str
+    process: str
+    plan_hash: str
+    config_hash: str
+    chunk_count: int
+    cancelled: bool
+    cancel_reason: str | None
+    created_by: str
+    seq: int = 0
+    created_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class StoredTransition:
+    """One chunk transition row exactly as stored (state and bounds not yet validated)."""
+
+    seq: int
+    chunk_index: int
+    transition: int
+    state: str
+    attempt: int
+    idempotency_key: str
+    chunk_start: str
+    chunk_end: str
+    lease_owner: str | None
+    lease_expires_at: dt.datetime | None
+    started_at: dt.datetime | None
+    rows: int | None
+    checksum: str | None
+    error_code: str | None
+    error_message: str | None
+    recorded_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class NewTransition:
+    """A transition to append; recorded_at and seq come from the database."""
+
+    chunk_index: int
+    transition: int
+    state: ChunkState
+    attempt: int
+    idempotency_key: str
+    chunk_start: str
+    chunk_end: str
+    lease_owner: str | None
+    lease_expires_at: dt.datetime | None
+    started_at: dt.datetime | None
+    rows: int | None = None
+    checksum: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ShapeRow:
+    """One chunk of the stored campaign shape: bounds as stored and its idempotency key."""
+
+    chunk_index: int
+    chunk_start: str
+    chunk_end: str
+    idempotency_key: str
+
+    @classmethod
+    def of(cls, chunk: Chunk) -> ShapeRow:
+        return _shape_row(chunk)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _shape_row(chunk: Chunk) -> ShapeRow:
+    """Chunks are immutable and re-encoded on every call of a campaign: encode each once."""
+    return ShapeRow(
+        chunk.index, bound_text(chunk.start), bound_text(chunk.end), chunk.idempotency_key
+    )
+
+
+@dataclass(frozen=True)
+class ChunkView:
+    """Everything a chunk decision needs, read in one statement under the chunk's lock."""
+
+    now: dt.datetime
+    campaign_found: bool
+    cancelled: bool
+    cancel_reason: str | None
+    shape: ShapeRow | None
+    latest: StoredTransition | None
+
+
+def corrupt(run_key: str, chunk_index: int | None, why: str) -> DponeError:
+    where = f"campaign {run_key!r}" + (f" chunk {chunk_index}" if chunk_index is not None else "")
+    return DponeError(errors.LEDGER_CORRUPT, f"{where}: {why}")
+
+
+def validate_transition(
+    run_key: str, shape: Mapping[int, ShapeRow], row: StoredTransition
+) -> ChunkRecord:
+    """A stored transition as a ChunkRecord, or LEDGER_CORRUPT naming the campaign and chunk."""
+    expected = shape.get(row.chunk_index)
+    if expected is None:
+        raise corrupt(
+            run_key,
+            row.chunk_index,
+            f"record seq {row.seq} names a chunk index outside 1..{len(shape)}",
+        )
+    if row.idempotency_key != expected.idempotency_key:
+        raise corrupt(
+            run_key,
+            row.chunk_index,
+            f"record seq {row.seq} has idempotency key {row.idempotency_key!r}, "
+            f"the campaign has {expected.idempotency_key!r}",
+        )
+    if (row.chunk_start, row.chunk_end) != (expected.chunk_start, expected.chunk_end):
+        raise corrupt(
+            run_key,
+            row.chunk_index,
+            f"record seq {row.seq} has bounds [{row.chunk_start}, {row.chunk_end}), "
+            f"the campaign has [{expected.chunk_start}, {expected.chunk_end})",
+        )
+    try:
+        state = ChunkState(row.state)
+    except ValueError:
+        raise corrupt(
+            run_key, row.chunk_index, f"record seq {row.seq} has unknown state {row.state!r}"
+        ) from None
+    if row.attempt < 1:
+        raise corrupt(run_key, row.chunk_index, f"record seq {row.seq} has attempt {row.attempt}")
+    if state is ChunkState.RUNNING and (row.lease_owner is None or row.lease_expires_at is None):
+        raise corrupt(
+            run_key, row.chunk_index, f"running record seq {row.seq} has no lease owner or expiry"
+        )
+    return ChunkRecord(
+        chunk_index=row.chunk_index,
+        state=state,
+        attempt=row.attempt,
+        idempotency_key=row.idempotency_key,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        rows=row.rows,
+        checksum=row.checksum,
+        error_code=row.error_code,
+        error_message=row.error_message,
+        seq=row.seq,
+        recorded_at=row.recorded_at,
+        started_at=row.started_at,
+    )
+
+
+def shape_from_rows(head: CampaignHead, rows: Sequence[ShapeRow]) -> CampaignShape:
+    """Rebuild the campaign shape from stored rows; LEDGER_CORRUPT if they disagree with the head."""
+    if len(rows) != head.chunk_count:
+        raise corrupt(
+            head.run_key,
+            None,
+            f"{len(rows)} chunk rows stored, the snapshot says {head.chunk_count}",
+        )
+    chunks: list[Chunk] = []
+    for position, row in enumerate(rows, start=1):
+        if row.chunk_index != position:
+            raise corrupt(
+                head.run_key,
+                row.chunk_index,
+                f"chunk rows are not contiguous (expected {position})",
+            )
+        try:
+            start, end = parse_bound(row.chunk_start), parse_bound(row.chunk_end)
+        except ValueError:
+            raise corrupt(
+                head.run_key, row.chunk_index, "stored bounds are not JSON scalars"
+            ) from None
+        chunks.append(Chunk(row.chunk_index, start, end, row.idempotency_key))
+    shape = tuple(chunks)
+    if plan_hash(shape) != head.plan_hash:
+        raise corrupt(
+            head.run_key, None, "stored chunk rows do not hash to the snapshot's plan_hash"
+        )
+    return CampaignShape(
+        head.run_key, head.workload, head.process, head.plan_hash, head.config_hash, shape
+    )
+
+
+def merge_ledger(
+    head: CampaignHead,
+    shape: CampaignShape,
+    latest: Sequence[StoredTransition],
+    now: dt.datetime | None,
+) -> Ledger:
+    """The campaign snapshot merged with the latest record of every chunk (validated)."""
+    rows = {chunk.index: ShapeRow.of(chunk) for chunk in shape.chunks}
+    records: dict[int, ChunkRecord] = {}
+    for row in latest:
+        if row.chunk_index in records:
+            raise corrupt(head.run_key, row.chunk_index, "two latest records for one chunk")
+        records[row.chunk_index] = validate_transition(head.run_key, rows, row)
+    return Ledger(
+        shape=shape,
+        records=records,
+        cancelled=head.cancelled,
+        cancel_reason=head.cancel_reason if head.cancelled else None,
+        now=now,
+    )
+
+
+def verify_shape(stored: CampaignHead, shape: CampaignShape) -> None:
+    """DPONE_LEDGER_SHAPE_MISMATCH when the stored campaign is not the one this run plans."""
+    drift = [
+        f"{name} stored {old!r} != planned {new!r}"
+        for name, old, new in (
+            ("plan_hash", stored.plan_hash, shape.plan_hash),
+            ("config_hash", stored.config_hash, shape.config_hash),
+            ("chunk_count", stored.chunk_count, shape.chunk_count),
+        )
+        if old != new
+    ]
+    if drift:
+        raise DponeError(
+            errors.LEDGER_SHAPE_MISMATCH, f"campaign {shape.run_key!r}: " + "; ".join(drift)
+        )
+
+
+def check_shape_input(shape: CampaignShape) -> None:
+    """A shape whose chunk list is not 1..n or does not hash to its plan_hash is a caller bug."""
+    for position, chunk in enumerate(shape.chunks, start=1):
+        if chunk.index != position:
+            raise DponeError(
+                errors.INTERNAL,
+                f"campaign {shape.run_key!r}: chunk {chunk.index} at position {position}",
+            )
+    if plan_hash(shape.chunks) != shape.plan_hash:
+        raise DponeError(
+            errors.INTERNAL, f"campaign {shape.run_key!r}: chunks do not hash to plan_hash"
+        )
+
+
+def check_chunk(run_key: str, chunk: Chunk, stored: ShapeRow | None) -> None:
+    """The chunk a caller names must be the stored campaign's chunk, byte for byte."""
+    if stored is None:
+        raise corrupt(run_key, chunk.index, "no such chunk in the stored campaign")
+    if stored != ShapeRow.of(chunk):
+        raise corrupt(
+            run_key,
+            chunk.index,
+            f"the stored chunk [{stored.chunk_start}, {stored.chunk_end}) key {stored.idempotency_key!r} "
+            f"differs from the planned [{bound_text(chunk.start)}, {bound_text(chunk.end)}) "
+            f"key {chunk.idempotency_key!r}",
+        )
+
+
+@dataclass(frozen=True)
+class LeaseDecision:
+    """What acquire_lease does with a chunk: the outcome status and the attempt to write, if any."""
+
+    status: LeaseStatus
+    attempt: int | None = None  # set when a new RUNNING record must be appended
+    reuse: bool = False  # the caller already holds the active lease (same owner): no new record
+
+
+def decide_lease(
+    cancelled: bool, latest: ChunkRecord | None, now: dt.datetime, owner: str
+) -> LeaseDecision:
+    """The lease rule, in the port's order: cancelled, committed, active lease, else a new attempt."""
+    if cancelled:
+        return LeaseDecision(LeaseStatus.CANCELLED)
+    if latest is None:
+        return LeaseDecision(LeaseStatus.ACQUIRED, attempt=1)
+    if latest.state is ChunkState.COMMITTED:
+        return LeaseDecision(LeaseStatus.ALREADY_COMMITTED)
+    if latest.state is ChunkState.RUNNING:
+        assert latest.lease_expires_at is not None
+        if latest.lease_expires_at > now:
+            if latest.lease_owner == owner:
+                return LeaseDecision(LeaseStatus.ACQUIRED, attempt=latest.attempt, reuse=True)
+            return LeaseDecision(LeaseStatus.BUSY)
+    return LeaseDecision(LeaseStatus.ACQUIRED, attempt=latest.attempt + 1)
+
+
+def check_owner(lease: Lease, latest: ChunkRecord | None) -> ChunkRecord:
+    """Compare-and-set guard: the latest record must be this lease's RUNNING attempt."""
+    if (
+        latest is None
+        or latest.state is not ChunkState.RUNNING
+        or latest.lease_owner != lease.owner
+        or latest.attempt != lease.attempt
+    ):
+        now_held = (
+            "no record"
+            if latest is None
+            else f"{latest.state.value} attempt {latest.attempt} owned by {latest.lease_owner!r}"
+        )
+        raise DponeError(
+            errors.CHUNK_LEASE_LOST,
+            f"campaign {lease.run_key!r} chunk {lease.chunk_index}: owner {lease.owner!r} attempt "
+            f"{lease.attempt} no longer holds the lease (latest: {now_held}); nothing was written",
+        )
+    return latest
+
+
+def completion_record(
+    lease: Lease, chunk: Chunk, latest: ChunkRecord, transition: int, result: ChunkResult
+) -> NewTransition:
+    """The COMMITTED or FAILED transition that closes a lease (the lease expiry is cleared)."""
+    state = ChunkState.COMMITTED if result.committed else ChunkState.FAILED
+    shape = ShapeRow.of(chunk)
+    return NewTransition(
+        chunk_index=chunk.index,
+        transition=transition,
+        state=state,
+        attempt=lease.attempt,
+        idempotency_key=chunk.idempotency_key,
+        chunk_start=shape.chunk_start,
+        chunk_end=shape.chunk_end,
+        lease_owner=lease.owner,
+        lease_expires_at=None,
+        started_at=latest.started_at,
+        rows=result.rows,
+        checksum=result.checksum,
+        error_code=result.error_code,
+        error_message=(
+            None if result.error_message is None else result.error_message[:ERROR_MESSAGE_LIMIT]
+        ),
+    )
+
+
+def running_record(
+    chunk: Chunk,
+    transition: int,
+    attempt: int,
+    owner: str,
+    expires: dt.datetime,
+    started: dt.datetime,
+) -> NewTransition:
+    shape = ShapeRow.of(chunk)
+    return NewTransition(
+        chunk_index=chunk.index,
+        transition=transition,
+        state=ChunkState.RUNNING,
+        attempt=attempt,
+        idempotency_key=chunk.idempotency_key,
+        chunk_start=shape.chunk_start,
+        chunk_end=shape.chunk_end,
+        lease_owner=owner,
+        lease_expires_at=expires,
+        started_at=started,
+    )
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What a combined read-and-append step wrote (None when its condition did not hold)."""
+
+    transition: int
+    attempt: int
+    lease_expires_at: dt.datetime | None
+
+
+def validated_latest(run_key: str, chunk: Chunk, view: ChunkView) -> ChunkRecord | None:
+    """The view's latest record, after checking the campaign, the chunk and the record itself."""
+    if not view.campaign_found:
+        raise corrupt(run_key, chunk.index, "no campaign snapshot: initialize the campaign first")
+    check_chunk(run_key, chunk, view.shape)
+    assert view.shape is not None
+    if view.latest is None:
+        return None
+    return validate_transition(run_key, {chunk.index: view.shape}, view.latest)
+
+
+def next_transition(view: ChunkView) -> int:
+    return 1 if view.latest is None else view.latest.transition + 1
+
+
+class LedgerTx(Protocol):
+    """One open ledger transaction of a SQL dialect. Locks are transaction-scoped: commit or
+    rollback releases them, so a crashed process can never leave one behind."""
+
+    connection: Any
+
+    def lock_campaign(self, run_key: str, timeout_s: float) -> None:
+        """Take the campaign lock or raise DPONE_AIRFLOW_MAPPING_CAMPAIGN_BUSY after timeout_s."""
+
+    def lock_chunk(self, run_key: str, chunk_index: int) -> None:
+        """Take the chunk lock (bounded wait; ChunkLockTimeout). May be sent lazily (pipelined)."""
+
+    def campaign_head(self, run_key: str) -> CampaignHead | None: ...
+
+    def insert_campaign(self, head: CampaignHead) -> None: ...
+
+    def insert_shape(self, run_key: str, rows: Sequence[ShapeRow]) -> None: ...
+
+    def chunk_view(self, run_key: str, chunk_index: int) -> ChunkView: ...
+
+    def append_transition(self, run_key: str, record: NewTransition) -> None: ...
+
+    def lease_append(
+        self, run_key: str, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> tuple[ChunkView, Appended | None]:
+        """Read the chunk and append a new RUNNING attempt iff the lease rule says so."""
+
+    def close_append(
+        self, run_key: str, chunk: Chunk, lease: Lease, result: ChunkResult
+    ) -> tuple[ChunkView, Appended | None]:
+        """Read the chunk and append COMMITTED/FAILED iff the lease still owns it (CAS)."""
+
+    def shape_rows(self, run_key: str) -> list[ShapeRow]: ...
+
+    def latest_transitions(self, run_key: str) -> list[StoredTransition]: ...
+
+    def db_now(self) -> dt.datetime: ...
+
+    def run_keys(self, workload: str | None) -> list[str]: ...
+
+
+class ChunkLockTimeout(DponeError):
+    """The chunk lock stayed taken past the bounded wait (its holder is stalled mid-transaction)."""
+
+    def __init__(self, run_key: str, chunk_index: int, timeout_s: float) -> None:
+        super().__init__(
+            errors.CHUNK_BUSY,
+            f"campaign {run_key!r} chunk {chunk_index}: the chunk lock was not free within "
+            f"{timeout_s:g}s (another transaction on this chunk is stalled)",
+        )
+
+
+class WriteFailed(Exception):
+    """Carries an exception of a caller's write through the transaction so it is rolled back
+    but never translated into a ledger error."""
+
+    def __init__(self, cause: BaseException | None, result: ChunkResult | None = None) -> None:
+        super().__init__("chunk write failed")
+        self.cause = cause
+        self.result = result
+
+
+class ViewThenAppend:
+    """The combined steps as a read, the Python rule, then an append (for dialects without a
+    single conditional-insert statement)."""
+
+    def chunk_view(self, run_key: str, chunk_index: int) -> ChunkView:
+        raise NotImplementedError
+
+    def append_transition(self, run_key: str, record: NewTransition) -> None:
+        raise NotImplementedError
+
+    def lease_append(
+        self, run_key: str, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> tuple[ChunkView, Appended | None]:
+        view = self.chunk_view(run_key, chunk.index)
+        latest = validated_latest(run_key, chunk, view)
+        decision = decide_lease(view.cancelled, latest, view.now, owner)
+        if decision.status is not LeaseStatus.ACQUIRED or decision.reuse:
+            return view, None
+        assert decision.attempt is not None
+        expires = view.now + dt.timedelta(seconds=lease_seconds)
+        record = running_record(
+            chunk, next_transition(view), decision.attempt, owner, expires, view.now
+        )
+        self.append_transition(run_key, record)
+        return view, Appended(record.transition, record.attempt, expires)
+
+    def close_append(
+        self, run_key: str, chunk: Chunk, lease: Lease, result: ChunkResult
+    ) -> tuple[ChunkView, Appended | None]:
+        view = self.chunk_view(run_key, chunk.index)
+        latest = validated_latest(run_key, chunk, view)
+        try:
+            running = check_owner(lease, latest)
+        except DponeError:
+            return view, None
+        record = completion_record(lease, chunk, running, next_transition(view), result)
+        self.append_transition(run_key, record)
+        return view, Appended(record.transition, record.attempt, None)
+
+
+class SqlLedger(ABC):
+    """The lock / lease / compare-and-set protocol over a SQL audit schema (see the port)."""
+
+    capabilities: Capabilities = DISTRIBUTED
+    name: str = "sql"
+
+    def __init__(
+        self,
+        schema: str,
+        lease_seconds: float,
+        lock_timeout_s: float,
+        chunk_lock_timeout_s: float,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.lease_seconds = float(lease_seconds)
+        self.lock_timeout_s = float(lock_timeout_s)
+        self.chunk_lock_timeout_s = float(chunk_lock_timeout_s)
+        # Chunk rows of a campaign never change once written: verify them (count, contiguity,
+        # plan hash) on the first load only, so reloading a large campaign reads just the
+        # latest transitions. Every transition is still validated against this shape.
+        self._verified_shapes: dict[tuple[str, str], CampaignShape] = {}
+
+    @abstractmethod
+    def _transaction(self, op: str, mode: TxMode) -> AbstractContextManager[LedgerTx]:
+        """Open a transaction; commit on success, roll back on error; translate driver errors
+        (connection loss -> DPONE_CONNECTION_FAILED) but re-raise WriteFailed untouched."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # --- campaign -------------------------------------------------------------------------------
+    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger:
+        """Create or verify the campaign under the campaign lock; merge-load outside of it, so
+        the lock is held for one short transaction however large the campaign is."""
+        check_shape_input(shape)
+        with self._transaction("initialize", TxMode.CAMPAIGN) as tx:
+            tx.lock_campaign(shape.run_key, lock_timeout_s)
+            fault_point("campaign_locked")
+            stored = tx.campaign_head(shape.run_key)
+            if stored is None:
+                tx.insert_campaign(
+                    CampaignHead(
+                        run_key=shape.run_key,
+                        workload=shape.workload,
+                        process=shape.process,
+                        plan_hash=shape.plan_hash,
+                        config_hash=shape.config_hash,
+                        chunk_count=shape.chunk_count,
+                        cancelled=False,
+                        cancel_reason=None,
+                        created_by=owner,
+                    )
+                )
+                tx.insert_shape(shape.run_key, [ShapeRow.of(chunk) for chunk in shape.chunks])
+            else:
+                verify_shape(stored, shape)
+        ledger = self.load(shape.run_key)
+        if ledger is None:
+            raise corrupt(shape.run_key, None, "the campaign vanished right after initialization")
+        if ledger.shape.chunks != shape.chunks:
+            raise corrupt(shape.run_key, None, "stored chunks differ from the planned chunks")
+        return ledger
+
+    def load(self, run_key: str) -> Ledger | None:
+        with self._transaction("load", TxMode.READ) as tx:
+            head = tx.campaign_head(run_key)
+            if head is None:
+                return None
+            now = tx.db_now()
+            shape = self._verified_shapes.get((run_key, head.plan_hash))
+            if shape is None:
+                shape = shape_from_rows(head, tx.shape_rows(run_key))
+            latest = tx.latest_transitions(run_key)
+        self._verified_shapes[(run_key, head.plan_hash)] = shape
+        return merge_ledger(head, shape, latest, now)
+
+    def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
+        """Append a snapshot with the cancelled flag flipped (under the campaign lock)."""
+        with self._transaction("cancel", TxMode.CAMPAIGN) as tx:
+            tx.lock_campaign(run_key, self.lock_timeout_s)
+            head = tx.campaign_head(run_key)
+            if head is None:
+                raise DponeError(
+                    errors.USAGE, f"no campaign {run_key!r} in audit schema {self.schema!r}"
+                )
+            tx.insert_campaign(
+                CampaignHead(
+                    run_key=head.run_key,
+                    workload=head.workload,
+                    process=head.process,
+                    plan_hash=head.plan_hash,
+                    config_hash=head.config_hash,
+                    chunk_count=head.chunk_count,
+                    cancelled=not undo,
+                    cancel_reason=reason,
+                    created_by=head.created_by,
+                )
+            )
+
+    def list_campaigns(self, workload: str | None = None) -> list[str]:
+        with self._transaction("list_campaigns", TxMode.READ) as tx:
+            return tx.run_keys(workload)
+
+    # --- chunks ---------------------------------------------------------------------------------
+    def _view(
+        self, tx: LedgerTx, run_key: str, chunk: Chunk
+    ) -> tuple[ChunkView, ChunkRecord | None]:
+        """Lock the chunk, read it, and validate what was read against the stored campaign."""
+        tx.lock_chunk(run_key, chunk.index)
+        view = tx.chunk_view(run_key, chunk.index)
+        return view, validated_latest(run_key, chunk, view)
+
+    @staticmethod
+    def _disagree(run_key: str, chunk: Chunk, what: str) -> DponeError:
+        return DponeError(
+            errors.INTERNAL,
+            f"campaign {run_key!r} chunk {chunk.index}: the SQL and Python lease rules disagree "
+            f"({what}); the transaction was rolled back",
+        )
+
+    def acquire_lease(
+        self, shape: CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> LeaseOutcome:
+        """Under the chunk lock, one read-and-conditional-append; the Python rule re-decides from
+        the same read and must agree with what the statement wrote, else nothing commits."""
+        try:
+            with self._transaction("acquire_lease", TxMode.CHUNK) as tx:
+                tx.lock_chunk(shape.run_key, chunk.index)
+                view, appended = tx.lease_append(shape.run_key, chunk, owner, lease_seconds)
+                fault_point("lease_locked")
+                latest = validated_latest(shape.run_key, chunk, view)
+                decision = decide_lease(view.cancelled, latest, view.now, owner)
+                wants_append = decision.status is LeaseStatus.ACQUIRED and not decision.reuse
+                if wants_append != (appended is not None):
+                    raise self._disagree(shape.run_key, chunk, f"decision {decision}")
+                if decision.status is not LeaseStatus.ACQUIRED:
+                    return LeaseOutcome(decision.status, holder=latest)
+                if appended is None:
+                    assert latest is not None and latest.lease_expires_at is not None
+                    attempt, expires = latest.attempt, latest.lease_expires_at
+                else:
+                    if appended.attempt != decision.attempt or appended.lease_expires_at is None:
+                        raise self._disagree(shape.run_key, chunk, f"attempt {appended.attempt}")
+                    attempt, expires = appended.attempt, appended.lease_expires_at
+        except ChunkLockTimeout:
+            return LeaseOutcome(LeaseStatus.BUSY)
+        lease = Lease(shape.run_key, chunk.index, owner, attempt, utc(expires))
+        return LeaseOutcome(LeaseStatus.ACQUIRED, lease=lease)
+
+    def complete(self, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
+        """Compare-and-set on (owner, attempt) and append COMMITTED or FAILED, in one statement."""
+        self._check_lease_chunk(lease, chunk)
+        with self._transaction("complete", TxMode.CHUNK) as tx:
+            tx.lock_chunk(lease.run_key, chunk.index)
+            view, appended = tx.close_append(lease.run_key, chunk, lease, result)
+            fault_point("close_locked")
+            latest = validated_latest(lease.run_key, chunk, view)
+            check_owner(lease, latest)  # raises LEASE_LOST: the transaction rolls back
+            if appended is None:
+                raise self._disagree(lease.run_key, chunk, "owner matches but nothing appended")
+
+    def complete_in_transaction(
+        self, lease: Lease, chunk: Chunk, write: Callable[[Any], ChunkResult]
+    ) -> ChunkResult:
+        """CAS, then ``write(connection)`` and the completion record in one transaction.
+
+        A raising write (or one that returns committed=False) is rolled back; the FAILED record is
+        then appended in a fresh, CAS-checked transaction and the write's exception propagates.
+        """
+        self._check_lease_chunk(lease, chunk)
+        try:
+            with self._transaction("complete_in_transaction", TxMode.WRITE) as tx:
+                view, latest = self._view(tx, lease.run_key, chunk)
+                running = check_owner(lease, latest)
+                assert view.latest is not None
+                try:
+                    result = write(tx.connection)
+                except Exception as exc:
+                    raise WriteFailed(exc) from exc
+                if not result.committed:
+                    raise WriteFailed(None, result)
+                tx.append_transition(
+                    lease.run_key,
+                    completion_record(lease, chunk, running, view.latest.transition + 1, result),
+                )
+                return result
+        except WriteFailed as failed:
+            return self._record_failed_write(lease, chunk, failed)
+
+    def _record_failed_write(self, lease: Lease, chunk: Chunk, failed: WriteFailed) -> ChunkResult:
+        if failed.cause is None:
+            assert failed.result is not None
+            self.complete(lease, chunk, failed.result)
+            return failed.result
+        code, message = failure_from_exception(failed.cause)
+        try:
+            self.complete(
+                lease, chunk, ChunkResult(committed=False, error_code=code, error_message=message)
+            )
+        except DponeError as ledger_error:
+            failed.cause.add_note(f"dpone: the FAILED record was not written: {ledger_error}")
+        raise failed.cause
+
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        """Append a RUNNING record of the same attempt with a later expiry (CAS on owner, attempt)."""
+        with self._transaction("renew", TxMode.CHUNK) as tx:
+            tx.lock_chunk(lease.run_key, lease.chunk_index)
+            view = tx.chunk_view(lease.run_key, lease.chunk_index)
+            if view.shape is None or not view.campaign_found:
+                raise corrupt(
+                    lease.run_key, lease.chunk_index, "no such chunk in the stored campaign"
+                )
+            latest = None
+            if view.latest is not None:
+                latest = validate_transition(
+                    lease.run_key, {lease.chunk_index: view.shape}, view.latest
+                )
+            running = check_owner(lease, latest)
+            assert view.latest is not None
+            expires = view.now + dt.timedelta(seconds=lease_seconds)
+            tx.append_transition(
+                lease.run_key,
+                NewTransition(
+                    chunk_index=lease.chunk_index,
+                    transition=view.latest.transition + 1,
+                    state=ChunkState.RUNNING,
+                    attempt=lease.attempt,
+                    idempotency_key=running.idempotency_key,
+                    chunk_start=view.shape.chunk_start,
+                    chunk_end=view.shape.chunk_end,
+                    lease_owner=lease.owner,
+                    lease_expires_at=expires,
+                    started_at=running.started_at,
+                ),
+            )
+        return Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
+
+    @staticmethod
+    def _check_lease_chunk(lease: Lease, chunk: Chunk) -> None:
+        if lease.chunk_index != chunk.index:
+            raise DponeError(
+                errors.INTERNAL,
+                f"lease of chunk {lease.chunk_index} used to complete chunk {chunk.index}",
+            )
+
+
+def rows_as_shape(rows: Iterator[Sequence[Any]] | Sequence[Sequence[Any]]) -> list[ShapeRow]:
+    return [ShapeRow(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+
+TRANSITION_COLUMNS = (
+    "seq, chunk_index, transition, state, attempt, idempotency_key, chunk_start, chunk_end, "
+    "lease_owner, lease_expires_at, started_at, rows_moved, checksum, error_code, error_message, "
+    "recorded_at"
+)
+"""The transition columns every dialect selects, in the order ``transition_from_row`` reads."""
+
+INSERT_TRANSITION_COLUMNS = (
+    "run_key, chunk_index, transition, state, attempt, idempotency_key, chunk_start, chunk_end, "
+    "lease_owner, lease_expires_at, started_at, rows_moved, checksum, error_code, error_message"
+)
+
+
+def transition_params(run_key: str, record: NewTransition) -> tuple[Any, ...]:
+    """Parameters for INSERT_TRANSITION_COLUMNS, in order."""
+    return (
+        run_key,
+        record.chunk_index,
+        record.transition,
+        record.state.value,
+        record.attempt,
+        record.idempotency_key,
+        record.chunk_start,
+        record.chunk_end,
+        record.lease_owner,
+        record.lease_expires_at,
+        record.started_at,
+        record.rows,
+        record.checksum,
+        record.error_code,
+        record.error_message,
+    )
+
+
+def transition_from_row(row: Sequence[Any]) -> StoredTransition:
+    return StoredTransition(
+        seq=int(row[0]),
+        chunk_index=int(row[1]),
+        transition=int(row[2]),
+        state=str(row[3]),
+        attempt=int(row[4]),
+        idempotency_key=str(row[5]),
+        chunk_start=str(row[6]),
+        chunk_end=str(row[7]),
+        lease_owner=row[8],
+        lease_expires_at=optional_utc(row[9]),
+        started_at=optional_utc(row[10]),
+        rows=None if row[11] is None else int(row[11]),
+        checksum=row[12],
+        error_code=row[13],
+        error_message=row[14],
+        recorded_at=optional_utc(row[15]),
+    )
+
+
+CAMPAIGN_COLUMNS = (
+    "run_key, workload, process, plan_hash, config_hash, chunk_count, cancelled, cancel_reason, "
+    "created_by, seq, created_at"
+)
+INSERT_CAMPAIGN_COLUMNS = (
+    "run_key, workload, process, plan_hash, config_hash, chunk_count, cancelled, cancel_reason, "
+    "created_by"
+)
+
+
+def campaign_params(head: CampaignHead) -> tuple[Any, ...]:
+    return (
+        head.run_key,
+        head.workload,
+        head.process,
+        head.plan_hash,
+        head.config_hash,
+        head.chunk_count,
+        head.cancelled,
+        head.cancel_reason,
+        head.created_by,
+    )
+
+
+def campaign_from_row(row: Sequence[Any]) -> CampaignHead:
+    return CampaignHead(
+        run_key=str(row[0]),
+        workload=str(row[1]),
+        process=str(row[2]),
+        plan_hash=str(row[3]),
+        config_hash=str(row[4]),
+        chunk_count=int(row[5]),
+        cancelled=bool(row[6]),
+        cancel_reason=row[7],
+        created_by=str(row[8]),
+        seq=int(row[9]),
+        created_at=optional_utc(row[10]),
+    )
+
+
+def view_from_row(row: Sequence[Any]) -> ChunkView:
+    """Decode the chunk-view row: now, campaign found/cancelled/reason, shape (3), transition (16)."""
+    shape = None
+    if row[4] is not None:
+        shape = ShapeRow(int(row[3]), str(row[4]), str(row[5]), str(row[6]))
+    latest = None if row[7] is None else transition_from_row(row[7:23])
+    return ChunkView(
+        now=utc(row[0]),
+        campaign_found=row[1] is not None,
+        cancelled=bool(row[1]),
+        cancel_reason=row[2],
+        shape=shape,
+        latest=latest,
+    )
