@@ -1,0 +1,144 @@
+"""`dpone generate` as a user meets it: exit codes, error lines, JSON, help, generator-only rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dpone.cli import main as dpone_main
+from dpone_generator.cli import generate_command, main_generate
+from projects import project
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_dpone_entry_point_dispatches_generate(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(here / "p", {"alpha": ""})
+    assert dpone_main(["generate", "p/workloads.yaml", "--out", "dags"]) == 0
+    assert "dpone generate: dags: 2 written, 0 unchanged, 0 removed" in capsys.readouterr().out
+    assert dpone_main(["generate", "p/workloads.yaml", "--out", "dags", "--check"]) == 0
+
+
+def test_help_shows_an_example_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main_generate(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: dpone generate" in out
+    assert "dpone generate golden/summary_365_into_40/workloads.yaml --out dags/" in out
+    assert "exit codes: 0" in out
+
+
+def test_missing_out_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main_generate(["catalog.yaml"])
+    assert exc.value.code == 2
+
+
+def test_every_error_is_printed_at_once_as_file_line_col(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(
+        here / "p",
+        {"alpha": "pre_hooks:\n  - {name: a, command: [x]}\n  - {name: a, command: [y]}"},
+    )
+    catalog = here / "p" / "workloads.yaml"
+    text = catalog.read_text(encoding="utf-8").replace(
+        "    image: registry.example.com/dpone-runtime:0.1.0\n", ""
+    )
+    catalog.write_text(text, encoding="utf-8")
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith(
+        "p/workloads.yaml:8:3: DPONE_GENERATE_IMAGE_REQUIRED: workload 'alpha'"
+    )
+    assert lines[1].startswith(
+        "p/workloads.yaml:13:18: DPONE_CATALOG_INVALID: workload 'alpha': pre_hooks name 'a'"
+    )
+    assert lines[-1] == "dpone generate: 2 error(s); nothing was written"
+    assert not (here / "dags").exists()
+
+
+def test_json_format_prints_the_error_list(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project(here / "p", {"alpha": "env: {DPONE_AIRFLOW_MAPPING_ITEM: x}"})
+    assert main_generate(["p/workloads.yaml", "--out", "dags", "--format", "json"]) == 2
+    errors = json.loads(capsys.readouterr().out)
+    assert [e["code"] for e in errors] == ["DPONE_AIRFLOW_PROVIDER_OWNED_ENV"]
+    assert errors[0]["schema"] == "dpone.error.v1"
+    assert (errors[0]["file"], errors[0]["line"]) == ("p/workloads.yaml", 12)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["DPONE_AIRFLOW_MAPPING_ITEM", "DPONE_AIRFLOW_RUN_IDENTITY", "DPONE_AIRFLOW_MAPPING_LABEL"],
+)
+def test_provider_owned_env_is_rejected_before_anything_is_written(
+    here: Path, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(here / "p", {"alpha": f"env: {{{key}: forged}}"})
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 2
+    err = capsys.readouterr().err
+    assert f"DPONE_AIRFLOW_PROVIDER_OWNED_ENV: workload 'alpha': airflow.env.{key} is owned" in err
+    assert not (here / "dags").exists()
+
+
+def test_json_format_on_success_lists_files(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project(here / "p", {"alpha": ""})
+    assert main_generate(["p/workloads.yaml", "--out", "dags", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["written"] == ["alpha.py", "dpone_pools.json"]
+    assert main_generate(["p/workloads.yaml", "--out", "dags", "--check", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["up_to_date"] is True and doc["unchanged"] == ["alpha.py", "dpone_pools.json"]
+
+
+def test_kubernetes_workload_needs_a_secret_for_every_connection(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(here / "p", {"alpha": "secrets: []"})
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 2
+    err = capsys.readouterr().err
+    assert (
+        "DPONE_CATALOG_INVALID: workload 'alpha': process 'alpha' uses connection 'warehouse'"
+        in err
+    )
+    assert err.count("uses connection") == 1  # one error per connection
+
+
+def test_subprocess_workload_needs_no_image_and_no_secret(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(here / "p", {"alpha": "flavour: subprocess\nsecrets: []"})
+    text = (here / "p" / "workloads.yaml").read_text(encoding="utf-8")
+    (here / "p" / "workloads.yaml").write_text(
+        text.replace("    image: registry.example.com/dpone-runtime:0.1.0\n", "")
+    )
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 0
+    source = (here / "dags" / "alpha.py").read_text(encoding="utf-8")
+    assert "DponeRuntimeSubprocessOperator(" in source and "KubernetesPodOperator" not in source
+    assert "Connections come from the worker's environment: DPONE_CONN_WAREHOUSE." in source
+
+
+def test_dag_ids_differing_only_in_case_conflict(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(here / "p", {"alpha": "dag_id: Orders", "beta": "dag_id: orders"})
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 2
+    assert "DPONE_GENERATE_CONFLICT: workload 'beta': dag_id 'orders' differs from 'Orders'" in (
+        capsys.readouterr().err
+    )
+
+
+def test_absolute_catalog_path_is_written_relative(here: Path) -> None:
+    project(here / "p", {"alpha": ""})
+    assert generate_command(str(here / "p" / "workloads.yaml"), "dags", check=False) == 0
+    assert "# catalog: p/workloads.yaml\n" in (here / "dags" / "alpha.py").read_text(
+        encoding="utf-8"
+    )
+    assert generate_command("./p/../p/workloads.yaml", "dags", check=True) == 0

@@ -1,0 +1,148 @@
+"""The output folder: atomic writes, stale removal, never touching a hand-written file, --check."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from dpone_generator import emit
+from dpone_generator.cli import generate_command
+from projects import project
+
+MAPPED = "mapping: {mode: visible, max_items: 20, max_active: 2, pool: dpone_test}"
+
+
+@pytest.fixture
+def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    project(tmp_path / "repo", {"alpha": MAPPED, "beta": ""})
+    return tmp_path
+
+
+CATALOG = "repo/workloads.yaml"
+
+
+def _gen(*, check: bool = False, out: str = "dags", catalog: str = CATALOG) -> int:
+    return generate_command(catalog, out, check=check)
+
+
+def test_first_run_writes_dag_files_and_pools_file(proj: Path) -> None:
+    assert _gen() == 0
+    names = sorted(p.name for p in (proj / "dags").iterdir())
+    assert names == ["alpha.py", "beta.py", "dpone_pools.json"]
+    for path in (proj / "dags").iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert _gen(check=True) == 0
+
+
+def test_unchanged_files_are_not_rewritten(proj: Path) -> None:
+    assert _gen() == 0
+    before = {p.name: p.stat().st_mtime_ns for p in (proj / "dags").iterdir()}
+    os.utime(proj / "dags" / "alpha.py", ns=(1, 1))
+    assert _gen() == 0
+    assert (proj / "dags" / "alpha.py").stat().st_mtime_ns == 1
+    after = {p.name: p.stat().st_mtime_ns for p in (proj / "dags").iterdir()}
+    assert after["beta.py"] == before["beta.py"]
+
+
+def test_stale_generated_file_of_this_catalog_is_removed_others_are_kept(proj: Path) -> None:
+    assert _gen() == 0
+    hand = proj / "dags" / "hand_written.py"
+    hand.write_text("from airflow import DAG\n", encoding="utf-8")
+    project(proj / "other", {"gamma": ""})
+    assert _gen(catalog="other/workloads.yaml", out="dags") == 0  # another catalog, same folder
+    project(proj / "repo", {"alpha": MAPPED})  # beta removed from the catalog
+    assert _gen(check=True) == 1
+    assert (proj / "dags" / "beta.py").exists()  # --check writes and removes nothing
+    assert _gen() == 0
+    names = sorted(p.name for p in (proj / "dags").iterdir())
+    assert names == ["alpha.py", "dpone_pools.json", "gamma.py", "hand_written.py"]
+    assert hand.read_text(encoding="utf-8") == "from airflow import DAG\n"
+
+
+def test_hand_written_file_with_a_generated_name_is_a_conflict(
+    proj: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (proj / "dags").mkdir()
+    (proj / "dags" / "alpha.py").write_text("# mine\n", encoding="utf-8")
+    assert _gen() == 2
+    err = capsys.readouterr().err
+    assert (
+        "dags/alpha.py: DPONE_GENERATE_CONFLICT: dags/alpha.py: exists and was not generated" in err
+    )
+    assert (proj / "dags" / "alpha.py").read_text(encoding="utf-8") == "# mine\n"
+    assert not (proj / "dags" / "beta.py").exists()  # all or nothing
+    assert _gen(check=True) == 2
+
+
+def test_file_generated_from_another_catalog_is_a_conflict(
+    proj: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(proj / "other", {"alpha": ""})
+    assert _gen(catalog="other/workloads.yaml") == 0
+    assert _gen() == 2
+    assert "was generated from another catalog (other/workloads.yaml)" in capsys.readouterr().err
+
+
+def test_foreign_pools_file_is_a_conflict(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "dags").mkdir()
+    (proj / "dags" / "dpone_pools.json").write_text('{"x": {"slots": 1}}', encoding="utf-8")
+    assert _gen() == 2
+    assert "is not a dpone pools file" in capsys.readouterr().err
+
+
+def test_check_prints_a_unified_diff_per_file_and_the_fix(
+    proj: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _gen(check=True) == 1
+    out, err = capsys.readouterr()
+    assert "--- /dev/null\n+++ b/dags/alpha.py\n" in out
+    assert "3 missing" in err and f"dpone generate {CATALOG} --out dags" in err
+    assert not (proj / "dags").exists()
+    assert _gen() == 0
+    alpha = proj / "dags" / "alpha.py"
+    alpha.write_text(alpha.read_text(encoding="utf-8").replace("retries=0", "retries=5"))
+    assert _gen(check=True) == 1
+    out, err = capsys.readouterr()
+    assert "--- a/dags/alpha.py\n+++ b/dags/alpha.py\n" in out
+    assert "-        retries=5," in out and "+        retries=0," in out
+    assert "1 changed, 0 missing, 0 stale" in err
+
+
+def test_out_naming_a_file_is_an_error(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "dags").write_text("", encoding="utf-8")
+    assert _gen() == 2
+    assert "DPONE_GENERATE_OUTPUT_FAILED" in capsys.readouterr().err
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_file(
+    proj: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _gen() == 0
+    alpha = proj / "dags" / "alpha.py"
+    old = alpha.read_bytes()
+    alpha.write_bytes(old.replace(b"retries=0", b"retries=7"))
+    edited = alpha.read_bytes()
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(emit.os, "replace", broken_replace)
+    assert _gen() == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert alpha.read_bytes() == edited
+    assert sorted(p.name for p in (proj / "dags").iterdir()) == [
+        "alpha.py",
+        "beta.py",
+        "dpone_pools.json",
+    ]
+
+
+def test_header_catalog_reads_only_dpone_headers() -> None:
+    assert emit.header_catalog("# Generated by dpone — do not edit.\n# catalog: a/b.yaml\n") == (
+        "a/b.yaml"
+    )
+    assert emit.header_catalog("# catalog: a/b.yaml\n") is None
+    assert emit.header_catalog("") is None

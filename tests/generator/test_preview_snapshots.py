@@ -1,0 +1,32 @@
+"""`dpone preview` output of every golden case, pinned by snapshots (text and JSON).
+
+Update after a deliberate change with:
+
+    .venv/bin/pytest tests/generator/test_preview_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import golden_cases
+from dpone.cli import main as dpone_main
+from syrupy.assertion import SnapshotAssertion
+
+
+@pytest.mark.parametrize("case", golden_cases())
+def test_preview_text(
+    case: str, in_root: Path, capsys: pytest.CaptureFixture[str], snapshot: SnapshotAssertion
+) -> None:
+    assert dpone_main(["preview", f"golden/{case}/workloads.yaml"]) == 0
+    assert capsys.readouterr().out == snapshot
+
+
+@pytest.mark.parametrize("case", golden_cases())
+def test_preview_json(
+    case: str, in_root: Path, capsys: pytest.CaptureFixture[str], snapshot: SnapshotAssertion
+) -> None:
+    assert dpone_main(["preview", f"golden/{case}/workloads.yaml", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == snapshot
