@@ -230,7 +230,7 @@ def campaign(tmp_path: Path) -> dict[str, Any]:
 def test_status_document_counts_and_groups(campaign: dict[str, Any]) -> None:
     assert campaign["counts"] == COUNTS
     assert [len(g["states"]) for g in campaign["items"]] == [20] * 12
-    assert campaign["items"][0]["label"].startswith("item 0 [2023-01-01 .. ")
+    assert campaign["items"][0]["label"] == "item 0 chunks 1-20 [2023-01-01 .. 2023-01-21)"
     assert len(campaign["running_leases"]) == COUNTS["running"]
     assert [x["expired"] for x in campaign["running_leases"][:3]] == [True, True, False]
     assert len(campaign["failures"]) == COUNTS["failed"]

@@ -59,8 +59,13 @@ def groups_for(plan: ProcessPlan) -> list[Group]:
 def _item_group(plan: ProcessPlan, item: MappingItem) -> Group:
     first = plan.chunks[item.first_chunk_index - 1]
     last = plan.chunks[item.last_chunk_index - 1]
+    chunks = (
+        f"chunk {item.first_chunk_index}"
+        if item.first_chunk_index == item.last_chunk_index
+        else f"chunks {item.first_chunk_index}-{item.last_chunk_index}"
+    )
     return Group(
-        f"item {item.item_index} [{first.start} .. {last.end})",
+        f"item {item.item_index} {chunks} [{first.start} .. {last.end})",
         item.first_chunk_index,
         item.last_chunk_index,
     )
@@ -165,12 +170,13 @@ section{margin-bottom:32px}
 .banner{background:#fff1f0;border:1px solid #d1302f;color:#82071e;padding:6px 10px;margin:8px 0;border-radius:4px}
 .bar{display:flex;height:12px;width:720px;max-width:100%;border-radius:3px;overflow:hidden;margin:8px 0}
 .legend span.cell{vertical-align:-2px}.legend{margin:6px 0 10px}
-.group{display:flex;align-items:center;gap:10px;margin:2px 0}
-.label{flex:0 0 300px;font:12px ui-monospace,monospace;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-.cells{display:flex;flex-wrap:wrap;gap:2px;max-width:720px}
+.grid{display:grid;grid-template-columns:max-content max-content 1fr;gap:2px 12px;align-items:center}
+.group{display:contents}
+.label{font:12px ui-monospace,monospace;white-space:nowrap}
+.cells{display:flex;flex-wrap:wrap;gap:2px;max-width:820px}
 .cell{display:inline-block;width:14px;height:14px;border-radius:2px}
 .cell.expired{box-shadow:inset 0 0 0 2px #1f2328}
-.done{flex:0 0 64px;font:12px ui-monospace,monospace;color:#57606a;text-align:right}
+.done{font:12px ui-monospace,monospace;color:#57606a;text-align:right}
 table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:3px 8px;font-size:12px;text-align:left}
 th{background:#f6f8fa}td.code{font-family:ui-monospace,monospace}
 .none{color:#57606a;font-size:12px}
