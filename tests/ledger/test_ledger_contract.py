@@ -9,11 +9,10 @@ import time
 from typing import Any
 
 import pytest
-from ledger_backends import Backend, bad_record, make_shape
-
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, LeaseStatus
+from ledger_backends import Backend, bad_record, make_shape
 
 
 def test_capabilities_say_what_mapped_execution_may_use(backend: Backend) -> None:

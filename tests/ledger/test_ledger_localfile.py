@@ -1,0 +1,99 @@
+"""local_file specifics: journal + compaction, torn lines, many threads, two processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import threading
+from pathlib import Path
+
+from dpone.ledger.localfile import LocalFileLedger
+from dpone.ledger.port import ChunkResult, ChunkState, LeaseStatus
+from ledger_backends import make_shape
+
+
+def _run_all(path: str, run_key: str, chunks: int, owner: str) -> list[int]:
+    store = LocalFileLedger(path, compact_every=50)
+    shape = make_shape(run_key, chunks)
+    store.initialize(shape, owner, 10)
+    mine = []
+    for chunk in shape.chunks:
+        outcome = store.acquire_lease(shape, chunk, owner, 30)
+        if outcome.status is LeaseStatus.ACQUIRED and outcome.lease is not None:
+            store.complete(outcome.lease, chunk, ChunkResult(committed=True))
+            mine.append(chunk.index)
+    store.close()
+    return mine
+
+
+def test_journal_appends_and_compaction_keep_every_record(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    store = LocalFileLedger(path, compact_every=25)
+    shape = make_shape("bf-local", 40)
+    store.initialize(shape, "a", 5)
+    for chunk in shape.chunks:
+        lease = store.acquire_lease(shape, chunk, "a", 30).lease
+        assert lease is not None
+        store.complete(lease, chunk, ChunkResult(committed=True, rows=chunk.index))
+    assert path.exists()  # compacted at least once
+    lines = (tmp_path / "ledger.json.journal").read_text().splitlines()
+    assert len(lines) < 25  # the journal was folded into the snapshot
+    reopened = LocalFileLedger(path)
+    ledger = reopened.load("bf-local")
+    assert ledger is not None and ledger.complete
+    assert ledger.records[40].rows == 40
+    store.close()
+    reopened.close()
+
+
+def test_a_torn_last_line_is_ignored_and_cut(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    store = LocalFileLedger(path)
+    shape = make_shape("bf-torn", 2)
+    store.initialize(shape, "a", 5)
+    store.close()
+    with open(tmp_path / "ledger.json.journal", "a") as journal:
+        journal.write('{"seq": 99, "kind": "transi')  # a crash mid-append
+    store = LocalFileLedger(path)
+    outcome = store.acquire_lease(shape, shape.chunks[0], "a", 30)
+    assert outcome.status is LeaseStatus.ACQUIRED
+    for line in (tmp_path / "ledger.json.journal").read_text().splitlines():
+        json.loads(line)  # every line whole again
+    store.close()
+
+
+def test_one_instance_shared_by_many_threads(tmp_path: Path) -> None:
+    store = LocalFileLedger(tmp_path / "ledger.json", compact_every=100)
+    shape = make_shape("bf-threads", 120)
+    store.initialize(shape, "setup", 5)
+    taken: list[int] = []
+    guard = threading.Lock()
+
+    def worker(number: int) -> None:
+        for chunk in shape.chunks:
+            outcome = store.acquire_lease(shape, chunk, f"t{number}", 30)
+            if outcome.status is LeaseStatus.ACQUIRED and outcome.lease is not None:
+                with guard:
+                    taken.append(chunk.index)
+                store.complete(outcome.lease, chunk, ChunkResult(committed=True))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(taken) == list(range(1, 121))
+    ledger = store.load("bf-threads")
+    assert ledger is not None and all(
+        r.state is ChunkState.COMMITTED for r in ledger.records.values()
+    )
+    store.close()
+
+
+def test_two_processes_share_one_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.json")
+    with mp.get_context("spawn").Pool(2) as pool:
+        results = pool.starmap(_run_all, [(path, "bf-mp", 80, "p0"), (path, "bf-mp", 80, "p1")])
+    assert sorted(results[0] + results[1]) == list(range(1, 81))
+    ledger = LocalFileLedger(path).load("bf-mp")
+    assert ledger is not None and ledger.complete
