@@ -58,6 +58,10 @@ def _type_ok(value: Any, expected: str) -> bool:
     raise ValueError(f"unsupported schema type {expected!r}")
 
 
+def _any_type_ok(value: Any, types: list[str]) -> bool:
+    return any(_type_ok(value, t) for t in types)
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
@@ -114,7 +118,7 @@ def _walk(
     expected = schema.get("type")
     if expected is not None:
         types = expected if isinstance(expected, list) else [expected]
-        if not any(_type_ok(value, t) for t in types):
+        if not (_type_ok(value, types[0]) if len(types) == 1 else _any_type_ok(value, types)):
             out.append(
                 SchemaViolation(path, f"must be {' or '.join(types)}, got {_describe(value)}")
             )

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring
 from typing import Any
+
+# The exact encoder json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False) builds
+# on every call; made once, it gives the same bytes without the per-call construction.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def _reject_floats(value: Any, path: str = "$") -> None:
@@ -25,10 +31,35 @@ def _reject_floats(value: Any, path: str = "$") -> None:
     raise TypeError(f"{type(value).__name__} at {path} is not canonical JSON")
 
 
+def _plainly_canonical(value: Any) -> bool:
+    """True when ``value`` holds only exact str/int/bool/None, str-keyed dicts, lists and tuples.
+
+    The common case, checked without building error paths; anything else (a float, a subclass,
+    a foreign type) goes through the precise walk, which raises or accepts exactly as before.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind in _PLAIN_SCALARS:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        else:
+            return False
+    return True
+
+
 def canonical_text(value: Any) -> str:
     """sort_keys, no spaces, UTF-8 kept as is; raises TypeError on floats and foreign types."""
-    _reject_floats(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if not _plainly_canonical(value):
+        _reject_floats(value)
+    return _ENCODER.encode(value)
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -38,6 +69,27 @@ def canonical_bytes(value: Any) -> bytes:
 def fingerprint(value: Any) -> str:
     """``sha256:`` + 64 lowercase hex over the canonical bytes of ``value``."""
     return "sha256:" + hashlib.sha256(canonical_bytes(value)).hexdigest()
+
+
+# --- fixed-shape fast paths -----------------------------------------------------------------------
+# Chunk keys, plan hashes and item env values have a fixed set of keys and only str/int values.
+# Their planners write the canonical text directly with these helpers (keys in sorted order, no
+# spaces) instead of building a dict per value; tests prove the bytes equal canonical_text().
+
+
+def json_scalar(value: Any) -> str | None:
+    """The canonical JSON of an exact str or int (as json.dumps writes it), else None."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring(value)
+    if kind is int:
+        return int.__repr__(value)
+    return None
+
+
+def fingerprint_text(text: str) -> str:
+    """``sha256:`` + hex over text that is already canonical JSON."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def is_fingerprint(value: object) -> bool:

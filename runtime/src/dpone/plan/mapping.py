@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dpone.plan.canonical import canonical_text, fingerprint
+from dpone.plan.canonical import canonical_text, fingerprint, json_scalar
 
 PLAN_SCHEMA = "dpone.airflow-mapping-plan.v1"
 ITEM_SCHEMA = "dpone.airflow-mapping-item.v1"
@@ -24,6 +24,7 @@ DEFAULT_POOL = "dpone_backfill"
 ITEM_MAX_BYTES = 8 * 1024
 POOL_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,249}$")
 POLICY_FIELDS = ("mode", "max_items", "max_active", "pool")
+_ITEM_SCHEMA_JSON = '"' + ITEM_SCHEMA + '"'  # plain ASCII: its JSON string is itself in quotes
 
 
 @dataclass(frozen=True)
@@ -178,10 +179,28 @@ class MappingPlan:
 
     def item_env_value(self, item: MappingItem) -> str:
         """Canonical JSON of the item, as written into DPONE_AIRFLOW_MAPPING_ITEM (<= 8 KiB)."""
-        text = canonical_text(self.item_payload(item))
+        text = self._item_text(item)
         if len(text.encode("utf-8")) > ITEM_MAX_BYTES:
             raise ValueError(f"mapping item exceeds {ITEM_MAX_BYTES} bytes")
         return text
+
+    def _item_text(self, item: MappingItem) -> str:
+        """canonical_text(self.item_payload(item)), written directly (keys in sorted order)."""
+        plan_hash, plan_fp = json_scalar(self.backfill_plan_hash), json_scalar(
+            self.plan_fingerprint
+        )
+        mode = json_scalar(self.mode)
+        numbers = (item.item_index, item.first_chunk_index, item.last_chunk_index)
+        if plan_hash is None or plan_fp is None or mode is None:
+            return canonical_text(self.item_payload(item))
+        if any(type(number) is not int for number in numbers):
+            return canonical_text(self.item_payload(item))
+        return (
+            f'{{"backfill_plan_hash":{plan_hash},"chunks_count":{item.chunks_count},'
+            f'"first_chunk_index":{item.first_chunk_index},"item_index":{item.item_index},'
+            f'"last_chunk_index":{item.last_chunk_index},"mapping_plan_fingerprint":{plan_fp},'
+            f'"mode":{mode},"schema":{_ITEM_SCHEMA_JSON}}}'
+        )
 
 
 def _plan_body(

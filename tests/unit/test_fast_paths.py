@@ -1,0 +1,138 @@
+"""The planners write canonical JSON of fixed shapes directly (bench/plan_bench.py): those bytes
+must equal the generic canonical_text of the same value, on every input, including the inputs
+that fall back to the generic path."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+import pytest
+from dpone.plan.canonical import canonical_text, fingerprint, fingerprint_text, json_scalar
+from dpone.plan.chunks import Chunk, ChunkSpec, idempotency_key, plan_chunks, plan_hash
+from dpone.plan.mapping import MappingItem, MappingPolicy, plan_mapping
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from .support import independent_fingerprint
+
+
+class Level(enum.IntEnum):
+    ONE = 1
+
+
+class Name(str):
+    pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text() | st.integers())
+def test_json_scalar_is_canonical_text(value: str | int) -> None:
+    assert json_scalar(value) == canonical_text(value)
+
+
+@pytest.mark.parametrize("value", [True, False, None, 1.0, Level.ONE, Name("x"), [1], {"a": 1}])
+def test_json_scalar_refuses_everything_else(value: Any) -> None:
+    assert json_scalar(value) is None
+
+
+def test_fingerprint_text_is_fingerprint_of_canonical_text() -> None:
+    value = {"b": [1, "ü"], "a": None}
+    assert fingerprint_text(canonical_text(value)) == fingerprint(value)
+
+
+def test_canonical_text_still_accepts_int_and_str_subclasses() -> None:
+    assert canonical_text({"a": Level.ONE, "b": Name("x")}) == '{"a":1,"b":"x"}'
+    assert canonical_text({"t": (Level.ONE,)}) == '{"t":[1]}'
+
+
+run_keys = st.text(min_size=1, max_size=30) | st.sampled_from(["bf-0123", 'q"uote\\', "ü\n\t"])
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> ChunkSpec:
+    kind = draw(st.sampled_from(["integer", "date", "timestamp"]))
+    step = draw(st.integers(1, 9))
+    if kind == "integer":
+        start = draw(st.integers(-(10**12), 10**12))
+        return ChunkSpec("c", kind, start, start + draw(st.integers(1, 300)), step, "value")
+    if kind == "date":
+        unit = draw(st.sampled_from(["day", "week", "month"]))
+        year = draw(st.integers(1990, 2040))
+        return ChunkSpec("c", kind, f"{year}-01-31", f"{year + 1}-03-01", step, unit)
+    unit = draw(st.sampled_from(["hour", "minute"]))
+    return ChunkSpec("c", kind, "2024-03-30T22:00:00Z", "2024-04-01T03:00:00Z", step * 7, unit)
+
+
+@settings(max_examples=150, deadline=None)
+@given(specs(), run_keys)
+def test_chunk_keys_and_plan_hash_equal_the_generic_form(spec: ChunkSpec, run_key: str) -> None:
+    chunks = plan_chunks(spec, run_key)
+    for chunk in chunks:
+        assert chunk.idempotency_key == idempotency_key(
+            run_key, chunk.index, chunk.start, chunk.end
+        )
+        assert chunk == Chunk(chunk.index, chunk.start, chunk.end, chunk.idempotency_key)
+        assert hash(chunk) == hash(
+            Chunk(chunk.index, chunk.start, chunk.end, chunk.idempotency_key)
+        )
+    assert plan_hash(chunks) == independent_fingerprint([c.canonical() for c in chunks])
+
+
+def test_fast_chunks_are_ordinary_frozen_chunks() -> None:
+    chunk = plan_chunks(ChunkSpec("c", "integer", 0, 10, 5, "value"), "rk")[0]
+    assert type(chunk) is Chunk and dataclasses.asdict(chunk)["index"] == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        chunk.index = 2  # type: ignore[misc]
+    assert repr(chunk).startswith("Chunk(index=1, start=0, end=5, idempotency_key='sha256:")
+
+
+def test_plan_hash_falls_back_for_unusual_chunks() -> None:
+    chunks = (Chunk(1, Level.ONE, 2, "k"), Chunk(2, 2, Name("3"), "k2"))
+    assert plan_hash(chunks) == fingerprint([c.canonical() for c in chunks])
+    with pytest.raises(TypeError, match="float"):
+        plan_hash((Chunk(1, 0.5, 1, "k"),))
+
+
+def test_run_key_of_another_type_takes_the_generic_path() -> None:
+    spec = ChunkSpec("c", "integer", 0, 3, 1, "value")
+    chunks = plan_chunks(spec, Name("rk"))
+    assert [c.idempotency_key for c in chunks] == [
+        c.idempotency_key for c in plan_chunks(spec, "rk")
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    chunks=st.integers(1, 2000),
+    max_items=st.integers(1, 200),
+    mode=st.sampled_from(["summary", "visible"]),
+    pool=st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,30}", fullmatch=True),
+)
+def test_item_env_values_equal_the_generic_form(
+    chunks: int, max_items: int, mode: str, pool: str
+) -> None:
+    if mode == "visible":
+        chunks = min(chunks, max_items)
+    plan = plan_mapping(
+        MappingPolicy(mode, max_items, min(16, max_items), pool), chunks, "sha256:" + "9" * 64
+    )
+    assert plan is not None
+    for item in plan.items:
+        env = plan.item_env_value(item)
+        assert env == canonical_text(plan.item_payload(item))
+        assert json.loads(env) == plan.item_payload(item)
+    artifact = plan.to_artifact()
+    body = {k: v for k, v in artifact.items() if k != "plan_fingerprint"}
+    assert artifact["plan_fingerprint"] == independent_fingerprint(body)
+
+
+def test_item_env_value_falls_back_for_unusual_fields() -> None:
+    plan = plan_mapping(MappingPolicy("summary", 2, 1, "p"), 4, "sha256:" + "1" * 64)
+    assert plan is not None
+    odd = dataclasses.replace(plan, mode=Name("summary"))
+    item = MappingItem(Level.ONE, 3, 4)
+    assert odd.item_env_value(item) == canonical_text(odd.item_payload(item))
+    assert plan.item_env_value(item) == canonical_text(plan.item_payload(item))
