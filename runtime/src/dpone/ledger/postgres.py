@@ -1,9 +1,10 @@
 """The Postgres ledger: append-only chunk transitions under transaction-level advisory locks.
 
 Only transaction-scoped locks are used (``pg_advisory_xact_lock``), so PgBouncer transaction pooling
-is safe and a crashed process can never leave a lock behind. Every chunk transaction is sent as one
-pipelined batch (BEGIN, bounded lock, read) and one more (append, COMMIT): two network round trips
-per lease or completion. Times come from the server's ``clock_timestamp()``.
+is safe and a crashed process can never leave a lock behind. A lease or a completion is one
+function call in a short transaction (BEGIN; lease_append(...) or close_append(...); COMMIT): the
+function takes the chunk lock with a bounded wait, reads the chunk and appends conditionally.
+Times come from the server's ``clock_timestamp()``.
 """
 
 from __future__ import annotations
