@@ -133,7 +133,7 @@ def test_check_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: lis
 
 def test_check_console_script_exit_codes(tmp_path: Path) -> None:
     dpone = Path(sys.executable).with_name("dpone")
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"NO_COLOR": "1"}
+    env = {**os.environ, "NO_COLOR": "1"}
     golden = GOLDEN_CATALOGS[0].relative_to(REPO)
     results = [
         subprocess.run(
