@@ -249,7 +249,7 @@ def test_campaign_lock_busy_within_the_bounded_wait(backend: Backend) -> None:
 
 
 def test_threads_never_hold_the_same_chunk(backend: Backend) -> None:
-    shape = make_shape("bf-threads", chunks=24)
+    shape = make_shape("bf-threads", chunks=12)
     backend.open().initialize(shape, "setup", 5)
     holders: dict[int, list[str]] = {}
     guard = threading.Lock()
@@ -277,7 +277,7 @@ def test_threads_never_hold_the_same_chunk(backend: Backend) -> None:
     for thread in threads:
         thread.join(60)
     assert not failures, failures
-    assert sorted(holders) == list(range(1, 25))
+    assert sorted(holders) == list(range(1, 13))
     assert all(len(owners) == 1 for owners in holders.values()), holders
     assert backend.open().load(shape.run_key).complete  # type: ignore[union-attr]
 

@@ -64,7 +64,7 @@ def test_a_torn_last_line_is_ignored_and_cut(tmp_path: Path) -> None:
 
 def test_one_instance_shared_by_many_threads(tmp_path: Path) -> None:
     store = LocalFileLedger(tmp_path / "ledger.json", compact_every=100)
-    shape = make_shape("bf-threads", 120)
+    shape = make_shape("bf-threads", 60)
     store.initialize(shape, "setup", 5)
     taken: list[int] = []
     guard = threading.Lock()
@@ -82,7 +82,7 @@ def test_one_instance_shared_by_many_threads(tmp_path: Path) -> None:
         thread.start()
     for thread in threads:
         thread.join(60)
-    assert sorted(taken) == list(range(1, 121))
+    assert sorted(taken) == list(range(1, 61))
     ledger = store.load("bf-threads")
     assert ledger is not None and all(
         r.state is ChunkState.COMMITTED for r in ledger.records.values()
@@ -93,7 +93,7 @@ def test_one_instance_shared_by_many_threads(tmp_path: Path) -> None:
 def test_two_processes_share_one_file(tmp_path: Path) -> None:
     path = str(tmp_path / "ledger.json")
     with mp.get_context("spawn").Pool(2) as pool:
-        results = pool.starmap(_run_all, [(path, "bf-mp", 80, "p0"), (path, "bf-mp", 80, "p1")])
-    assert sorted(results[0] + results[1]) == list(range(1, 81))
+        results = pool.starmap(_run_all, [(path, "bf-mp", 40, "p0"), (path, "bf-mp", 40, "p1")])
+    assert sorted(results[0] + results[1]) == list(range(1, 41))
     ledger = LocalFileLedger(path).load("bf-mp")
     assert ledger is not None and ledger.complete
