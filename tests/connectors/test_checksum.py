@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from decimal import Decimal
 from typing import Any
 
@@ -14,6 +13,7 @@ from dpone.connectors.base import (
     canonical_float,
     canonical_text,
     format_checksum,
+    pg_hash64,
 )
 from dpone.connectors.postgres import PgConnection, checksum_select, checksum_value
 from hypothesis import HealthCheck, given, settings
@@ -68,10 +68,32 @@ def test_checksum_scheme_is_frozen() -> None:
     """A change here changes every stored checksum: bump CHECKSUM_SCHEME instead."""
     check = RowChecksum(["id", "name", "day"])
     check.add_many([(1, 'a "b", c', dt.date(2024, 1, 1)), (2, None, dt.date(2024, 1, 2))])
-    first = int.from_bytes(hashlib.md5(b'"2024-01-01","1","a ""b"", c"').digest()[:8], "big")
-    second = int.from_bytes(hashlib.md5(b'"2024-01-02","2",N').digest()[:8], "big")
+    first = pg_hash64(b'"2024-01-01","1","a ""b"", c"')
+    second = pg_hash64(b'"2024-01-02","2",N')
     assert check.value() == format_checksum(2, first + second)
-    assert check.value() == "rowsum-md5-v1:2:" + f"{(first + second) % 2**64:016x}"
+    assert check.value().startswith("rowsum-pghash64-v1:2:")
+    # fixed vectors of Postgres 15's hashtextextended(text, 0) on x86_64
+    assert pg_hash64(b"") == 0x9FB1B765A7EA466D
+    assert pg_hash64(b"dpone") == 0x04F0519AEAE8132D
+
+
+@pytest.mark.postgres
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    texts=st.lists(
+        st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=70),
+        max_size=60,
+    )
+)
+def test_pg_hash64_is_hashtextextended(pg: Pg, texts: list[str]) -> None:
+    found = pg.rows(
+        'SELECT hashtextextended(s COLLATE "C", 0) FROM unnest(%s::text[]) WITH ORDINALITY'
+        " AS t(s, i) ORDER BY i",
+        (texts,),
+    )
+    assert [int(v) % 2**64 for (v,) in found] == [pg_hash64(t.encode()) for t in texts]
 
 
 # --- Python == Postgres SQL, for generated values -------------------------------------------------
@@ -120,7 +142,7 @@ def test_python_and_postgres_agree(pg: Pg, rows: list[tuple[Any, ...]]) -> None:
                     copy.write_row(row)
             cur.execute("SELECT * FROM gen LIMIT 0")
             typed = [(d.name, int(d.type_code)) for d in cur.description or []]
-            cur.execute(checksum_select(sql.SQL("gen"), typed, True))
+            cur.execute(checksum_select(sql.SQL("gen"), typed))
             in_sql = checksum_value(cur.fetchone())[1]
             cur.execute("SELECT * FROM gen")
             loaded = cur.fetchall()

@@ -206,7 +206,7 @@ def test_empty_chunk(route: Route) -> None:
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("replace") as sink:
         result = sink.write_chunk(source, window)
-    assert (result.rows, result.checksum) == (0, "rowsum-md5-v1:0:0000000000000000")
+    assert (result.rows, result.checksum) == (0, "rowsum-pghash64-v1:0:0000000000000000")
 
 
 def test_constraint_violation_rolls_back_the_whole_chunk(route: Route) -> None:
@@ -340,21 +340,26 @@ def test_hostile_identifiers_are_quoted(route: Route) -> None:
     ) == [(10,)]
 
 
-def test_hostile_bound_is_bound_as_data(route: Route) -> None:
-    canary = route.sink.schema()
-    route.sink.run(sql.SQL("CREATE TABLE {}.canary (x int)").format(sql.Identifier(canary)))
+@pytest.mark.parametrize("mode", ["replace", "append"])
+def test_hostile_bound_is_bound_as_data(route: Route, mode: str) -> None:
+    """replace fails on the sink's DELETE; append reaches the source's COPY or INSERT..SELECT."""
+    canaries = []
+    for db in (route.src, route.sink):
+        canary = db.schema()
+        db.run(sql.SQL("CREATE TABLE {}.canary (x int)").format(sql.Identifier(canary)))
+        canaries.append((db, canary))
     create_pg(route.sink, route.sink_schema, rows=ROWS[:5])
-    hostile = f"2024-01-03'; DROP TABLE {canary}.canary; --"
+    hostile = "2024-01-03'; " + " ".join(f"DROP TABLE {c}.canary;" for _, c in canaries) + " --"
     window = ChunkWindow("order_date", "date", "2024-01-02", hostile)
-    with route.source() as source, route.open_sink("replace") as sink:
+    with route.source() as source, route.open_sink(mode) as sink:
         with pytest.raises(DponeError) as caught:
             sink.write_chunk(source, window)
-    assert caught.value.code in (errors.SOURCE_FAILED, errors.SINK_FAILED)
+    copy_source = mode == "append" and route.path != "insert-select"
+    assert caught.value.code == (errors.SOURCE_FAILED if copy_source else errors.SINK_FAILED)
     assert "InvalidDatetimeFormat" in caught.value.message
-    assert "DROP" not in caught.value.message.split("[")[0]
-    assert route.sink.rows(
-        sql.SQL("SELECT count(*) FROM {}.canary").format(sql.Identifier(canary))
-    ) == [(0,)]
+    for db, canary in canaries:
+        count = sql.SQL("SELECT count(*) FROM {}.canary").format(sql.Identifier(canary))
+        assert db.rows(count) == [(0,)]
     assert len(pg_rows(route.sink, route.sink_schema)) == 5
 
 
@@ -510,3 +515,19 @@ def test_preflight_warnings(route: Route) -> None:
     assert "does not exist" in missing
     replace.close()
     merge.close()
+
+
+def test_python_checksum_fallback_agrees_with_sql(
+    route: Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-UTF-8 database or a big-endian server hashes in Python: same value, read back."""
+    from dpone.connectors import postgres
+
+    window = WINDOWS["timestamp"]
+    create_pg(route.sink, route.sink_schema, rows=[])
+    with route.source() as source, route.open_sink("merge") as sink:
+        in_sql = sink.write_chunk(source, window)
+        monkeypatch.setattr(postgres, "sql_checksum_supported", lambda cur: False)
+        in_python = sink.write_chunk(source, window)
+        assert source.checksum(window) == in_sql.checksum
+    assert in_python == in_sql

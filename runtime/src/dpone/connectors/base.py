@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import hashlib
 import math
 import re
+import struct
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Sequence
@@ -30,8 +30,9 @@ INNER_MODES: tuple[str, ...] = ("replace", "merge", "append")
 CHUNK_TYPES: tuple[str, ...] = ("date", "timestamp", "integer")
 
 #: Name and version of the checksum scheme; part of every checksum string.
-CHECKSUM_SCHEME = "rowsum-md5-v1"
+CHECKSUM_SCHEME = "rowsum-pghash64-v1"
 _MASK64 = (1 << 64) - 1
+_MASK32 = 0xFFFFFFFF
 _TIMESTAMP_BOUND = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})Z$")
 
 
@@ -421,11 +422,75 @@ def format_checksum(count: int, total: int) -> str:
     return f"{CHECKSUM_SCHEME}:{count}:{total & _MASK64:016x}"
 
 
+def pg_hash64(data: bytes) -> int:
+    """Postgres's ``hashtextextended(text, 0)`` of UTF-8 ``data``, as an unsigned 64-bit int.
+
+    A port of ``hash_bytes_extended`` (src/common/hashfn.c: Bob Jenkins' lookup3, words read
+    little-endian, the result ``b << 32 | c``). Postgres keeps it stable across releases because
+    hash partitions and hash indexes survive pg_upgrade; a big-endian server computes another value,
+    which the Postgres connector detects with a probe (and then hashes in Python instead).
+    """
+    m = _MASK32
+    n = len(data)
+    a = b = c = (0x9E3779B9 + n + 3923095) & m
+    full = n // 12
+    if full:
+        words = struct.unpack_from(f"<{full * 3}I", data)
+        for i in range(0, full * 3, 3):
+            a = (a + words[i]) & m
+            b = (b + words[i + 1]) & m
+            c = (c + words[i + 2]) & m
+            # mix(a, b, c)
+            a = (a - c) & m
+            a ^= ((c << 4) | (c >> 28)) & m
+            c = (c + b) & m
+            b = (b - a) & m
+            b ^= ((a << 6) | (a >> 26)) & m
+            a = (a + c) & m
+            c = (c - b) & m
+            c ^= ((b << 8) | (b >> 24)) & m
+            b = (b + a) & m
+            a = (a - c) & m
+            a ^= ((c << 16) | (c >> 16)) & m
+            c = (c + b) & m
+            b = (b - a) & m
+            b ^= ((a << 19) | (a >> 13)) & m
+            a = (a + c) & m
+            c = (c - b) & m
+            c ^= ((b << 4) | (b >> 28)) & m
+            b = (b + a) & m
+    rest = n - full * 12
+    if rest:
+        tail = data[full * 12 :] + bytes(12 - rest)
+        a = (a + int.from_bytes(tail[0:4], "little")) & m
+        if rest > 4:
+            b = (b + int.from_bytes(tail[4:8], "little")) & m
+        if rest > 8:  # the lowest byte of c is reserved for the length
+            c = (c + (int.from_bytes(tail[8:11], "little") << 8)) & m
+    # final(a, b, c)
+    c ^= b
+    c = (c - (((b << 14) | (b >> 18)) & m)) & m
+    a ^= c
+    a = (a - (((c << 11) | (c >> 21)) & m)) & m
+    b ^= a
+    b = (b - (((a << 25) | (a >> 7)) & m)) & m
+    c ^= b
+    c = (c - (((b << 16) | (b >> 16)) & m)) & m
+    a ^= c
+    a = (a - (((c << 4) | (c >> 28)) & m)) & m
+    b ^= a
+    b = (b - (((a << 14) | (a >> 18)) & m)) & m
+    c ^= b
+    c = (c - (((b << 24) | (b >> 8)) & m)) & m
+    return (b << 32) | c
+
+
 class RowChecksum:
-    """Order-independent checksum of rows: count + sum mod 2^64 of md5-64 of each row's text.
+    """Order-independent checksum of rows: count + sum mod 2^64 of a 64-bit hash of each row.
 
     A row's text is its fields in column-name order joined by ',', each field ``N`` for NULL or
-    ``"`` + canonical text with ``"`` doubled + ``"``. Postgres computes the same in SQL.
+    ``"`` + canonical text with ``"`` doubled + ``"``; its hash is :func:`pg_hash64` of the UTF-8
+    bytes, so Postgres computes the same in SQL with ``hashtextextended``.
     """
 
     __slots__ = ("_order", "count", "total")
@@ -440,8 +505,7 @@ class RowChecksum:
         for i in self._order:
             text = canonical_text(row[i])
             parts.append("N" if text is None else '"' + text.replace('"', '""') + '"')
-        digest = hashlib.md5(",".join(parts).encode("utf-8"), usedforsecurity=False).digest()
-        self.total = (self.total + int.from_bytes(digest[:8], "big")) & _MASK64
+        self.total = (self.total + pg_hash64(",".join(parts).encode("utf-8"))) & _MASK64
         self.count += 1
 
     def add_many(self, rows: Sequence[Sequence[object]]) -> None:

@@ -4,7 +4,9 @@ Three write paths, chosen per chunk: ``INSERT .. SELECT`` when source and sink s
 never leave the server); a streaming COPY pipe between two databases, binary when every column has
 the same built-in type on both sides and text otherwise; and a text COPY of Python rows when the
 source is another kind of database. The checksum is computed in SQL on the sink, inside the chunk's
-transaction, with the exact formula of :class:`dpone.connectors.base.RowChecksum`.
+transaction, with the exact formula of :class:`dpone.connectors.base.RowChecksum` (in Python, by
+reading the rows back, only where the server's hash differs: a non-UTF-8 database, a big-endian
+server).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import datetime as dt
 import selectors
 import uuid
+import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
@@ -26,6 +29,7 @@ from dpone.connectors.base import (
     ChunkWindow,
     ChunkWrite,
     Row,
+    RowChecksum,
     Sink,
     SinkOptions,
     SinkSpec,
@@ -36,6 +40,7 @@ from dpone.connectors.base import (
     check_unique,
     format_checksum,
     index_warnings,
+    pg_hash64,
     strip_query,
 )
 from dpone.errors import DponeError
@@ -105,7 +110,10 @@ def _columns_sql(columns: Sequence[str]) -> sql.Composed:
 
 
 def _predicate(column: str) -> sql.Composed:
-    col = sql.Identifier("dpone_src", check_identifier(column, "chunk column", max_chars=63))
+    name = check_identifier(
+        column, "chunk column", max_chars=MAX_IDENTIFIER_BYTES, max_bytes=MAX_IDENTIFIER_BYTES
+    )
+    col = sql.Identifier("dpone_src", name)
     return sql.SQL("{} >= %s AND {} < %s").format(col, col)
 
 
@@ -223,10 +231,6 @@ class PgConnection:
             self.discard()
 
 
-def utf8_database(conn: Connection) -> bool:
-    return (conn.info.parameter_status("server_encoding") or "").upper() in ("UTF8", "UTF-8")
-
-
 # --- checksum in SQL ------------------------------------------------------------------------------
 def _canonical_sql(col: sql.Composable, oid: int) -> sql.Composable:
     """The SQL twin of base.canonical_text for one column of type ``oid``."""
@@ -244,8 +248,11 @@ def _canonical_sql(col: sql.Composable, oid: int) -> sql.Composable:
     return sql.SQL("{}::text").format(col)
 
 
-def row_hash_sql(columns: Sequence[tuple[str, int]], utf8: bool) -> sql.Composable:
-    """md5-64 of a row's canonical text, as a signed bigint (summed mod 2^64 in Python)."""
+def row_hash_sql(columns: Sequence[tuple[str, int]]) -> sql.Composable:
+    """``hashtextextended`` of a row's canonical text (signed bigint; summed mod 2^64 in Python).
+
+    ``COLLATE "C"`` keeps the hash on the bytes whatever the columns' collations.
+    """
     fields: list[sql.Composable] = []
     for name, oid in sorted(columns, key=lambda c: c[0]):
         text = _canonical_sql(sql.Identifier(name), oid)
@@ -253,21 +260,61 @@ def row_hash_sql(columns: Sequence[tuple[str, int]], utf8: bool) -> sql.Composab
             text = sql.SQL("replace({}, '\"', '\"\"')").format(text)
         fields.append(sql.SQL("coalesce('\"' || {} || '\"', 'N')").format(text))
     row: sql.Composable = sql.SQL(" || ',' || ").join(fields)
-    if not utf8:
-        row = sql.SQL("convert_to({}, 'UTF8')").format(row)
-    return sql.SQL("('x' || left(md5({}), 16))::bit(64)::bigint").format(row)
+    return sql.SQL('hashtextextended(({}) COLLATE "C", 0)').format(row)
 
 
-def checksum_select(
-    relation: sql.Composable, columns: Sequence[tuple[str, int]], utf8: bool
-) -> sql.Composed:
-    return sql.SQL("SELECT count(*), sum({}) FROM {}").format(row_hash_sql(columns, utf8), relation)
+def checksum_select(relation: sql.Composable, columns: Sequence[tuple[str, int]]) -> sql.Composed:
+    return sql.SQL("SELECT count(*), sum({}) FROM {}").format(row_hash_sql(columns), relation)
 
 
 def checksum_value(row: tuple[Any, ...] | None) -> tuple[int, str]:
     count = int(row[0]) if row else 0
     total = int(row[1]) if row and row[1] is not None else 0
     return count, format_checksum(count, total)
+
+
+_PROBE = 'dpone probe: Zoë ✓ "quoted", 12 bytes+'
+_SQL_CHECKSUM: weakref.WeakKeyDictionary[Connection, bool] = weakref.WeakKeyDictionary()
+
+
+def sql_checksum_supported(cur: Cursor) -> bool:
+    """True when the server's hashtextextended over UTF-8 text is pg_hash64 (asked once per
+    connection): false on a database that is not UTF-8 or on a big-endian server."""
+    conn = cur.connection
+    known = _SQL_CHECKSUM.get(conn)
+    if known is None:
+        encoding = (conn.info.parameter_status("server_encoding") or "").upper()
+        known = False
+        if encoding in ("UTF8", "UTF-8"):
+            cur.execute('SELECT hashtextextended(%s COLLATE "C", 0)', (_PROBE,))
+            found = cur.fetchone()
+            known = found is not None and int(found[0]) % (1 << 64) == pg_hash64(
+                _PROBE.encode("utf-8")
+            )
+        _SQL_CHECKSUM[conn] = known
+    return known
+
+
+def relation_checksum(
+    cur: Cursor,
+    relation: sql.Composable,
+    columns: Sequence[tuple[str, int]],
+    params: Sequence[object] = (),
+) -> str:
+    """The checksum of every row of ``relation`` (a FROM item): in SQL when the server hashes
+    like dpone, else by reading the rows (non-native types as their text) into RowChecksum."""
+    if sql_checksum_supported(cur):
+        cur.execute(checksum_select(relation, columns), params)
+        return checksum_value(cur.fetchone())[1]
+    items = sql.SQL(", ").join(
+        sql.SQL("{}::text").format(sql.Identifier(n)) if oid not in _NATIVE else sql.Identifier(n)
+        for n, oid in columns
+    )
+    check = RowChecksum([name for name, _ in columns])
+    cur.execute(sql.SQL("SELECT {} FROM {}").format(items, relation), params)
+    while batch := cur.fetchmany(10_000):
+        check.add_many(batch)
+    return check.value()
 
 
 # --- COPY streaming -------------------------------------------------------------------------------
@@ -397,11 +444,10 @@ class PostgresSource(Source):
         described = self.describe()
         conn = self._conn.get()
         inner = self.select_sql(window, [name for name, _ in described])
-        query = checksum_select(sql.SQL("({}) AS s").format(inner), described, utf8_database(conn))
+        relation = sql.SQL("({}) AS s").format(inner)
         try:
             with conn.cursor() as cur:
-                cur.execute(query, _params(window))
-                return checksum_value(cur.fetchone())[1]
+                return relation_checksum(cur, relation, described, _params(window))
         except psycopg.Error as exc:
             raise self._fail(exc, f"checksumming chunk {window.display()}") from None
 
@@ -563,9 +609,20 @@ class PostgresSink(Sink):
         self, conn: Connection, source: Source, window: ChunkWindow, columns: tuple[str, ...]
     ) -> ChunkWrite:
         with conn.cursor() as cur:
-            if isinstance(source, PostgresSource) and source.same_dsn(self._dsn):
-                return self._insert_select(cur, source, window, columns)
             types = self._target_types(cur, columns)
+            if isinstance(source, PostgresSource) and source.same_dsn(self._dsn):
+                select = source.select_sql(window, columns)
+
+                def fill_select(rel: sql.Composable, upsert: bool) -> int:
+                    insert = sql.SQL("INSERT INTO {} ({}) {}").format(
+                        rel, _columns_sql(columns), select
+                    )
+                    if upsert:
+                        insert = sql.SQL("{} {}").format(insert, self._on_conflict(columns))
+                    cur.execute(insert, _params(window))
+                    return cur.rowcount
+
+                return self._apply_mode(cur, window, columns, types, fill_select, "insert-select")
             if isinstance(source, PostgresSource):
                 src_types = dict(source.describe())
                 binary = all(
@@ -573,63 +630,64 @@ class PostgresSink(Sink):
                 )
                 block = self.options.copy_block_bytes
 
-                def fill_copy(rel: sql.Composable) -> int:
+                def fill_copy(rel: sql.Composable, upsert: bool) -> int:
                     stmt = self._copy_in(rel, columns, binary)
                     return source.copy_into(cur, stmt, window, columns, binary, block)
 
                 method = "copy-binary" if binary else "copy-text"
-                return self._via_copy(cur, window, columns, types, fill_copy, method)
+                return self._apply_mode(cur, window, columns, types, fill_copy, method)
 
-            def fill_rows(rel: sql.Composable) -> int:
+            def fill_rows(rel: sql.Composable, upsert: bool) -> int:
                 return self._copy_rows(cur, rel, source, window, columns, types)
 
-            return self._via_copy(cur, window, columns, types, fill_rows, "copy-rows")
+            return self._apply_mode(cur, window, columns, types, fill_rows, "copy-rows")
 
-    def _insert_select(
-        self, cur: Cursor, source: PostgresSource, window: ChunkWindow, columns: tuple[str, ...]
-    ) -> ChunkWrite:
-        if self.spec.inner_mode == "replace":
-            self._delete_range(cur, window)
-        rows, checksum = self._insert_from(
-            cur, source.select_sql(window, columns), _params(window), columns, None
-        )
-        return ChunkWrite(rows, checksum, "insert-select")
-
-    def _via_copy(
+    def _apply_mode(
         self,
         cur: Cursor,
         window: ChunkWindow,
         columns: tuple[str, ...],
         types: dict[str, int],
-        fill: Callable[[sql.Composable], int],
+        fill: Callable[[sql.Composable, bool], int],
         method: str,
     ) -> ChunkWrite:
+        """The inner mode around a ``fill(relation, upsert)`` that loads the chunk somewhere.
+
+        The checksum reads the rows back as the target's types hold them: from the replaced range,
+        or from a temp stage table for merge/append (measured: a RETURNING CTE costs twice as much
+        as a second scan). COPY cannot upsert, so merge over COPY always goes through the stage.
+        """
         mode = self.spec.inner_mode
+        typed = [(c, types[c]) for c in columns]
+        checksum: str | None = None
         if mode == "replace":
             self._delete_range(cur, window)
-            rows = fill(self._table)
-            checksum: str | None = None
+            rows = fill(self._table, False)
             if self.options.checksum:
                 inner = sql.SQL("(SELECT {} FROM {} AS dpone_src WHERE {}) AS s").format(
                     _columns_sql(columns), self._table, _predicate(window.column)
                 )
-                typed = [(c, types[c]) for c in columns]
-                cur.execute(
-                    checksum_select(inner, typed, utf8_database(cur.connection)), _params(window)
-                )
-                checksum = checksum_value(cur.fetchone())[1]
+                checksum = relation_checksum(cur, inner, typed, _params(window))
             return ChunkWrite(rows, checksum, method)
-        if mode == "append" and not self.options.checksum:
-            return ChunkWrite(fill(self._table), None, method)
+        direct_upsert = method == "insert-select"
+        if not self.options.checksum and (mode == "append" or direct_upsert):
+            return ChunkWrite(fill(self._table, mode == "merge"), None, method)
         stage = sql.Identifier(f"dpone_stage_{uuid.uuid4().hex[:16]}")
         cur.execute(
             sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
                 stage, _columns_sql(columns), self._table
             )
         )
-        fill(stage)
-        select = sql.SQL("SELECT {} FROM {}").format(_columns_sql(columns), stage)
-        rows, checksum = self._insert_from(cur, select, (), columns, types)
+        fill(stage, False)
+        if self.options.checksum:
+            checksum = relation_checksum(cur, stage, typed)
+        insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+            self._table, _columns_sql(columns), _columns_sql(columns), stage
+        )
+        if mode == "merge":
+            insert = sql.SQL("{} {}").format(insert, self._on_conflict(columns))
+        cur.execute(insert)
+        rows = cur.rowcount
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
         return ChunkWrite(rows, checksum, method)
 
@@ -641,33 +699,6 @@ class PostgresSink(Sink):
             ),
             _params(window),
         )
-
-    def _insert_from(
-        self,
-        cur: Cursor,
-        select: sql.Composable,
-        params: Sequence[object],
-        columns: tuple[str, ...],
-        types: dict[str, int] | None,
-    ) -> tuple[int, str | None]:
-        """INSERT .. SELECT with the inner mode's conflict clause; checksum via RETURNING."""
-        insert = sql.SQL("INSERT INTO {} ({}) {}").format(
-            self._table, _columns_sql(columns), select
-        )
-        if self.spec.inner_mode == "merge":
-            insert = sql.SQL("{} {}").format(insert, self._on_conflict(columns))
-        if not self.options.checksum:
-            cur.execute(insert, params)
-            return cur.rowcount, None
-        if types is None:
-            types = self._target_types(cur, columns)
-        returning = sql.SQL("WITH w AS ({} RETURNING {}) ").format(insert, _columns_sql(columns))
-        typed = [(c, types[c]) for c in columns]
-        query = sql.SQL("{}{}").format(
-            returning, checksum_select(sql.SQL("w"), typed, utf8_database(cur.connection))
-        )
-        cur.execute(query, params)
-        return checksum_value(cur.fetchone())
 
     def _on_conflict(self, columns: Sequence[str]) -> sql.Composed:
         keys = self.spec.keys

@@ -170,7 +170,9 @@ class SqliteSource(Source):
             except sqlite3.Error as exc:
                 raise self._fail(exc, "describing the columns") from None
             for name in names:
-                check_identifier(name, f"{self.spec.display()} column", max_chars=1024)
+                check_identifier(
+                    name, f"{self.spec.display()} column", max_chars=MAX_IDENTIFIER_CHARS
+                )
             check_unique(names, f"{self.spec.display()} columns")
             self._columns = names
         return self._columns
