@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash scripts/ensure_postgres.sh
+bash scripts/ensure_odbc.sh
+bash scripts/ensure_chromium.sh
 echo "== airflow venvs" >&2
 .venv/bin/python scripts/airflow_envs.py --jobs 2
 echo "== lint" >&2
