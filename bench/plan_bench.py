@@ -12,6 +12,11 @@ verified mapping plan:
 Budgets: the contract's p95 <= 10 ms per plan; ours p95 <= 1 ms on the reference machine.
 The process exits 1 when the contract budget is missed (ours is reported, not enforced).
 
+Side by side in the same run (interleaved, so machine load hits both alike), the same plan is
+also compiled through the generic reference path: every chunk key, the plan hash and every item
+env value through canonical_text/fingerprint of a dict, chunks through the dataclass
+constructor. Its bytes must equal the planners' fixed-shape fast paths; the ratio is printed.
+
 usage: python bench/plan_bench.py [--repetitions 500] [--warmup 50] [--json]
 """
 
@@ -25,12 +30,20 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from dpone.authoring.schema import load_schema, validate
-from dpone.plan.chunks import ChunkSpec, backfill_run_key, plan_chunks, plan_hash
+from dpone.plan.canonical import canonical_text, fingerprint
+from dpone.plan.chunks import (
+    Chunk,
+    ChunkSpec,
+    _bounds,
+    backfill_run_key,
+    idempotency_key,
+    plan_chunks,
+    plan_hash,
+)
 from dpone.plan.mapping import MappingPolicy, plan_mapping, verify_coverage
 
 CONTRACT_P95_MS = 10.0
@@ -52,26 +65,58 @@ class Sample:
         return sum(self.stages)
 
 
-def compile_once() -> Sample:
+@dataclass(frozen=True)
+class Compiled:
+    """What one repetition produced, to compare the fast and the reference paths byte for byte."""
+
+    keys: tuple[str, ...]
+    backfill_plan_hash: str
+    plan_fingerprint: str
+    env_values: tuple[str, ...]
+
+
+def _fast_chunks(run_key: str) -> tuple[tuple[Chunk, ...], str]:
+    chunks = plan_chunks(SPEC, run_key)
+    return chunks, plan_hash(chunks)
+
+
+def _reference_chunks(run_key: str) -> tuple[tuple[Chunk, ...], str]:
+    chunks = tuple(
+        Chunk(index, lower, upper, idempotency_key(run_key, index, lower, upper))
+        for index, (lower, upper) in enumerate(_bounds(SPEC), start=1)
+    )
+    return chunks, fingerprint([chunk.canonical() for chunk in chunks])
+
+
+def compile_once(reference: bool = False) -> tuple[Sample, Compiled]:
     clock = time.perf_counter_ns
     schema = load_schema("mapping-plan.v1.schema.json")  # cached after the first call
+    make_chunks = _reference_chunks if reference else _fast_chunks
     t0 = clock()
     run_key = backfill_run_key(DATASET, SPEC, "append")
-    chunks = plan_chunks(SPEC, run_key)
-    backfill_plan_hash = plan_hash(chunks)
+    chunks, backfill_plan_hash = make_chunks(run_key)
     t1 = clock()
     plan = plan_mapping(POLICY, len(chunks), backfill_plan_hash)
     t2 = clock()
     assert plan is not None
     verify_coverage(plan.items, len(chunks))
     t3 = clock()
-    env_values = [plan.item_env_value(item) for item in plan.items]
+    if reference:
+        env_values = [canonical_text(plan.item_payload(item)) for item in plan.items]
+    else:
+        env_values = [plan.item_env_value(item) for item in plan.items]
     t4 = clock()
     violations = validate(plan.to_artifact(), schema)
     t5 = clock()
     if violations or len(env_values) != 200 or len(chunks) != 1_000:
         raise AssertionError(f"invalid plan: {violations[:3]}")
-    return Sample((t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4))
+    compiled = Compiled(
+        tuple(c.idempotency_key for c in chunks),
+        backfill_plan_hash,
+        plan.plan_fingerprint,
+        tuple(env_values),
+    )
+    return Sample((t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)), compiled
 
 
 def percentile(values: list[int], q: float) -> float:
@@ -81,21 +126,36 @@ def percentile(values: list[int], q: float) -> float:
     return ordered[rank - 1] / 1e6
 
 
-def measure(repetitions: int, warmup: int, run: Callable[[], Sample]) -> list[Sample]:
+def measure(repetitions: int, warmup: int, compare: bool) -> tuple[list[Sample], list[Sample]]:
+    """Fast-path samples and (when comparing) reference samples, interleaved in one loop."""
     for _ in range(warmup):
-        run()
+        compile_once()
+        if compare:
+            compile_once(reference=True)
     gc.collect()
-    return [run() for _ in range(repetitions)]
+    fast: list[Sample] = []
+    reference: list[Sample] = []
+    for repetition in range(repetitions):
+        order = (False, True) if repetition % 2 == 0 else (True, False)
+        for is_reference in order if compare else (False,):
+            sample, _ = compile_once(reference=is_reference)
+            (reference if is_reference else fast).append(sample)
+    if compare:
+        _, fast_bytes = compile_once()
+        _, reference_bytes = compile_once(reference=True)
+        if fast_bytes != reference_bytes:
+            raise AssertionError("fast paths and the reference path disagree on the bytes")
+    return fast, reference
 
 
-def report(samples: list[Sample], repetitions: int) -> dict[str, Any]:
+def report(samples: list[Sample], reference: list[Sample], repetitions: int) -> dict[str, Any]:
     totals = [s.total for s in samples]
     per_stage = {
         name: round(statistics.median(s.stages[i] for s in samples) / 1e6, 3)
         for i, name in enumerate(STAGES)
     }
     p50, p95 = percentile(totals, 50), percentile(totals, 95)
-    return {
+    result: dict[str, Any] = {
         "benchmark": "plan_bench",
         "scenario": "summary plan, 1000 chunks -> 200 items, compiled and validated",
         "repetitions": repetitions,
@@ -109,7 +169,13 @@ def report(samples: list[Sample], repetitions: int) -> dict[str, Any]:
         "ours_ok": p95 <= OURS_P95_MS,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpu",
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
+    if reference:
+        reference_p50 = percentile([s.total for s in reference], 50)
+        result["reference_p50_ms"] = round(reference_p50, 3)
+        result["fast_vs_reference_p50"] = round(reference_p50 / p50, 2)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    parser.add_argument(
+        "--no-compare", action="store_true", help="skip the generic reference path side by side"
+    )
     args = parser.parse_args(argv)
-    result = report(measure(args.repetitions, args.warmup, compile_once), args.repetitions)
+    fast, reference = measure(args.repetitions, args.warmup, compare=not args.no_compare)
+    result = report(fast, reference, args.repetitions)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -126,8 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stage p50 (ms): {stages}")
         print(
             f"per plan: p50 {result['p50_ms']:.3f} ms, p95 {result['p95_ms']:.3f} ms, "
-            f"max {result['max_ms']:.3f} ms"
+            f"max {result['max_ms']:.3f} ms (1-minute load average {result['load_average_1m']})"
         )
+        if reference:
+            print(
+                f"generic reference path, same bytes, same run: p50 "
+                f"{result['reference_p50_ms']:.3f} ms; fast paths {result['fast_vs_reference_p50']}x"
+            )
     verdict = (
         f"contract p95 <= {CONTRACT_P95_MS:g} ms {'PASS' if result['contract_ok'] else 'FAIL'}, "
         f"ours p95 <= {OURS_P95_MS:g} ms {'PASS' if result['ours_ok'] else 'MISS'}"
