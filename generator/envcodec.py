@@ -28,8 +28,16 @@ _BEGIN_TOKENS = ("{{", "{%", "{#")
 # A trailing ".ext" with at least one letter: what ``template_ext`` suffixes look like. Broader than
 # any one operator's list on purpose: the list differs per operator and Airflow version.
 _FILE_SUFFIX = re.compile(r"\.[A-Za-z0-9_]*[A-Za-z][A-Za-z0-9_]*\Z")
-_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_ESCAPED = re.compile(r"[\\'\x00-\x1f\x7f]")
+_ESCAPES = str.maketrans(
+    {
+        **{code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F]},
+        ord("\\"): "\\\\",
+        ord("'"): "\\'",
+        ord("\n"): "\\n",
+        ord("\r"): "\\r",
+        ord("\t"): "\\t",
+    }
+)
 
 
 def needs_encoding(value: str) -> bool:
@@ -42,15 +50,10 @@ def needs_encoding(value: str) -> bool:
     )
 
 
-def _escape(match: re.Match[str]) -> str:
-    ch = match.group()
-    return _ESCAPES.get(ch) or f"\\x{ord(ch):02x}"
-
-
 def encode_env_value(value: str) -> str:
     """``value`` unchanged when rendering cannot alter it, else ``{{ '<escaped>' }}``."""
     if not isinstance(value, str):
         raise TypeError(f"env values must be str, got {type(value).__name__}")
     if not needs_encoding(value):
         return value
-    return "{{ '" + _ESCAPED.sub(_escape, value) + "' }}"
+    return "{{ '" + value.translate(_ESCAPES) + "' }}"

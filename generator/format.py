@@ -20,9 +20,8 @@ import black
 from black.mode import Mode, TargetVersion
 from black.parsing import InvalidInput
 
-from .render import CodeSplice, EnvSplice, Rendered, env_dict_lines
+from .render import LINE_LENGTH, CodeSplice, EnvSplice, Rendered, env_dict_lines
 
-LINE_LENGTH = 100
 # Airflow 2.10 still runs on Python 3.9: never let black use syntax newer than that.
 MODE = Mode(
     target_versions={TargetVersion.PY39},

@@ -16,68 +16,148 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import jinja2
-from black.strings import normalize_string_quotes
+from black.strings import str_width
 
-from .dagspec import GENERATED_MARKER, DagFile, Env, RuntimeTask
+from .dagspec import GENERATED_MARKER, DagFile, Env, RuntimeTask, SecretEnv
 from .envcodec import encode_env_value
 
 # The templates ship as the package ``dpone_generator.templates`` (the repository's templates/).
+LINE_LENGTH = 100  # black's line length (format.MODE uses the same)
 TEMPLATE_DIR = Path(str(importlib.resources.files("dpone_generator.templates")))
 DAG_TEMPLATE = "dag.py.jinja"
 
 # Characters written as escapes although Python would accept them raw: controls, and invisible or
 # direction-changing characters that could make a reviewed diff read differently from what runs.
 # A fixed list (not str.isprintable) so the output is the same on every Python's Unicode version.
-_ESCAPED = re.compile(
-    r'[\\"\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069'
-    r"\ufeff\ufff9-\ufffb\ud800-\udfff]"
-)
-_SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    ch = match.group()
-    if ch in _SIMPLE_ESCAPES:
-        return _SIMPLE_ESCAPES[ch]
-    code = ord(ch)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+_ESCAPED_CODES = [
+    *range(0x20),
+    *range(0x7F, 0xA0),
+    0x00AD,
+    0x061C,
+    0x180E,
+    0xFEFF,
+    *range(0x200B, 0x2010),
+    *range(0x2028, 0x202F),
+    *range(0x2060, 0x206A),
+    *range(0xFFF9, 0xFFFC),
+    *range(0xD800, 0xE000),
+]
+_NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+_CONTROL = {
+    c: _NAMED.get(c) or (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _ESCAPED_CODES
+}
+_DOUBLE = str.maketrans({**_CONTROL, ord("\\"): "\\\\", ord('"'): '\\"'})
+_SINGLE = str.maketrans({**_CONTROL, ord("\\"): "\\\\", ord("'"): "\\'"})
 
 
 def py_string(value: str) -> str:
-    """A double-quoted Python literal of ``value`` (black may pick the other quote later)."""
-    return '"' + _ESCAPED.sub(_escape, value) + '"'
+    """A double-quoted Python literal of ``value``."""
+    return '"' + value.translate(_DOUBLE) + '"'
+
+
+def black_string(value: str) -> str:
+    """The literal of ``value`` exactly as black writes it.
+
+    black prefers double quotes unless single quotes need fewer backslashes; with this module's
+    escaping that is exactly when the value holds fewer ``'`` than ``"`` (test_format.py holds this
+    equal to black's own ``normalize_string_quotes``). Prefixes and hex escape case never differ.
+    """
+    if value.count("'") < value.count('"'):
+        return "'" + value.translate(_SINGLE) + "'"
+    return py_string(value)
+
+
+@dataclass(frozen=True)
+class PyCall:
+    """A call expression inside a literal, e.g. ``Secret("env", ...)``."""
+
+    func: str
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class PyExpr:
+    """A Python expression written as is (a name such as ``datetime.timezone.utc``)."""
+
+    text: str
 
 
 def py_literal(value: Any) -> str:
-    """The Python literal of a str, int, bool, None, or a list/tuple/dict of them."""
+    """One-line Python source of a str, int, bool, None, list/tuple, dict, PyCall or PyExpr."""
     if value is None or isinstance(value, bool):
         return repr(value)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return py_string(value)
+        return black_string(value)
+    if isinstance(value, PyExpr):
+        return value.text
     if isinstance(value, list | tuple):
         return "[" + ", ".join(py_literal(item) for item in value) + "]"
     if isinstance(value, dict):
-        pairs = (f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items())
-        return "{" + ", ".join(pairs) + "}"
+        return "{" + ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, PyCall):
+        args = [py_literal(a) for a in value.args]
+        args += [f"{k}={py_literal(v)}" for k, v in value.kwargs]
+        return f"{value.func}({', '.join(args)})"
     raise TypeError(f"no Python literal for {type(value).__name__}")
 
 
-def black_string(value: str) -> str:
-    """The literal of ``value`` exactly as black writes it: black's own quote preference applied.
+def _items(value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [(f"{py_literal(k)}: ", v) for k, v in value.items()]
+    if isinstance(value, PyCall):
+        return [("", a) for a in value.args] + [(f"{k}=", v) for k, v in value.kwargs]
+    return [("", item) for item in value]
 
-    py_string never writes a prefix and writes hex escapes in lower case, so black's other
-    literal normalisations (prefix case, escape-digit case) have nothing to change.
+
+def layout(value: Any, indent: int, prefix: str = "", suffix: str = "") -> list[str]:
+    """``prefix + value + suffix`` as lines in black's layout for literal trees.
+
+    A line that fits stays whole; a list or dict that does not is exploded one item per line with
+    a trailing comma; a call's arguments first try one line of their own. This only spares black
+    its second pass: black still formats the result, so a miss here costs time, never bytes.
     """
-    return normalize_string_quotes(py_string(value))
+    pad = " " * indent
+    line = pad + prefix + py_literal(value) + suffix
+    if str_width(line) <= LINE_LENGTH or not isinstance(value, list | tuple | dict | PyCall):
+        return [line]
+    items = _items(value)
+    if not items:
+        return [line]
+    if isinstance(value, PyCall):
+        opener, closer = value.func + "(", ")"
+        body = " " * (indent + 4) + ", ".join(p + py_literal(v) for p, v in items)
+        if str_width(body) <= LINE_LENGTH:
+            return [pad + prefix + opener, body, pad + closer + suffix]
+    else:
+        opener, closer = ("{", "}") if isinstance(value, dict) else ("[", "]")
+    lines = [pad + prefix + opener]
+    for item_prefix, item in items:
+        lines += layout(item, indent + 4, item_prefix, ",")
+    lines.append(pad + closer + suffix)
+    return lines
+
+
+def kwarg(value: Any, name: str, indent: int = 8) -> str:
+    """One keyword argument of an exploded call, as full lines (``name=value,``)."""
+    return "\n".join(layout(value, indent, f"{name}=", ","))
+
+
+def secret_refs(secrets: Sequence[SecretEnv]) -> list[PyCall]:
+    """Secret("env", DPONE_CONN_<NAME>, secret, key): the only way a DSN reaches a pod."""
+    return [PyCall("Secret", ("env", s.env_name, s.secret, s.key)) for s in secrets]
+
+
+def utc_datetime(day: tuple[int, int, int]) -> PyCall:
+    return PyCall("datetime.datetime", day, (("tzinfo", PyExpr("datetime.timezone.utc")),))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -101,8 +181,11 @@ def task_summary(task: RuntimeTask) -> str:
     return task.summary
 
 
-FILTERS: dict[str, Callable[..., str]] = {
+FILTERS: dict[str, Callable[..., Any]] = {
     "py": py_literal,
+    "kwarg": kwarg,
+    "secret_refs": secret_refs,
+    "utc_datetime": utc_datetime,
     "comment": comment_text,
     "pod_name": pod_name,
     "task_summary": task_summary,

@@ -106,3 +106,22 @@ def test_on_python_3_12(in_root: Path) -> None:
     here = digests()
     there = _run_probe(str(venv / "bin" / "python"), "random")
     assert here == there, _explain(here, there)
+
+
+def test_parallel_rendering_gives_the_serial_bytes(
+    in_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from projects import project
+
+    names = {
+        f"w{i:02d}": (
+            "" if i % 2 else "mapping: {mode: summary, max_items: 4, max_active: 2, pool: p}"
+        )
+        for i in range(6)
+    }
+    catalog = str(project(tmp_path / "p", names))
+    monkeypatch.setenv("DPONE_GENERATE_JOBS", "1")
+    serial = build(catalog).files
+    monkeypatch.setenv("DPONE_GENERATE_JOBS", "2")
+    parallel = build(catalog).files
+    assert serial == parallel and len(serial) == 7

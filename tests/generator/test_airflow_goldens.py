@@ -1,0 +1,194 @@
+"""Every golden DAG file on real Airflow 2.10.5, 2.11.2, 3.2.2 and 3.3.2 (marker: airflow).
+
+Per version, in the cached venvs of scripts/airflow_envs.py: the reference harness
+(tests/airflow/harness/inspect_dag.py) proves the file parses without import errors or I/O, the
+tasks are wired pre-hooks >> processes >> post-hooks, mapped tasks keep their inputs, pool,
+max_active_tis_per_dag and label template (also after serialization), and the runtime operator's
+inline outcome validation works; airflow_probe.py proves that the pod (or process) of EVERY map
+index receives exactly the original env values the generator planned, with the catalog's
+resources and retries. Run: .venv/bin/pytest tests/generator -m airflow
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import GOLDEN, HARNESS, ROOT
+from dpone.pack import load_and_compile
+from dpone_generator.dagspec import DagFile, dag_file
+
+VERSIONS = ("2.10.5", "2.11.2", "3.2.2", "3.3.2")
+PROBE = ROOT / "tests" / "generator" / "airflow_probe.py"
+pytestmark = pytest.mark.airflow
+
+
+def _clean_env() -> dict[str, str]:
+    prefixes = ("AIRFLOW", "PYTHON", "VIRTUAL_ENV", "DPONE_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+
+
+def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900, env=_clean_env(), cwd=cwd, check=False
+    )
+
+
+def _golden_files() -> list[Path]:
+    return sorted(GOLDEN.glob("*/expected/*.py"))
+
+
+def _facts_for(python: str) -> dict[str, Any]:
+    files = [str(p) for p in _golden_files()]
+    with tempfile.TemporaryDirectory(prefix="dpone-gen-af-") as tmp:
+        out = os.path.join(tmp, "facts.json")
+        harness = _run(
+            [
+                python,
+                str(HARNESS / "inspect_dag.py"),
+                *files,
+                "--indexes",
+                "0,1",
+                "--outcome",
+                "--out",
+                out,
+            ],
+            tmp,
+        )
+        assert harness.returncode == 0 and os.path.exists(out), harness.stderr[-6000:]
+        with open(out, encoding="utf-8") as fh:
+            facts: dict[str, Any] = json.load(fh)
+        probe = _run([python, str(PROBE), *files], tmp)
+        assert probe.returncode == 0, probe.stderr[-6000:]
+        facts["probe"] = json.loads(probe.stdout)
+    return facts
+
+
+@pytest.fixture(scope="session")
+def airflow_facts() -> dict[str, dict[str, Any]]:
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "airflow_envs.py"),
+        "--versions",
+        ",".join(VERSIONS),
+    ]
+    built = subprocess.run(
+        [*cmd, "--jobs", "2", "--print-paths"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if built.returncode != 0:
+        pytest.fail(f"building the Airflow venvs failed:\n{built.stderr[-6000:]}")
+    paths: dict[str, str] = json.loads(built.stdout)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {v: pool.submit(_facts_for, paths[v]) for v in VERSIONS}
+        return {v: f.result() for v, f in futures.items()}
+
+
+def _planned() -> dict[str, tuple[str, DagFile]]:
+    """file name -> (golden case, the DagFile the generator planned for it)."""
+    out: dict[str, tuple[str, DagFile]] = {}
+    cwd = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        for catalog in sorted(GOLDEN.glob("*/workloads.yaml")):
+            display = catalog.relative_to(ROOT).as_posix()
+            _, packs, problems = load_and_compile(display)
+            assert not problems
+            for pack in packs:
+                dag = dag_file(pack, display)
+                out[dag.file_name] = (catalog.parent.name, dag)
+    finally:
+        os.chdir(cwd)
+    return out
+
+
+PLANNED = _planned()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_parse_is_clean_wired_and_serializable(airflow_facts: dict[str, Any], version: str) -> None:
+    facts = airflow_facts[version]
+    assert facts["airflow_version"] == version
+    assert set(facts["files"]) == set(PLANNED)
+    for name, (_, dag) in PLANNED.items():
+        file_facts = facts["files"][name]
+        assert file_facts["import_errors"] == {}, (name, file_facts["import_errors"])
+        guard = file_facts["io_guard"]
+        assert guard["exec_error"] is None and guard["violations"] == [], (name, guard)
+        dag_facts = file_facts["dags"][dag.dag_id]
+        assert "serialized_error" not in dag_facts, dag_facts.get("serialized_error")
+        order = list(dag.task_order)
+        for view in (dag_facts["tasks"], dag_facts["serialized"]):
+            assert sorted(view) == sorted(order), name
+            for i, tid in enumerate(order):
+                assert view[tid]["upstream"] == ([order[i - 1]] if i else []), (name, tid)
+                assert view[tid]["downstream"] == (order[i + 1 : i + 2]), (name, tid)
+            for task in dag.runtime_tasks:
+                got = view[task.task_id]
+                assert got["is_mapped"] is task.mapped, (name, task.task_id)
+                if task.mapped:
+                    assert got["expand_length"] == task.items_total
+                    assert (got["pool"], got["max_active_tis_per_dag"]) == (
+                        task.pool,
+                        task.max_active,
+                    )
+                    assert got["map_index_template"] == "{{ dpone_item_label }}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_map_index_gets_the_planned_env_resources_and_retries(
+    airflow_facts: dict[str, Any], version: str
+) -> None:
+    probe = airflow_facts[version]["probe"]
+    assert probe["import_errors"] == {}
+    for name, (_, dag) in PLANNED.items():
+        got = probe["dags"][dag.dag_id]
+        assert (got["max_active_runs"], got["catchup"]) == (1, False), name
+        year, month, day = dag.start_date
+        assert got["start_date"].startswith(f"{year:04d}-{month:02d}-{day:02d}T00:00:00")
+        hooks = {h.task_id: h.env for h in (*dag.pre_hooks, *dag.post_hooks)}
+        for task_id, env in hooks.items():
+            concrete = got["tasks"][task_id]["concrete"]["-"]
+            assert concrete["env"] == dict(env), (name, task_id)
+        for task in dag.runtime_tasks:
+            concrete = got["tasks"][task.task_id]["concrete"]
+            envs = task.mapped_envs if task.mapped else (task.env,)
+            keys = [str(i) for i in range(len(envs))] if task.mapped else ["-"]
+            assert sorted(concrete, key=str) == sorted(keys, key=str), (name, task.task_id)
+            for key, env in zip(keys, envs, strict=True):
+                one = concrete[key]
+                assert one["env"] == dict(env), (name, task.task_id, key)
+                assert one["retries"] == dag.retries
+                if dag.flavour == "kubernetes":
+                    assert one["resources"] == (dag.resources or None), (name, key)
+                else:
+                    assert one["command"] == [*dag.command, *task.arguments]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_runtime_tasks_validate_their_outcome(airflow_facts: dict[str, Any], version: str) -> None:
+    facts = airflow_facts[version]
+    for name, (_, dag) in PLANNED.items():
+        tasks = facts["files"][name]["dags"][dag.dag_id]["tasks"]
+        for task in dag.runtime_tasks:
+            checks = tasks[task.task_id]["outcome_checks"]
+            assert "error" not in checks, checks.get("error")
+            if dag.flavour == "kubernetes":
+                assert checks["sync_passed"]["returned"]["status"] == "passed"
+                assert checks["deferred_passed_returns_none"]["returned"]["status"] == "passed"
+                for case in ("sync_failed", "deferred_failed", "sync_no_result"):
+                    assert checks[case]["raised"] == "DponeRunOutcomeError", (name, case)
+            else:
+                assert checks["passed"]["returned"]["status"] == "passed"
+                for case in ("failed", "nonzero_exit", "no_result"):
+                    assert checks[case]["raised"] == "DponeRunOutcomeError", (name, case)
