@@ -15,6 +15,8 @@ written last. A folder without the marker (an interrupted build) is deleted and 
 file lock serialises concurrent builders (e.g. a pytest session and a manual run). Airflow is never
 installed into the project's own ``.venv``.
 
+``--cache-dir`` (or ``DPONE_AIRFLOW_ENVS_DIR``) puts the venvs elsewhere, e.g. a CI cache volume.
+
 Progress goes to stderr. stdout gets ``<version> <python path>`` lines, or with ``--print-paths`` one JSON
 object ``{version: python path}``.
 """
@@ -36,11 +38,11 @@ import threading
 import time
 from pathlib import Path
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"  # bump to rebuild every cached environment
 DEFAULT_VERSIONS = ("2.10.5", "2.11.2", "3.2.2", "3.3.2")
 ROOT = Path(__file__).resolve().parent.parent
 LOCK_DIR = ROOT / "requirements" / "airflow"
-CACHE_DIR = ROOT / ".cache" / "airflow"
+DEFAULT_CACHE_DIR = Path(os.environ.get("DPONE_AIRFLOW_ENVS_DIR") or ROOT / ".cache" / "airflow")
 PROJECT_VENV = ROOT / ".venv"
 MARKER = ".dpone-airflow-env-complete"
 REQUIRED = ("apache-airflow", "apache-airflow-providers-cncf-kubernetes")
@@ -78,8 +80,8 @@ def env_key(version: str) -> str:
     return h.hexdigest()[:16]
 
 
-def env_dir(version: str) -> Path:
-    return CACHE_DIR / f"{version}-{env_key(version)}"
+def env_dir(version: str, cache: Path = DEFAULT_CACHE_DIR) -> Path:
+    return cache / f"{version}-{env_key(version)}"
 
 
 def venv_python(venv: Path) -> Path:
@@ -129,7 +131,9 @@ def find_uv() -> list[str] | None:
     if cand.exists() and os.access(cand, os.X_OK):
         return [str(cand)]
     try:
-        r = subprocess.run([sys.executable, "-m", "uv", "--version"], capture_output=True, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-m", "uv", "--version"], check=False, capture_output=True, timeout=30
+        )
         if r.returncode == 0:
             return [sys.executable, "-m", "uv"]
     except (OSError, subprocess.SubprocessError):
@@ -140,7 +144,7 @@ def find_uv() -> list[str] | None:
 
 def run(cmd: list[str], version: str, env: dict[str, str] | None = None) -> str:
     t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         tail = "\n".join((r.stdout + r.stderr).splitlines()[-40:])
         raise BuildError(f"{version}: command failed ({r.returncode}): {' '.join(cmd)}\n{tail}")
@@ -193,26 +197,24 @@ def sanity_check(version: str, venv: Path) -> dict[str, str]:
     return facts
 
 
-def build(version: str, uv: list[str] | None, force: bool = False) -> Path:
+def build(
+    version: str, uv: list[str] | None, force: bool = False, cache: Path = DEFAULT_CACHE_DIR
+) -> Path:
     check_lock(version)
-    venv = env_dir(version)
+    venv = env_dir(version, cache)
     if venv.resolve() == PROJECT_VENV.resolve() or PROJECT_VENV.resolve() in venv.resolve().parents:
         raise BuildError("refusing to install Airflow into the project .venv")
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(CACHE_DIR / f".{version}.lock", "w") as lockfh:
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".{version}.lock", "w") as lockfh:
         fcntl.flock(lockfh, fcntl.LOCK_EX)
         marker = venv / MARKER
         if marker.exists() and not force and venv_python(venv).exists():
             log(f"{version}: cached {venv.name}")
             return venv_python(venv)
         if venv.exists():
-            log(f"{version}: removing incomplete {venv.name}")
+            reason = "forced rebuild of" if marker.exists() else "incomplete (no marker)"
+            log(f"{version}: removing {reason} {venv.name}")
             shutil.rmtree(venv)
-        # Stale folders of older keys for the same version are left alone except incomplete ones.
-        for other in CACHE_DIR.glob(f"{version}-*"):
-            if other != venv and other.is_dir() and not (other / MARKER).exists():
-                log(f"{version}: removing incomplete {other.name}")
-                shutil.rmtree(other, ignore_errors=True)
         t0 = time.monotonic()
         log(f"{version}: building {venv} ({'uv' if uv else 'venv+pip'})")
         reqs = ["-r", str(lock_file(version))]
@@ -226,13 +228,30 @@ def build(version: str, uv: list[str] | None, force: bool = False) -> Path:
                 env.setdefault("UV_PYTHON_DOWNLOADS", "never")
                 run([*uv, "venv", "--quiet", "--python", "3.11", str(venv)], version, env=env)
                 py = venv_python(venv)
-                run([*uv, "pip", "install", "--quiet", "--python", str(py), *reqs], version, env=env)
+                run(
+                    [
+                        *uv,
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--compile-bytecode",
+                        "--python",
+                        str(py),
+                        *reqs,
+                    ],
+                    version,
+                    env=env,
+                )
                 run([*uv, "pip", "check", "--python", str(py)], version, env=env)
             else:
                 base = shutil.which("python3.11") or sys.executable
                 run([base, "-m", "venv", str(venv)], version, env=env)
                 py = venv_python(venv)
-                run([str(py), "-m", "pip", "install", "--quiet", *reqs], version, env=env)
+                run(
+                    [str(py), "-m", "pip", "install", "--quiet", "--compile", *reqs],
+                    version,
+                    env=env,
+                )
                 run([str(py), "-m", "pip", "check"], version, env=env)
             facts = sanity_check(version, venv)
         except BaseException:
@@ -247,6 +266,11 @@ def build(version: str, uv: list[str] | None, force: bool = False) -> Path:
             f"{version}: done in {facts['seconds']}s "
             f"(airflow {facts['airflow']}, cncf.kubernetes {facts['provider']})"
         )
+        # Folders of other keys for this version (an older lock or builder) are now stale.
+        for other in cache.glob(f"{version}-*"):
+            if other != venv and other.is_dir():
+                log(f"{version}: removing stale {other.name}")
+                shutil.rmtree(other, ignore_errors=True)
         return venv_python(venv)
 
 
@@ -257,14 +281,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--print-paths", action="store_true", help="print {version: python} as JSON")
     ap.add_argument("--force", action="store_true", help="rebuild even when cached")
     ap.add_argument("--no-uv", action="store_true", help="use python -m venv + pip")
+    ap.add_argument(
+        "--cache-dir",
+        help="where the venvs live (default: $DPONE_AIRFLOW_ENVS_DIR or .cache/airflow)",
+    )
     args = ap.parse_args(argv)
+    cache = Path(args.cache_dir).resolve() if args.cache_dir else DEFAULT_CACHE_DIR
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     uv = None if args.no_uv else find_uv()
     t0 = time.monotonic()
     paths: dict[str, str] = {}
     errors: dict[str, str] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futs = {pool.submit(build, v, uv, args.force): v for v in versions}
+        futs = {pool.submit(build, v, uv, args.force, cache): v for v in versions}
         for fut in concurrent.futures.as_completed(futs):
             v = futs[fut]
             try:

@@ -1,0 +1,185 @@
+"""dpone reference DAG: kubernetes flavour, summary mode (3 mapped items), pre/post hooks.
+
+Hand-written reference of the file shape `dpone generate` renders for the kubernetes flavour; parsed,
+mapped, serialized and turned into pods by Airflow 2.10.5, 2.11.2, 3.2.2 and 3.3.2 in
+tests/airflow/test_reference_dags.py. Env values are written as `encode_env_value(value)`
+(tests/airflow/harness/envcodec.py) so that task-time Jinja rendering gives back the exact value.
+"""
+
+# ruff: noqa: UP017 (datetime.UTC needs Python 3.11; Airflow 2.x workers may run 3.9/3.10)
+from __future__ import annotations
+
+import datetime
+
+from airflow import DAG
+from airflow.exceptions import AirflowException
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.cncf.kubernetes.secret import Secret
+
+RESULT_SCHEMA = "dpone.run-result.v1"
+LABEL_ENV = "DPONE_AIRFLOW_MAPPING_LABEL"
+
+
+class DponeRunOutcomeError(AirflowException):
+    """The dpone run result is missing or its status is not "passed"."""
+
+
+def _dpone_result_problem(result):
+    """None when `result` is a passed dpone.run-result.v1, else why not (status and error code)."""
+    if not isinstance(result, dict) or result.get("schema") != RESULT_SCHEMA:
+        return f"dpone run returned no {RESULT_SCHEMA} result (got {type(result).__name__})"
+    status = result.get("status")
+    if status == "passed":
+        return None
+    error = result.get("error") if isinstance(result.get("error"), dict) else {}
+    message = str(error.get("message") or "")[:500]
+    return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
+
+
+def _dpone_push_result(context, result):
+    """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
+    ti = context.get("ti") if context else None
+    if ti is not None and isinstance(result, dict):
+        ti.xcom_push(key="return_value", value=result)
+
+
+class DponeRuntimeOperator(KubernetesPodOperator):
+    """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
+
+    The result is the pod's XCom (dpone.run-result.v1). It is checked on the synchronous path
+    (`execute`) and on the deferrable completion path (`trigger_reentry`, the method the pod operator
+    defers to in cncf.kubernetes 10.10.0 and 10.25.0). Both paths read the XCom through
+    `extract_xcom`, where it is captured: 10.10.0's `trigger_reentry` does not return it.
+    The item's label (DPONE_AIRFLOW_MAPPING_LABEL) goes to the context for `map_index_template`.
+    """
+
+    def execute(self, context):
+        self._dpone_prepare(context)
+        try:
+            result = super().execute(context)
+        except AirflowException as exc:
+            self._dpone_reraise(exc)
+            raise
+        return self._dpone_outcome(result)
+
+    def trigger_reentry(self, context, event):
+        self._dpone_prepare(context)
+        try:
+            result = super().trigger_reentry(context, event)
+        except AirflowException as exc:
+            self._dpone_reraise(exc)
+            raise
+        return self._dpone_outcome(result)
+
+    def extract_xcom(self, pod, **kwargs):
+        self._dpone_result = super().extract_xcom(pod, **kwargs)
+        return self._dpone_result
+
+    def _dpone_prepare(self, context):
+        self._dpone_result = None
+        self._dpone_context = context
+        env = self.env_vars or ()
+        if isinstance(env, dict):
+            label = env.get(LABEL_ENV)
+        else:
+            label = next((var.value for var in env if var.name == LABEL_ENV), None)
+        context["dpone_item_label"] = label or self.task_id
+
+    def _dpone_outcome(self, result):
+        if result is None:
+            result = self._dpone_result
+        problem = _dpone_result_problem(result)
+        if problem:
+            _dpone_push_result(self._dpone_context, result)
+            raise DponeRunOutcomeError(problem)
+        return result
+
+    def _dpone_reraise(self, exc):
+        if isinstance(exc, DponeRunOutcomeError) or self._dpone_result is None:
+            return
+        problem = _dpone_result_problem(self._dpone_result)
+        if problem:
+            _dpone_push_result(self._dpone_context, self._dpone_result)
+            raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
+
+
+with DAG(
+    dag_id="dpone_ref_kubernetes_summary",
+    schedule=None,
+    start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc),
+    catchup=False,
+    tags=["dpone", "w"],
+) as dag:
+    pre_migrate = KubernetesPodOperator(
+        task_id="pre_migrate",
+        name="dpone-pre-migrate",
+        image="registry.example.com/dpone/runtime:1.4.2",
+        namespace="dpone",
+        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+        cmds=["/bin/sh", "-c", "echo pre-migrate hook"],
+        env_vars={
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_kubernetes_summary","flavour":"kubernetes","image":"registry.example.com/dpone/runtime:1.4.2","pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
+            "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+            "DPONE_LOG_FORMAT": "json",
+        },
+    )
+    runtime = DponeRuntimeOperator.partial(
+        task_id="dpone_run",
+        name="dpone-run",
+        image="registry.example.com/dpone/runtime:1.4.2",
+        namespace="dpone",
+        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+        cmds=["dpone"],
+        arguments=[
+            "run",
+            "--catalog",
+            "{{ '/app/catalog/workloads.yaml' }}",
+            "--workload",
+            "w",
+            "--process",
+            "p",
+        ],
+        do_xcom_push=True,
+        pool="dpone_backfill",
+        max_active_tis_per_dag=8,
+        map_index_template="{{ dpone_item_label }}",
+    ).expand(
+        env_vars=[
+            {
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_kubernetes_summary","flavour":"kubernetes","image":"registry.example.com/dpone/runtime:1.4.2","pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
+                "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+                "DPONE_LOG_FORMAT": "json",
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d","chunks_count":10,"first_chunk_index":1,"item_index":0,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
+                "DPONE_AIRFLOW_MAPPING_LABEL": "item 0: chunks 1-10 (2024-01-01 .. 2024-01-11)",
+            },
+            {
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_kubernetes_summary","flavour":"kubernetes","image":"registry.example.com/dpone/runtime:1.4.2","pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
+                "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+                "DPONE_LOG_FORMAT": "json",
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d","chunks_count":10,"first_chunk_index":11,"item_index":1,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
+                "DPONE_AIRFLOW_MAPPING_LABEL": "item 1: chunks 11-20 (2024-01-11 .. 2024-01-21)",
+            },
+            {
+                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_kubernetes_summary","flavour":"kubernetes","image":"registry.example.com/dpone/runtime:1.4.2","pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
+                "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+                "DPONE_LOG_FORMAT": "json",
+                "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d","chunks_count":10,"first_chunk_index":21,"item_index":2,"last_chunk_index":30,"mapping_plan_fingerprint":"sha256:2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
+                "DPONE_AIRFLOW_MAPPING_LABEL": "item 2: chunks 21-30 (2024-01-21 .. 2024-01-31)",
+            },
+        ]
+    )
+    post_notify = KubernetesPodOperator(
+        task_id="post_notify",
+        name="dpone-post-notify",
+        image="registry.example.com/dpone/runtime:1.4.2",
+        namespace="dpone",
+        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+        cmds=["/bin/sh", "-c", "echo post-notify hook"],
+        env_vars={
+            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_kubernetes_summary","flavour":"kubernetes","image":"registry.example.com/dpone/runtime:1.4.2","pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
+            "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+            "DPONE_LOG_FORMAT": "json",
+        },
+    )
+
+    pre_migrate >> runtime >> post_notify
