@@ -63,9 +63,9 @@ def stub_result(env: dict, argv: list, fail_item: str) -> tuple[dict, bool]:
         {
             "schema": "dpone.run-result.v1",
             "status": "failed" if fail else "passed",
-            "error": {"code": "DPONE_TEST_INJECTED", "message": "injected failure"}
-            if fail
-            else None,
+            "error": (
+                {"code": "DPONE_TEST_INJECTED", "message": "injected failure"} if fail else None
+            ),
             "argv": argv,
             "env": {k: v for k, v in env.items() if k.startswith("DPONE_")},
         },
