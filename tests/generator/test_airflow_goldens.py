@@ -192,3 +192,38 @@ def test_runtime_tasks_validate_their_outcome(airflow_facts: dict[str, Any], ver
                 assert checks["passed"]["returned"]["status"] == "passed"
                 for case in ("failed", "nonzero_exit", "no_result"):
                     assert checks[case]["raised"] == "DponeRunOutcomeError", (name, case)
+
+
+@pytest.mark.parametrize("version", ("2.10.5", "3.3.2"))
+def test_airflow_pools_import_reads_every_pools_file(version: str, tmp_path: Path) -> None:
+    """`airflow pools import` on a fresh metadata DB creates (then updates) every golden pool."""
+    cmd = [sys.executable, str(ROOT / "scripts" / "airflow_envs.py"), "--versions", version]
+    built = subprocess.run([*cmd, "--print-paths"], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    airflow = str(Path(json.loads(built.stdout)[version]).parent / "airflow")
+    env = _clean_env() | {
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path}/airflow.db",
+    }
+
+    def airflow_cli(*args: str) -> str:
+        done = subprocess.run(
+            [airflow, *args], capture_output=True, text=True, env=env, timeout=600, check=False
+        )
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-3000:])
+        return done.stdout
+
+    airflow_cli("db", "migrate")
+    expected: dict[str, dict[str, Any]] = {}
+    for path in sorted(GOLDEN.glob("*/expected/dpone_pools.json")):
+        expected.update(json.loads(path.read_text(encoding="utf-8")))
+    merged = tmp_path / "all_pools.json"  # the same format; one CLI start instead of eight
+    merged.write_text(json.dumps(expected), encoding="utf-8")
+    airflow_cli("pools", "import", str(merged))
+    airflow_cli("pools", "import", str(GOLDEN / "shared_pool" / "expected" / "dpone_pools.json"))
+    listed = {p["pool"]: p for p in json.loads(airflow_cli("pools", "list", "-o", "json"))}
+    for name, pool in expected.items():
+        assert int(listed[name]["slots"]) == pool["slots"], name
+        assert listed[name]["description"] == pool["description"]
+        assert str(listed[name]["include_deferred"]) == "True"

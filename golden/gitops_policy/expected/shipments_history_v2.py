@@ -130,6 +130,8 @@ with DAG(
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
             "DPONE_LOG_FORMAT": "json",
+            "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+            "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
             "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
             "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
         },
@@ -167,6 +169,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -175,6 +179,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -183,6 +189,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":7,"item_index":2,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -191,6 +199,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":10,"item_index":3,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -199,6 +209,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":13,"item_index":4,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -207,6 +219,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":15,"item_index":5,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -215,6 +229,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":17,"item_index":6,"last_chunk_index":18,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -223,6 +239,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":19,"item_index":7,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -231,6 +249,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":21,"item_index":8,"last_chunk_index":22,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -239,6 +259,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":23,"item_index":9,"last_chunk_index":24,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -247,6 +269,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":25,"item_index":10,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -255,6 +279,8 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
+                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
                 "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
                 "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":27,"item_index":11,"last_chunk_index":28,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
@@ -280,6 +306,8 @@ with DAG(
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:c5f1ae6d329dcbbfeb6e86462a6bee1b74abd227379b7eea30660d2ed21aaa37","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
             "DPONE_LOG_FORMAT": "json",
+            "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
+            "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
             "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
             "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
         },
