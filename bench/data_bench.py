@@ -137,13 +137,13 @@ def psql_pipe(src_dsn: str, dst_dsn: str, binary: bool) -> int:
 
 
 def connector(
-    src_dsn: str, dst_dsn: str, table: str, checksum: bool
+    src_dsn: str, dst_dsn: str, table: str, checksum: bool, block: int
 ) -> tuple[int, str | None, str]:
     source = open_source(SourceSpec("bench_src", TableRef(SCHEMA, "orders")), src_dsn)
     sink = open_sink(
         SinkSpec("bench_dst", TableRef(SCHEMA, table), "replace"),
         dst_dsn,
-        SinkOptions(checksum=checksum),
+        SinkOptions(checksum=checksum, copy_block_bytes=block),
     )
     with source, sink:
         result = sink.write_chunk(source, WINDOW)
@@ -155,8 +155,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dsn", default=None)
+    parser.add_argument("--block-mib", type=float, default=4.0, help="COPY block size (MiB)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = parser.parse_args()
+    block = max(1, int(args.block_mib * (1 << 20)))
     src_dsn = args.dsn or os.environ.get("DPONE_TEST_POSTGRES_DSN") or DEFAULT_DSN
     dst_dsn = database_dsn(src_dsn, BENCH_DB)
     prepare(src_dsn, dst_dsn, args.rows)
@@ -172,19 +174,19 @@ def main() -> None:
         "psql pipe, binary": ("orders", lambda: psql_pipe(src_dsn, dst_dsn, binary=True)),
         "connector COPY, 2 databases, no checksum": (
             "orders",
-            lambda: connector(src_dsn, dst_dsn, "orders", checksum=False),
+            lambda: connector(src_dsn, dst_dsn, "orders", checksum=False, block=block),
         ),
         "connector COPY, 2 databases, with checksum": (
             "orders",
-            lambda: connector(src_dsn, dst_dsn, "orders", checksum=True),
+            lambda: connector(src_dsn, dst_dsn, "orders", checksum=True, block=block),
         ),
         "connector INSERT..SELECT, same database, no checksum": (
             "orders_copy",
-            lambda: connector(src_dsn, src_dsn, "orders_copy", checksum=False),
+            lambda: connector(src_dsn, src_dsn, "orders_copy", checksum=False, block=block),
         ),
         "connector INSERT..SELECT, same database, with checksum": (
             "orders_copy",
-            lambda: connector(src_dsn, src_dsn, "orders_copy", checksum=True),
+            lambda: connector(src_dsn, src_dsn, "orders_copy", checksum=True, block=block),
         ),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
@@ -209,7 +211,7 @@ def main() -> None:
     print(
         f"\ndata_bench: {args.rows:,} rows in one chunk, median of {args.repeat}; Postgres "
         f"{server[0] if server else '?'}, psycopg {psycopg.__version__}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, COPY blocks {args.block_mib:g} MiB"
     )
     print(f"{'method':<56} {'seconds':>8} {'rows/s':>12} {'vs pipe':>8}")
     report = []
