@@ -15,7 +15,6 @@ from dpone.authoring.models import AirflowConfig, Hook
 from dpone.identity import RunIdentity
 from dpone.item import ENV_ITEM, ENV_LABEL, ENV_RUN_IDENTITY
 from dpone.pack import ProcessPlan, WorkloadPack
-from dpone.plan.chunks import Bound
 from dpone.plan.mapping import MappingItem, MappingPlan
 
 Env = tuple[tuple[str, str], ...]
@@ -96,10 +95,6 @@ class DagFile:
         return bool(self.requests or self.limits)
 
     @property
-    def mapped(self) -> bool:
-        return any(task.mapped for task in self.runtime_tasks)
-
-    @property
     def resources(self) -> dict[str, dict[str, str]]:
         """container_resources in the dict form KubernetesPodOperator passes to the pod spec."""
         found: dict[str, dict[str, str]] = {}
@@ -135,10 +130,6 @@ def used_connections(pack: WorkloadPack) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def format_bound(value: Bound) -> str:
-    return str(value)
-
-
 def item_label(plan: ProcessPlan, mapping: MappingPlan, item: MappingItem) -> str:
     """The Grid label of one mapped task: its map index, chunk range and half-open data bounds.
 
@@ -157,7 +148,7 @@ def item_label(plan: ProcessPlan, mapping: MappingPlan, item: MappingItem) -> st
     column = bf.chunk.column if bf is not None else "chunk"
     label = (
         f"item {item.item_index}/{mapping.items_total}: {chunks}, "
-        f"{format_bound(first.start)} <= {column} < {format_bound(last.end)}"
+        f"{first.start} <= {column} < {last.end}"
     )
     return label[:LABEL_MAX_CHARS]
 

@@ -2,8 +2,9 @@
 
 One Environment, created once: StrictUndefined (a missing value is a bug, never an empty string),
 trim_blocks + lstrip_blocks (template tags leave no stray whitespace), keep_trailing_newline. Every
-filter is registered from the one FILTERS dict. Values reach the source only through ``py`` (a
-Python literal) or the ``place`` object's env dicts (envcodec, then a literal).
+filter is registered from the one FILTERS dict. Values reach the source only as literals: ``py``
+(one line), ``kwarg`` (a keyword argument laid out as black does) or the ``place`` object's env
+dicts (envcodec, then a literal).
 
 Two renderings of the same templates exist. ``render_source`` writes everything inline: black then
 formats the whole file (the reference path). ``render_dag`` leaves the bulky, regular parts as
@@ -24,11 +25,11 @@ from typing import Any, Protocol
 import jinja2
 from black.strings import str_width
 
-from .dagspec import GENERATED_MARKER, DagFile, Env, RuntimeTask, SecretEnv
+from .dagspec import GENERATED_MARKER, DagFile, Env, SecretEnv
 from .envcodec import encode_env_value
 
-# The templates ship as the package ``dpone_generator.templates`` (the repository's templates/).
 LINE_LENGTH = 100  # black's line length (format.MODE uses the same)
+# The templates ship as the package ``dpone_generator.templates`` (the repository's templates/).
 TEMPLATE_DIR = Path(str(importlib.resources.files("dpone_generator.templates")))
 DAG_TEMPLATE = "dag.py.jinja"
 
@@ -177,10 +178,6 @@ def pod_name(task_id: str) -> str:
     return name.strip("-")[:63].rstrip("-")
 
 
-def task_summary(task: RuntimeTask) -> str:
-    return task.summary
-
-
 FILTERS: dict[str, Callable[..., Any]] = {
     "py": py_literal,
     "kwarg": kwarg,
@@ -188,7 +185,6 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "utc_datetime": utc_datetime,
     "comment": comment_text,
     "pod_name": pod_name,
-    "task_summary": task_summary,
 }
 
 
