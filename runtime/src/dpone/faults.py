@@ -1,10 +1,11 @@
 """Test-only crash injection at named points; inert unless DPONE_TEST_FAULT is set.
 
-``DPONE_TEST_FAULT=point:probability[,point:probability...]`` (probability 0..1, ``*`` names every
-point). When a listed point is reached the process, with that probability, writes one line naming
-the point to stderr and kills itself with SIGKILL: no ``finally``, no rollback, no goodbye to the
-database, exactly like a crashed pod. The chaos suite (tests/chaos) uses it to crash at the
-places a random timer rarely hits.
+``DPONE_TEST_FAULT=point:probability[:stop][,...]`` (probability 0..1, ``*`` names every point).
+When a listed point is reached the process, with that probability, writes one line naming the
+point to stderr and kills itself with SIGKILL: no ``finally``, no rollback, no goodbye to the
+database, exactly like a crashed pod. With ``:stop`` it sends itself SIGSTOP instead (a stalled
+pod; whoever set the fault resumes it with SIGCONT, typically after its lease expired). The chaos
+suite (tests/chaos) uses it to crash or stall at the places a random timer rarely hits.
 
 Points:
   campaign_locked  inside initialize, holding the campaign lock
@@ -26,36 +27,41 @@ from dpone.errors import DponeError
 
 ENV = "DPONE_TEST_FAULT"
 POINTS = ("campaign_locked", "lease_locked", "chunk_written", "data_committed", "close_locked")
-_CACHE: dict[str, dict[str, float]] = {}
+ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+_CACHE: dict[str, dict[str, tuple[float, str]]] = {}
 
 
-def _spec(raw: str) -> dict[str, float]:
+def _spec(raw: str) -> dict[str, tuple[float, str]]:
     if raw in _CACHE:
         return _CACHE[raw]
-    spec: dict[str, float] = {}
+    spec: dict[str, tuple[float, str]] = {}
     for part in raw.split(","):
-        name, _, probability = part.strip().partition(":")
+        name, _, rest = part.strip().partition(":")
+        probability, _, action = rest.partition(":")
         try:
             value = float(probability)
         except ValueError:
             value = -1.0
-        if (name != "*" and name not in POINTS) or not 0.0 <= value <= 1.0:
+        action = action or "kill"
+        if (name != "*" and name not in POINTS) or not 0.0 <= value <= 1.0 or action not in ACTIONS:
             raise DponeError(
                 errors.CONFIG_INVALID,
-                f"{ENV}: {part.strip()!r} is not point:probability (points: {', '.join(POINTS)})",
+                f"{ENV}: {part.strip()!r} is not point:probability[:stop] "
+                f"(points: {', '.join(POINTS)})",
             )
-        spec[name] = value
+        spec[name] = (value, action)
     _CACHE[raw] = spec
     return spec
 
 
 def fault_point(name: str) -> None:
-    """Maybe crash here (only when DPONE_TEST_FAULT lists this point)."""
+    """Maybe crash (or stall) here: only when DPONE_TEST_FAULT lists this point."""
     raw = os.environ.get(ENV)
     if not raw:
         return
     spec = _spec(raw)
-    probability = spec.get(name, spec.get("*", 0.0))
+    probability, action = spec.get(name, spec.get("*", (0.0, "kill")))
     if probability > 0.0 and random.random() < probability:
-        print(f"dpone: test fault: SIGKILL at {name}", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        signum = ACTIONS[action]
+        print(f"dpone: test fault: {signum.name} at {name}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signum)

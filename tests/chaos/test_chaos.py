@@ -1,0 +1,90 @@
+"""Crash tests on a real Postgres: 8 `dpone run` processes per campaign, SIGKILLed at the named
+fault points (DPONE_TEST_FAULT) and at random times, stalled past their lease, restarted until
+the campaign completes; invariants in chaoskit. CI size by default; `make chaos` runs the slow
+variants (DPONE_SLOW=1) with DPONE_CHAOS_KILLS crashes per variant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import chaoskit
+import pytest
+from chaoskit import SAME, SPLIT, Variant
+
+CI_KILLS = 26  # per variant: at least 52 crash-and-restart rounds in CI
+REPORT = os.environ.get("DPONE_CHAOS_REPORT")
+
+
+@pytest.fixture(scope="module")
+def dbs(pg_dsn: str) -> Iterator[tuple[str, str, str]]:
+    """(server, data database, ledger database): private to this test process."""
+    with chaoskit.private_database(pg_dsn, chaoskit.DATA_DB) as data:
+        with chaoskit.private_database(pg_dsn, chaoskit.LEDGER_DB) as ledger:
+            chaoskit.seed(data)
+            yield pg_dsn, data, ledger
+
+
+def run_campaigns(
+    dbs: tuple[str, str, str], variant: Variant, min_kills: int, seed: int, tmp_path: Path
+) -> list[dict[str, object]]:
+    """Whole campaigns, each run to completion under crashes and checked, until at least
+    ``min_kills`` processes were crashed."""
+    base, data, ledger_db = dbs
+    ledger = ledger_db if variant.split_ledger else data
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DPONE_")},
+        "DPONE_CONN_CHAOS": chaoskit.as_url(data),
+        "DPONE_CONN_CHAOS_LEDGER": chaoskit.as_url(ledger_db),
+    }
+    rng = random.Random(seed)
+    reports: list[dict[str, object]] = []
+    kills = 0
+    fired: set[str] = set()
+    while kills < min_kills:
+        chaoskit.reset_campaign(data, ledger, variant)
+        campaign = chaoskit.Campaign(variant, env, rng, tmp_path)
+        report = campaign.run()
+        assert not report.problems, "\n".join(report.problems[:5])
+        chaoskit.check_invariants(base, data, ledger, variant)
+        doc = report.to_json()
+        doc["attempts_histogram"] = chaoskit.attempts_histogram(ledger, variant.audit_schema)
+        reports.append(doc)
+        kills += report.kills
+        fired |= set(report.points_fired)
+    assert fired == set(
+        variant.points
+    ), f"fault points never reached: {set(variant.points) - fired}"
+    if REPORT:
+        path = Path(REPORT)
+        previous = json.loads(path.read_text()) if path.exists() else []
+        path.write_text(json.dumps(previous + reports, indent=2) + "\n")
+    print(json.dumps(reports, indent=1))
+    return reports
+
+
+@pytest.mark.postgres
+def test_chaos_ledger_in_sink_database_append_is_exactly_once(
+    dbs: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """Data and completion commit in one transaction: even append never duplicates a row."""
+    run_campaigns(dbs, SAME, CI_KILLS, seed=1, tmp_path=tmp_path)
+
+
+@pytest.mark.postgres
+def test_chaos_ledger_in_other_database_replace(dbs: tuple[str, str, str], tmp_path: Path) -> None:
+    """Completion is a separate transaction after the data commit; stalls make stale owners."""
+    run_campaigns(dbs, SPLIT, CI_KILLS, seed=2, tmp_path=tmp_path)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [SAME, SPLIT], ids=lambda v: v.workload)
+def test_chaos_long(dbs: tuple[str, str, str], tmp_path: Path, variant: Variant) -> None:
+    kills = int(os.environ.get("DPONE_CHAOS_KILLS", "500"))
+    seed = int(os.environ.get("DPONE_CHAOS_SEED", "7"))
+    run_campaigns(dbs, variant, kills, seed=seed, tmp_path=tmp_path)
