@@ -39,7 +39,8 @@ def test_source_spec_needs_exactly_one_of_table_and_query() -> None:
 
 def test_sink_spec_rules() -> None:
     assert _code(SinkSpec, "d", TableRef(None, "t"), "merge") == errors.CONNECTOR_INVALID
-    assert _code(SinkSpec, "d", TableRef(None, "t"), "full_refresh") == errors.CONNECTOR_INVALID
+    assert _code(SinkSpec, "d", TableRef(None, "t"), "upsert") == errors.CONNECTOR_INVALID
+    assert SinkSpec("d", TableRef(None, "t"), "full_refresh").inner_mode == "full_refresh"
     assert (
         _code(SinkSpec, "d", TableRef(None, "t"), "merge", ("k", "k")) == errors.CONNECTOR_INVALID
     )
@@ -51,6 +52,17 @@ def test_window_rules() -> None:
     assert _code(ChunkWindow, "d", "integer", True, 2) == errors.CONNECTOR_INVALID
     assert _code(ChunkWindow, "d", "date", "2024-01-02", "2024-01-01") == errors.CONNECTOR_INVALID
     assert ChunkWindow("d", "integer", 1, 2).display() == "d [1, 2)"
+
+
+def test_replace_needs_a_window_and_table_checksum_needs_all_bounds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dpone.connectors import table_checksum
+
+    dsn = f"sqlite:///{tmp_path}/x.db"
+    sink = SqliteSink(SinkSpec("d", TableRef(None, "t"), "replace"), dsn, OPTIONS)
+    source = SqliteSource(SourceSpec("s", TableRef(None, "t")), dsn)
+    assert _code(sink.write_all, source) == errors.CONNECTOR_INVALID
+    assert not (tmp_path / "x.db").exists()  # refused before any connection
+    assert _code(table_checksum, dsn, TableRef(None, "t"), "d", 1) == errors.CONNECTOR_INVALID
 
 
 @pytest.mark.parametrize(

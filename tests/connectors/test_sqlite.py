@@ -18,6 +18,7 @@ from dpone.connectors import (
     open_source,
     table_checksum,
 )
+from dpone.connectors.sqlite import to_sqlite
 from dpone.errors import DponeError
 from psycopg import sql
 
@@ -319,3 +320,109 @@ def test_postgres_exotic_types_reach_sqlite_as_postgres_text(sqlite_db: MakeDb, 
         == _checksum(pg.dsn, window, "odd", schema)
         == _checksum(dst_dsn, window, "odd")
     )
+
+
+# --- the whole table: Sink.write_all and inner mode full_refresh ----------------------------------
+def _stale(conn: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
+    """Wrong copies of some source rows and rows the source never had, in ``table``."""
+    stale = [(r[0], *r[1:5], 0, "stale") for r in ROWS[::3]]
+    only_here = [
+        (9000 + i, "2020-01-01", "2020-01-01 00:00:00", -5, "x", 1, "old") for i in range(4)
+    ]
+    conn.executemany(
+        f"INSERT INTO {table} VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [tuple(to_sqlite(v) for v in row) for row in stale + only_here],
+    )
+    return sqlite_rows(conn, table)
+
+
+def test_sqlite_full_refresh_replaces_the_whole_target(sqlite_pair) -> None:  # type: ignore[no-untyped-def]
+    src_dsn, dst_dsn, dst, table, method = sqlite_pair
+    _stale(dst, table)
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source,
+        _sink(dst_dsn, "full_refresh", table) as sink,
+    ):
+        result = sink.write_all(source)
+        assert sink.write_all(source) == result
+        assert sink.preflight() == []
+    assert (result.method, result.rows) == (method, len(ROWS))
+    assert sqlite_rows(dst, table) == canon(ROWS)
+    whole = table_checksum(src_dsn, TableRef(None, "orders"))
+    assert result.checksum == whole == table_checksum(dst_dsn, TableRef(None, table))
+
+
+def test_sqlite_inner_mode_full_refresh_of_one_chunk(sqlite_pair) -> None:  # type: ignore[no-untyped-def]
+    src_dsn, dst_dsn, dst, table, _ = sqlite_pair
+    window = WINDOWS["timestamp"]
+    _stale(dst, table)
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source,
+        _sink(dst_dsn, "full_refresh", table) as sink,
+    ):
+        result = sink.write_chunk(source, window)
+    assert sqlite_rows(dst, table) == expected(window)  # rows outside the window are gone too
+    assert result.checksum == _checksum(src_dsn, window)
+
+
+@pytest.mark.parametrize("same_file", [False, True])
+def test_sqlite_full_refresh_failure_rolls_back(sqlite_db: MakeDb, same_file: bool) -> None:
+    src_dsn, src = sqlite_db("src")
+    create_sqlite(src, rows=[r if r[0] != 97 else (*r[:4], SECRET, 9999.99, SECRET) for r in ROWS])
+    dst_dsn, dst = (src_dsn, src) if same_file else sqlite_db("dst")
+    create_sqlite(
+        dst,
+        "target",
+        rows=[],
+        ddl=SQLITE_DDL.replace(
+            "payload TEXT", "payload TEXT, CONSTRAINT amount_cap CHECK (amount < 9000)"
+        ),
+    )
+    before = _stale(dst, "target")
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source,
+        _sink(dst_dsn, "full_refresh", "target") as sink,
+    ):
+        with pytest.raises(DponeError) as caught:
+            sink.write_all(source)
+    assert caught.value.code == errors.SINK_FAILED
+    assert "writing all rows (rolled back)" in caught.value.message
+    assert "amount_cap" in caught.value.message
+    assert SECRET not in caught.value.message and "9999" not in caught.value.message
+    assert sqlite_rows(dst, "target") == before
+
+
+@pytest.mark.postgres
+def test_postgres_query_to_sqlite_full_refresh(sqlite_db: MakeDb, pg: Pg) -> None:
+    """Row path without a window: the query's '%' reaches Postgres unchanged."""
+    schema = pg.schema()
+    create_pg(pg, schema)
+    dst_dsn, dst = sqlite_db("dst")
+    create_sqlite(dst, rows=[])
+    _stale(dst, "orders")
+    query = f"SELECT * FROM \"{schema}\".orders WHERE payload LIKE 'p%' AND length('%') = 1"
+    subset = [r for r in ROWS if r[6].startswith("p")]
+    with (
+        open_source(SourceSpec("src", query=query), pg.dsn) as source,
+        _sink(dst_dsn, "full_refresh", options=SinkOptions(batch_rows=9)) as sink,
+    ):
+        result = sink.write_all(source)
+        assert result.checksum == source.checksum(None)
+    assert result.method == "executemany"
+    assert sqlite_rows(dst) == canon(subset)
+
+
+@pytest.mark.postgres
+def test_sqlite_to_postgres_full_refresh(sqlite_db: MakeDb, pg: Pg) -> None:
+    src_dsn, src = sqlite_db("src")
+    create_sqlite(src)
+    schema = pg.schema()
+    create_pg(pg, schema, rows=ROWS[::4])
+    with (
+        open_source(SourceSpec("src", TableRef(None, "orders")), src_dsn) as source,
+        _sink(pg.dsn, "full_refresh", schema=schema) as sink,
+    ):
+        result = sink.write_all(source)
+    assert result.method == "copy-rows"
+    assert pg_rows(pg, schema) == canon(ROWS)
+    assert result.checksum == table_checksum(src_dsn, TableRef(None, "orders"))

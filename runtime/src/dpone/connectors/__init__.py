@@ -1,4 +1,5 @@
-"""Data connectors: move one chunk from a source to a sink in one transaction.
+"""Data connectors: move one chunk (or, for a full refresh, every row) from a source to a sink in
+one transaction.
 
 The orchestrator imports only this package's surface; the dialect modules (and their drivers) load
 on demand in :mod:`dpone.connectors.factory`. See docs/connectors.md.

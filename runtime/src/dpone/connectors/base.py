@@ -25,8 +25,8 @@ from dpone import errors
 from dpone.errors import DponeError
 
 Bound = str | int
-InnerMode = Literal["replace", "merge", "append"]
-INNER_MODES: tuple[str, ...] = ("replace", "merge", "append")
+InnerMode = Literal["replace", "merge", "append", "full_refresh"]
+INNER_MODES: tuple[str, ...] = ("replace", "merge", "append", "full_refresh")
 CHUNK_TYPES: tuple[str, ...] = ("date", "timestamp", "integer")
 
 #: Name and version of the checksum scheme; part of every checksum string.
@@ -84,7 +84,8 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class SinkSpec:
-    """Where a chunk is written and how: replace its range, merge on keys, or append."""
+    """Where rows are written and how: replace the chunk's range, merge on keys, append, or
+    full_refresh (delete every row of the target, then insert what was read)."""
 
     connection: str
     table: TableRef
@@ -145,9 +146,15 @@ class ChunkWindow:
         return f"{self.column} [{self.lower}, {self.upper})"
 
 
+def scope_display(window: ChunkWindow | None) -> str:
+    """What a read or write covers, for messages: a chunk's range, or every row (no window)."""
+    return "all rows" if window is None else f"chunk {window.display()}"
+
+
 @dataclass(frozen=True)
 class ChunkWrite:
-    """What one chunk wrote: its row count, its checksum (None if disabled) and the path used."""
+    """What one write (a chunk, or every row) wrote: its row count, its checksum (None if
+    disabled) and the path used."""
 
     rows: int
     checksum: str | None
@@ -194,12 +201,14 @@ class Source(ABC):
         """The moved column names (``spec.columns`` or the described table/query columns)."""
 
     @abstractmethod
-    def rows(self, window: ChunkWindow, batch_rows: int) -> Generator[list[Row], None, None]:
-        """The chunk's rows in batches; raises DponeError(SOURCE_FAILED | CONNECTION_FAILED)."""
+    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
+        """The chunk's rows (every row when ``window`` is None) in batches; raises
+        DponeError(SOURCE_FAILED | CONNECTION_FAILED)."""
 
     @abstractmethod
-    def checksum(self, window: ChunkWindow) -> str:
-        """The checksum of the chunk's rows as the source holds them."""
+    def checksum(self, window: ChunkWindow | None) -> str:
+        """The checksum of the chunk's rows (every row when ``window`` is None) as the source
+        holds them."""
 
     @abstractmethod
     def close(self) -> None:
@@ -218,7 +227,8 @@ class Source(ABC):
 
 
 class Sink(ABC):
-    """Writes one chunk per call, in one transaction, with the spec's inner mode."""
+    """Writes one chunk (or the whole source) per call, in one transaction, with the spec's inner
+    mode."""
 
     kind: str = ""
 
@@ -227,18 +237,35 @@ class Sink(ABC):
         self.options = options
         self._dsn = dsn
 
-    @abstractmethod
     def write_chunk(
         self, source: Source, window: ChunkWindow, connection: object | None = None
     ) -> ChunkWrite:
         """Move exactly the rows of ``window`` from ``source`` and write them atomically.
 
         With ``connection`` (Postgres only: a psycopg connection inside an open transaction) the
-        write joins that transaction and is not committed here.
+        write joins that transaction and is not committed here. Inner mode ``full_refresh``
+        deletes every row of the target (not only the window's) before inserting the chunk.
         """
+        return self._transfer(source, window, connection)
+
+    def write_all(self, source: Source, connection: object | None = None) -> ChunkWrite:
+        """Move every row of ``source`` (no chunk predicate) and write them atomically.
+
+        Meant for inner mode ``full_refresh``: the whole target is replaced by the whole source in
+        one transaction (``DELETE`` of every row, then the insert; a failure leaves the target as
+        it was). ``merge`` and ``append`` work too; ``replace`` needs a window and is refused.
+        ``connection`` as for :meth:`write_chunk`.
+        """
+        return self._transfer(source, None, connection)
 
     @abstractmethod
-    def preflight(self, window_column: str) -> list[str]:
+    def _transfer(
+        self, source: Source, window: ChunkWindow | None, connection: object | None
+    ) -> ChunkWrite:
+        """The one write path behind write_chunk (a window) and write_all (None: every row)."""
+
+    @abstractmethod
+    def preflight(self, window_column: str | None = None) -> list[str]:
         """Human-readable warnings to print before a run (missing index, missing unique key)."""
 
     @abstractmethod
@@ -256,10 +283,16 @@ class Sink(ABC):
     ) -> None:
         self.close()
 
-    def _moved_columns(self, source: Source, window: ChunkWindow) -> tuple[str, ...]:
+    def _moved_columns(self, source: Source, window: ChunkWindow | None) -> tuple[str, ...]:
         """The source's columns, checked against what the inner mode needs from them."""
+        if self.spec.inner_mode == "replace" and window is None:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"{self.spec.display()}: replace deletes a chunk's range and needs a window; "
+                "use inner mode full_refresh to replace the whole table",
+            )
         cols = source.columns()
-        if self.spec.inner_mode == "replace" and window.column not in cols:
+        if self.spec.inner_mode == "replace" and window is not None and window.column not in cols:
             raise DponeError(
                 errors.CONNECTOR_INVALID,
                 f"{self.spec.display()}: replace deletes by {window.column!r}, "
@@ -322,13 +355,16 @@ def sql_text_bound(window: ChunkWindow, value: Bound) -> Bound:
 def index_warnings(
     shown: str,
     spec: SinkSpec,
-    window_column: str,
+    window_column: str | None,
     columns: set[str],
     indexes: Sequence[tuple[Sequence[str], bool]],
 ) -> list[str]:
-    """Warnings shared by every dialect: replace without an index, merge without a unique key."""
+    """Warnings shared by every dialect: replace without an index, merge without a unique key.
+
+    full_refresh deletes every row, which needs no index.
+    """
     out: list[str] = []
-    if spec.inner_mode == "replace":
+    if spec.inner_mode == "replace" and window_column is not None:
         if window_column not in columns:
             out.append(f"target {shown} has no column {window_column!r}: replace deletes will fail")
         elif not any(keys and keys[0] == window_column for keys, _ in indexes):

@@ -91,17 +91,24 @@ def window_for(column: str, lower: Bound, upper: Bound) -> ChunkWindow:
 def table_checksum(
     dsn: str,
     table: TableRef,
-    column: str,
-    lower: Bound,
-    upper: Bound,
+    column: str | None = None,
+    lower: Bound | None = None,
+    upper: Bound | None = None,
     columns: Sequence[str] | None = None,
 ) -> str:
-    """The checksum of ``table``'s rows with ``lower <= column < upper``, as any connector writes it.
+    """The checksum of ``table``'s rows with ``lower <= column < upper``, as any connector writes it;
+    of every row when ``column``, ``lower`` and ``upper`` are all None (a full refresh's target).
 
     ``columns`` limits the hashed columns (e.g. to leave out a target-only ``loaded_at``).
     """
+    window: ChunkWindow | None = None
+    if column is not None or lower is not None or upper is not None:
+        if column is None or lower is None or upper is None:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                "table_checksum needs column, lower and upper together (or none: every row)",
+            )
+        window = window_for(column, lower, upper)
     kind = dsn_kind(dsn)
-    result: str = _module(kind).table_checksum(
-        dsn, table, window_for(column, lower, upper), columns
-    )
+    result: str = _module(kind).table_checksum(dsn, table, window, columns)
     return result

@@ -36,6 +36,7 @@ from dpone.connectors.base import (
     check_identifier,
     check_unique,
     index_warnings,
+    scope_display,
     strip_query,
 )
 from dpone.errors import DponeError
@@ -90,9 +91,12 @@ def _columns_sql(columns: Sequence[str], prefix: str = "") -> str:
     return ", ".join(prefix + quote(c, "column") for c in columns)
 
 
-def _predicate(column: str) -> str:
-    col = "[dpone_src]." + quote(column, "chunk column")
-    return f"{col} >= ? AND {col} < ?"
+def _where(window: ChunkWindow | None) -> str:
+    """`` WHERE <chunk predicate>`` on the ``[dpone_src]`` alias; nothing without a window."""
+    if window is None:
+        return ""
+    col = "[dpone_src]." + quote(window.column, "chunk column")
+    return f" WHERE {col} >= ? AND {col} < ?"
 
 
 def _odbc_value(value: str) -> str:
@@ -135,7 +139,9 @@ def mssql_bound(window: ChunkWindow, value: object) -> object:
     return value
 
 
-def _params(window: ChunkWindow) -> tuple[object, object]:
+def _params(window: ChunkWindow | None) -> tuple[object, ...]:
+    if window is None:
+        return ()
     return (mssql_bound(window, window.lower), mssql_bound(window, window.upper))
 
 
@@ -274,13 +280,11 @@ class MssqlSource(Source):
             self._columns = names
         return self._columns
 
-    def select_sql(self, window: ChunkWindow, columns: Sequence[str]) -> str:
-        return (
-            f"SELECT {_columns_sql(columns)} FROM {self.relation()} "
-            f"WHERE {_predicate(window.column)}"
-        )
+    def select_sql(self, window: ChunkWindow | None, columns: Sequence[str]) -> str:
+        """SELECT of the chunk (every row without a window), to run with ``_params(window)``."""
+        return f"SELECT {_columns_sql(columns)} FROM {self.relation()}{_where(window)}"
 
-    def rows(self, window: ChunkWindow, batch_rows: int) -> Generator[list[Row], None, None]:
+    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
         query = self.select_sql(window, self.columns())
         conn = self.db.get()
         try:
@@ -292,9 +296,9 @@ class MssqlSource(Source):
             finally:
                 cur.close()
         except Exception as exc:
-            raise self._fail(exc, f"reading chunk {window.display()}") from None
+            raise self._fail(exc, f"reading {scope_display(window)}") from None
 
-    def checksum(self, window: ChunkWindow) -> str:
+    def checksum(self, window: ChunkWindow | None) -> str:
         total = RowChecksum(self.columns())
         for batch in self.rows(window, 10_000):
             total.add_many(batch)
@@ -323,8 +327,8 @@ class MssqlSink(Sink):
             quote(key, "merge key")
         self.db = MssqlConnection(dsn, spec.display(), driver, autocommit=False)
 
-    def write_chunk(
-        self, source: Source, window: ChunkWindow, connection: object | None = None
+    def _transfer(
+        self, source: Source, window: ChunkWindow | None, connection: object | None
     ) -> ChunkWrite:
         self._no_external_connection(connection)
         columns = self._moved_columns(source, window)
@@ -342,10 +346,10 @@ class MssqlSink(Sink):
                 raise
             return result
         except Exception as exc:
-            what = f"{self.spec.display()}: writing chunk {window.display()} (rolled back)"
+            what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
             raise self.db.translate(exc, errors.SINK_FAILED, what) from None
 
-    def preflight(self, window_column: str) -> list[str]:
+    def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self.db.get()
         shown = self.spec.table.display()
         try:
@@ -381,7 +385,7 @@ class MssqlSink(Sink):
 
     # paths --------------------------------------------------------------------------------------
     def _write(
-        self, cur: Any, source: Source, window: ChunkWindow, columns: tuple[str, ...]
+        self, cur: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
     ) -> ChunkWrite:
         cols = _columns_sql(columns)
         if isinstance(source, MssqlSource) and source.same_dsn(self._dsn):
@@ -407,24 +411,32 @@ class MssqlSink(Sink):
     def _modes(
         self,
         cur: Any,
-        window: ChunkWindow,
+        window: ChunkWindow | None,
         columns: tuple[str, ...],
         fill: Callable[[str], int],
         method: str,
     ) -> ChunkWrite:
+        """The inner mode around a ``fill(relation)``.
+
+        full_refresh deletes every row of the target WITH (TABLOCKX): held to the commit, it makes
+        a concurrent full refresh wait instead of inserting its copy next to this one's. DELETE,
+        not TRUNCATE, so that the whole replacement stays one transaction.
+        """
         mode = self.spec.inner_mode
         cols = _columns_sql(columns)
         checksum: str | None = None
-        if mode == "replace":
-            where = _predicate(window.column)
+        if mode in ("replace", "full_refresh"):
+            replaced = window if mode == "replace" else None  # None: every row of the target
+            where = _where(replaced)
+            hint = " WITH (TABLOCKX)" if replaced is None else ""
             cur.execute(
-                f"DELETE [dpone_src] FROM {self._table} AS [dpone_src] WHERE {where}",
-                *_params(window),
+                f"DELETE [dpone_src] FROM {self._table} AS [dpone_src]{hint}{where}",
+                *_params(replaced),
             )
             rows = fill(self._table)
             if self.options.checksum:
-                read = f"SELECT {cols} FROM {self._table} AS [dpone_src] WHERE {where}"
-                checksum = self._read_checksum(cur, columns, read, _params(window))
+                read = f"SELECT {cols} FROM {self._table} AS [dpone_src]{where}"
+                checksum = self._read_checksum(cur, columns, read, _params(replaced))
             return ChunkWrite(rows, checksum, method)
         if mode == "append" and not self.options.checksum:
             return ChunkWrite(fill(self._table), None, method)
@@ -473,7 +485,7 @@ class MssqlSink(Sink):
 def table_checksum(
     dsn: str,
     table: TableRef,
-    window: ChunkWindow,
+    window: ChunkWindow | None,
     columns: Sequence[str] | None = None,
     driver: Driver | None = None,
 ) -> str:

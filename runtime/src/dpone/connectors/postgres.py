@@ -41,6 +41,7 @@ from dpone.connectors.base import (
     format_checksum,
     index_warnings,
     pg_hash64,
+    scope_display,
     strip_query,
 )
 from dpone.errors import DponeError
@@ -109,17 +110,27 @@ def _columns_sql(columns: Sequence[str]) -> sql.Composed:
     return sql.SQL(", ").join(ident(c, "column") for c in columns)
 
 
-def _predicate(column: str) -> sql.Composed:
+def _where(window: ChunkWindow | None) -> sql.Composable:
+    """`` WHERE <chunk predicate>`` on the ``dpone_src`` alias; nothing without a window."""
+    if window is None:
+        return sql.SQL("")
     name = check_identifier(
-        column, "chunk column", max_chars=MAX_IDENTIFIER_BYTES, max_bytes=MAX_IDENTIFIER_BYTES
+        window.column,
+        "chunk column",
+        max_chars=MAX_IDENTIFIER_BYTES,
+        max_bytes=MAX_IDENTIFIER_BYTES,
     )
     col = sql.Identifier("dpone_src", name)
-    return sql.SQL("{} >= %s AND {} < %s").format(col, col)
+    return sql.SQL(" WHERE {} >= %s AND {} < %s").format(col, col)
 
 
-def _params(window: ChunkWindow) -> tuple[object, object]:
-    """Bounds as parameters: strings go as 'unknown', so the server types them from the column."""
-    return (window.lower, window.upper)
+def _params(window: ChunkWindow | None) -> tuple[object, object] | None:
+    """Bounds as parameters: strings go as 'unknown', so the server types them from the column.
+
+    None without a window: the statement is then sent without parameters (so a trusted query's
+    ``%`` must not be doubled; see :meth:`PostgresSource.relation`).
+    """
+    return None if window is None else (window.lower, window.upper)
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -299,7 +310,7 @@ def relation_checksum(
     cur: Cursor,
     relation: sql.Composable,
     columns: Sequence[tuple[str, int]],
-    params: Sequence[object] = (),
+    params: Sequence[object] | None = None,
 ) -> str:
     """The checksum of every row of ``relation`` (a FROM item): in SQL when the server hashes
     like dpone, else by reading the rows (non-native types as their text) into RowChecksum."""
@@ -372,15 +383,18 @@ class PostgresSource(Source):
         self._conn = PgConnection(dsn, spec.display())
         self._described: tuple[tuple[str, int], ...] | None = None
 
-    def relation(self) -> sql.Composed:
+    def relation(self, parameters: bool = True) -> sql.Composed:
         """The FROM item, aliased dpone_src; a trusted query is nested as a subquery.
 
-        Its '%' are doubled because every statement here is sent with parameters.
+        Its '%' are doubled when the statement is sent with parameters (psycopg then reads '%'
+        as a placeholder): always, except for a read of every row (no window, no parameters).
         """
         if self.spec.table is not None:
             base: sql.Composable = table_sql(self.spec.table)
         else:
-            query = strip_query(self.spec.query or "").replace("%", "%%")
+            query = strip_query(self.spec.query or "")
+            if parameters:
+                query = query.replace("%", "%%")
             base = sql.SQL("({})").format(sql.SQL(query))
         return sql.SQL("{} AS dpone_src").format(base)
 
@@ -411,9 +425,13 @@ class PostgresSource(Source):
         return tuple(name for name, _ in self.describe())
 
     def select_sql(
-        self, window: ChunkWindow, columns: Sequence[str], as_text: frozenset[str] = frozenset()
+        self,
+        window: ChunkWindow | None,
+        columns: Sequence[str],
+        as_text: frozenset[str] = frozenset(),
     ) -> sql.Composed:
-        """SELECT of the chunk; columns in ``as_text`` are cast to text (for non-Postgres sinks)."""
+        """SELECT of the chunk (every row without a window), to run with ``_params(window)``;
+        columns in ``as_text`` are cast to text (for non-Postgres sinks)."""
         items = [
             (
                 sql.SQL("{}::text AS {}").format(ident(c, "column"), ident(c, "column"))
@@ -422,11 +440,11 @@ class PostgresSource(Source):
             )
             for c in columns
         ]
-        return sql.SQL("SELECT {} FROM {} WHERE {}").format(
-            sql.SQL(", ").join(items), self.relation(), _predicate(window.column)
+        return sql.SQL("SELECT {} FROM {}{}").format(
+            sql.SQL(", ").join(items), self.relation(window is not None), _where(window)
         )
 
-    def rows(self, window: ChunkWindow, batch_rows: int) -> Generator[list[Row], None, None]:
+    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
         described = self.describe()
         as_text = frozenset(name for name, oid in described if oid not in _NATIVE)
         query = self.select_sql(window, [name for name, _ in described], as_text)
@@ -438,9 +456,9 @@ class PostgresSource(Source):
                 while batch := cur.fetchmany(batch_rows):
                     yield batch
         except psycopg.Error as exc:
-            raise self._fail(exc, f"reading chunk {window.display()}") from None
+            raise self._fail(exc, f"reading {scope_display(window)}") from None
 
-    def checksum(self, window: ChunkWindow) -> str:
+    def checksum(self, window: ChunkWindow | None) -> str:
         described = self.describe()
         conn = self._conn.get()
         inner = self.select_sql(window, [name for name, _ in described])
@@ -449,18 +467,19 @@ class PostgresSource(Source):
             with conn.cursor() as cur:
                 return relation_checksum(cur, relation, described, _params(window))
         except psycopg.Error as exc:
-            raise self._fail(exc, f"checksumming chunk {window.display()}") from None
+            raise self._fail(exc, f"checksumming {scope_display(window)}") from None
 
     def copy_into(
         self,
         dst: Cursor,
         dst_copy: sql.Composed,
-        window: ChunkWindow,
+        window: ChunkWindow | None,
         columns: Sequence[str],
         binary: bool,
         block_bytes: int,
     ) -> int:
-        """Stream the chunk into ``dst``'s ``COPY .. FROM STDIN``; returns the rows written.
+        """Stream the chunk (every row without a window) into ``dst``'s ``COPY .. FROM STDIN``;
+        returns the rows written.
 
         Source-side failures become DponeError(SOURCE_FAILED); sink-side psycopg errors propagate
         untouched for the sink to classify.
@@ -470,7 +489,7 @@ class PostgresSource(Source):
             self.select_sql(window, columns), fmt
         )
         conn = self._conn.get()
-        what = f"reading chunk {window.display()}"
+        what = f"reading {scope_display(window)}"
         with contextlib.ExitStack() as stack:
             cur = stack.enter_context(conn.cursor())
             try:
@@ -544,8 +563,8 @@ class PostgresSink(Sink):
         self._target: dict[tuple[str, ...], dict[str, int]] = {}
 
     # public -------------------------------------------------------------------------------------
-    def write_chunk(
-        self, source: Source, window: ChunkWindow, connection: object | None = None
+    def _transfer(
+        self, source: Source, window: ChunkWindow | None, connection: object | None
     ) -> ChunkWrite:
         external = self._external(connection)
         columns = self._moved_columns(source, window)
@@ -562,14 +581,14 @@ class PostgresSink(Sink):
             err = translate_error(
                 exc,
                 errors.SINK_FAILED,
-                f"{self.spec.display()}: writing chunk {window.display()} (rolled back)",
+                f"{self.spec.display()}: writing {scope_display(window)} (rolled back)",
                 conn,
             )
             if external is None:
                 self._conn.forget_if_broken()
             raise err from None
 
-    def preflight(self, window_column: str) -> list[str]:
+    def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self._conn.get()
         name = self._table.as_string(conn)
         shown = self.spec.table.display()
@@ -606,7 +625,11 @@ class PostgresSink(Sink):
 
     # paths --------------------------------------------------------------------------------------
     def _write(
-        self, conn: Connection, source: Source, window: ChunkWindow, columns: tuple[str, ...]
+        self,
+        conn: Connection,
+        source: Source,
+        window: ChunkWindow | None,
+        columns: tuple[str, ...],
     ) -> ChunkWrite:
         with conn.cursor() as cur:
             types = self._target_types(cur, columns)
@@ -645,29 +668,31 @@ class PostgresSink(Sink):
     def _apply_mode(
         self,
         cur: Cursor,
-        window: ChunkWindow,
+        window: ChunkWindow | None,
         columns: tuple[str, ...],
         types: dict[str, int],
         fill: Callable[[sql.Composable, bool], int],
         method: str,
     ) -> ChunkWrite:
-        """The inner mode around a ``fill(relation, upsert)`` that loads the chunk somewhere.
+        """The inner mode around a ``fill(relation, upsert)`` that loads the rows somewhere.
 
-        The checksum reads the rows back as the target's types hold them: from the replaced range,
-        or from a temp stage table for merge/append (measured: a RETURNING CTE costs twice as much
-        as a second scan). COPY cannot upsert, so merge over COPY always goes through the stage.
+        The checksum reads the rows back as the target's types hold them: from the replaced range
+        (the whole table for full_refresh), or from a temp stage table for merge/append (measured:
+        a RETURNING CTE costs twice as much as a second scan). COPY cannot upsert, so merge over
+        COPY always goes through the stage.
         """
         mode = self.spec.inner_mode
         typed = [(c, types[c]) for c in columns]
         checksum: str | None = None
-        if mode == "replace":
-            self._delete_range(cur, window)
+        if mode in ("replace", "full_refresh"):
+            replaced = window if mode == "replace" else None  # None: every row of the target
+            self._delete(cur, replaced)
             rows = fill(self._table, False)
             if self.options.checksum:
-                inner = sql.SQL("(SELECT {} FROM {} AS dpone_src WHERE {}) AS s").format(
-                    _columns_sql(columns), self._table, _predicate(window.column)
+                inner = sql.SQL("(SELECT {} FROM {} AS dpone_src{}) AS s").format(
+                    _columns_sql(columns), self._table, _where(replaced)
                 )
-                checksum = relation_checksum(cur, inner, typed, _params(window))
+                checksum = relation_checksum(cur, inner, typed, _params(replaced))
             return ChunkWrite(rows, checksum, method)
         direct_upsert = method == "insert-select"
         if not self.options.checksum and (mode == "append" or direct_upsert):
@@ -692,11 +717,18 @@ class PostgresSink(Sink):
         return ChunkWrite(rows, checksum, method)
 
     # statements ---------------------------------------------------------------------------------
-    def _delete_range(self, cur: Cursor, window: ChunkWindow) -> None:
+    def _delete(self, cur: Cursor, window: ChunkWindow | None) -> None:
+        """Delete the chunk's range, or (no window) every row of the target.
+
+        Deleting every row first takes SHARE ROW EXCLUSIVE on the target: readers go on seeing the
+        old rows until commit, but a concurrent full refresh waits for this one instead of
+        deleting the old rows only and then inserting its copy next to this one's. DELETE, not
+        TRUNCATE: TRUNCATE's ACCESS EXCLUSIVE lock would block every reader too.
+        """
+        if window is None:
+            cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(self._table))
         cur.execute(
-            sql.SQL("DELETE FROM {} AS dpone_src WHERE {}").format(
-                self._table, _predicate(window.column)
-            ),
+            sql.SQL("DELETE FROM {} AS dpone_src{}").format(self._table, _where(window)),
             _params(window),
         )
 
@@ -720,7 +752,7 @@ class PostgresSink(Sink):
         cur: Cursor,
         rel: sql.Composable,
         source: Source,
-        window: ChunkWindow,
+        window: ChunkWindow | None,
         columns: tuple[str, ...],
         types: dict[str, int],
     ) -> int:
@@ -807,9 +839,10 @@ def _set_local(cur: Cursor, values: Sequence[object]) -> None:
 
 
 def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow, columns: Sequence[str] | None = None
+    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
 ) -> str:
-    """Checksum of ``table``'s rows in ``window`` (for comparing a source with its target)."""
+    """Checksum of ``table``'s rows in ``window`` (every row without one), for comparing a
+    source with its target."""
     spec = SourceSpec(
         connection="checksum", table=table, columns=tuple(columns) if columns else None
     )

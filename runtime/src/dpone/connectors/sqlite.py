@@ -39,6 +39,7 @@ from dpone.connectors.base import (
     check_identifier,
     check_unique,
     index_warnings,
+    scope_display,
     sql_text_bound,
     strip_query,
 )
@@ -73,12 +74,17 @@ def _columns_sql(columns: Sequence[str]) -> str:
     return ", ".join(quote(c, "column") for c in columns)
 
 
-def _predicate(column: str) -> str:
-    col = "dpone_src." + quote(column, "chunk column")
-    return f"{col} >= ? AND {col} < ?"
+def _where(window: ChunkWindow | None) -> str:
+    """`` WHERE <chunk predicate>`` on the ``dpone_src`` alias; nothing without a window."""
+    if window is None:
+        return ""
+    col = "dpone_src." + quote(window.column, "chunk column")
+    return f" WHERE {col} >= ? AND {col} < ?"
 
 
-def _params(window: ChunkWindow) -> tuple[Bound, Bound]:
+def _params(window: ChunkWindow | None) -> tuple[Bound, ...]:
+    if window is None:
+        return ()
     return (sql_text_bound(window, window.lower), sql_text_bound(window, window.upper))
 
 
@@ -177,13 +183,11 @@ class SqliteSource(Source):
             self._columns = names
         return self._columns
 
-    def select_sql(self, window: ChunkWindow, columns: Sequence[str]) -> str:
-        return (
-            f"SELECT {_columns_sql(columns)} FROM {self.relation()} "
-            f"WHERE {_predicate(window.column)}"
-        )
+    def select_sql(self, window: ChunkWindow | None, columns: Sequence[str]) -> str:
+        """SELECT of the chunk (every row without a window), to run with ``_params(window)``."""
+        return f"SELECT {_columns_sql(columns)} FROM {self.relation()}{_where(window)}"
 
-    def rows(self, window: ChunkWindow, batch_rows: int) -> Generator[list[Row], None, None]:
+    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
         query = self.select_sql(window, self.columns())
         try:
             cur = self.db.get().execute(query, _params(window))
@@ -193,9 +197,9 @@ class SqliteSource(Source):
             finally:
                 cur.close()
         except sqlite3.Error as exc:
-            raise self._fail(exc, f"reading chunk {window.display()}") from None
+            raise self._fail(exc, f"reading {scope_display(window)}") from None
 
-    def checksum(self, window: ChunkWindow) -> str:
+    def checksum(self, window: ChunkWindow | None) -> str:
         total = RowChecksum(self.columns())
         for batch in self.rows(window, 10_000):
             total.add_many(batch)
@@ -224,8 +228,8 @@ class SqliteSink(Sink):
             quote(key, "merge key")
         self.db = SqliteConnection(dsn, spec.display())
 
-    def write_chunk(
-        self, source: Source, window: ChunkWindow, connection: object | None = None
+    def _transfer(
+        self, source: Source, window: ChunkWindow | None, connection: object | None
     ) -> ChunkWrite:
         self._no_external_connection(connection)
         columns = self._moved_columns(source, window)
@@ -241,10 +245,10 @@ class SqliteSink(Sink):
                 raise
             return result
         except Exception as exc:
-            what = f"{self.spec.display()}: writing chunk {window.display()} (rolled back)"
+            what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
             raise translate_error(exc, errors.SINK_FAILED, what) from None
 
-    def preflight(self, window_column: str) -> list[str]:
+    def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self.db.get()
         schema = (
             "" if self.spec.table.schema is None else quote(self.spec.table.schema, "schema") + "."
@@ -277,7 +281,7 @@ class SqliteSink(Sink):
         self,
         conn: sqlite3.Connection,
         source: Source,
-        window: ChunkWindow,
+        window: ChunkWindow | None,
         columns: tuple[str, ...],
     ) -> ChunkWrite:
         if isinstance(source, SqliteSource) and source.same_file(self.db.path):
@@ -311,24 +315,28 @@ class SqliteSink(Sink):
     def _modes(
         self,
         conn: sqlite3.Connection,
-        window: ChunkWindow,
+        window: ChunkWindow | None,
         columns: tuple[str, ...],
         fill: Callable[[str], int],
         method: str,
     ) -> ChunkWrite:
+        """The inner mode around a ``fill(relation)``; full_refresh deletes every row of the target
+        (BEGIN IMMEDIATE already keeps other writers out of the file until commit)."""
         mode = self.spec.inner_mode
         cols = _columns_sql(columns)
-        if mode == "replace":
-            conn.execute(
-                f"DELETE FROM {self._table} AS dpone_src WHERE {_predicate(window.column)}",
-                _params(window),
-            )
+        if mode in ("replace", "full_refresh"):
+            replaced = window if mode == "replace" else None  # None: every row of the target
+            where = _where(replaced)
+            conn.execute(f"DELETE FROM {self._table} AS dpone_src{where}", _params(replaced))
             rows = fill(self._table)
             checksum = None
             if self.options.checksum:
                 check = RowChecksum(columns)
-                read = f"SELECT {cols} FROM {self._table} AS dpone_src WHERE {_predicate(window.column)}"
-                check.add_many(conn.execute(read, _params(window)).fetchall())
+                read = f"SELECT {cols} FROM {self._table} AS dpone_src{where}"
+                cur = conn.execute(read, _params(replaced))
+                while batch := cur.fetchmany(10_000):
+                    check.add_many(batch)
+                cur.close()
                 checksum = check.value()
             return ChunkWrite(rows, checksum, method)
         if not self.options.checksum:
@@ -360,7 +368,7 @@ class SqliteSink(Sink):
 
 
 def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow, columns: Sequence[str] | None = None
+    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
 ) -> str:
     spec = SourceSpec(
         connection="checksum", table=table, columns=tuple(columns) if columns else None
