@@ -132,6 +132,11 @@ def _notes() -> dict[tuple[str, str], str]:
         ),
         ("pipeline.v1", "processes[].source"): "Exactly one of `table` or `query`.",
         ("pipeline.v1", "processes[].sink.keys"): "Required by `inner_mode: merge`.",
+        ("pipeline.v1", "processes[].sink.strategy.mode"): (
+            "`backfill`: chunk by chunk under the ledger (needs `backfill`). `full_refresh`: "
+            "`dpone run` deletes every target row and inserts every source row in one "
+            "transaction, without the ledger (`internal` mode only)."
+        ),
         ("pipeline.v1", "processes[].backfill"): (
             "Required when `sink.strategy.mode` is `backfill`; not allowed with `full_refresh`."
         ),
@@ -144,7 +149,9 @@ def _notes() -> dict[tuple[str, str], str]:
             f"Default by type ({units}); must fit the type."
         ),
         ("pipeline.v1", "processes[].backfill.inner_mode"): (
-            "Default: `replace`. `full_refresh` only for a single-chunk window."
+            "Default: `replace` (delete the chunk's range, insert the chunk). `full_refresh` "
+            "deletes every target row, not only the range, so it is allowed only for a "
+            "single-chunk window."
         ),
         ("pipeline.v1", "processes[].backfill.parallel_workers"): (
             "Default: 1. Must be 1 in `visible`/`summary` mode."
@@ -157,7 +164,9 @@ def _notes() -> dict[tuple[str, str], str]:
             f"Default: {loader.DEFAULT_LEASE_SECONDS}. How long a running chunk's lease lasts "
             "before another attempt may take it over."
         ),
-        ("pipeline.v1", "processes[].state"): "Default: `{backend: local_file}`.",
+        ("pipeline.v1", "processes[].state"): (
+            "Default: `{backend: local_file}`. Not used by a `full_refresh` process."
+        ),
         ("pipeline.v1", "processes[].state.connection"): "Required by `audit_schema`.",
         ("pipeline.v1", "processes[].state.schema"): "Default: `dpone_audit`.",
         ("pipeline.v1", "processes[].state.require_distributed_lock"): (

@@ -4,6 +4,9 @@ chunks one lease at a time, completing each with compare-and-set.
 Mapped items run their range sequentially and stop at the first failure (the state machine of
 the contract); internal runs spread the whole campaign over ``parallel_workers`` threads, each
 with its own store and connector connections, and keep going past a failed chunk.
+
+A full_refresh process (no backfill section) is one unit of work outside the ledger: the whole
+source replaces the whole target in one sink transaction (:func:`run_full_refresh`).
 """
 
 from __future__ import annotations
@@ -175,11 +178,14 @@ def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:
         query=src.query,
         columns=src.columns,
     )
-    inner = cfg.backfill.inner_mode if cfg.backfill else "replace"
+    # A full_refresh process is the sink mode full_refresh over every row (Sink.write_all); a
+    # backfill's inner_mode full_refresh (one-chunk windows only) is the same sink mode over
+    # that chunk: the whole target is deleted, not only the chunk's range.
+    inner = cfg.backfill.inner_mode if cfg.backfill else "full_refresh"
     sink = SinkSpec(
         connection=cfg.sink.connection,
         table=TableRef(cfg.sink.table.schema, cfg.sink.table.name),
-        inner_mode=cast(InnerMode, "replace" if inner == "full_refresh" else inner),
+        inner_mode=cast(InnerMode, inner),
         keys=cfg.sink.keys,
     )
     return source, sink
@@ -359,6 +365,58 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             mover.close()
     if outcome.error is None and outcome.chunks_failed:
         outcome.error = ErrorRecord(errors.CHUNK_FAILED, f"{outcome.chunks_failed} chunk(s) failed")
+    outcome.duration_ms = int((time.monotonic() - started) * 1000)
+    return outcome
+
+
+def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
+    """A full_refresh process: the whole target replaced by the whole source in ONE transaction.
+
+    Ledger semantics: none. A full refresh has nothing to resume (a half-done one is rolled back,
+    and every run must refresh again, so a "committed" record would only make the next run skip a
+    refresh it owes), so no state store is opened and ``state`` is not read. The result reports
+    it as one unit (``chunks_selected`` 1, ``run_key`` and ``campaign_complete`` null); the sink's
+    table lock makes a concurrent refresh of the same target wait for this one. Opening the
+    connectors and the preflight raise (as they do for a backfill); a failed write is recorded in
+    ``outcome`` with the target unchanged.
+    """
+    from dpone.connectors.factory import open_sink, open_source
+
+    started = time.monotonic()
+    settings = ctx.settings
+    plan = ctx.plan
+    cfg = plan.config
+    assert cfg.backfill is None
+    outcome.chunks_selected = 1
+    tally = _Tally(outcome, settings.progress)
+    source_spec, sink_spec = connector_specs(plan)
+    source: Any = None
+    sink: Any = None
+    settings.progress.start(1, f"{ctx.pack.workload.name}/{plan.name}")
+    try:
+        source = open_source(source_spec, ctx.dsn(cfg.source.connection))
+        sink = open_sink(sink_spec, ctx.dsn(cfg.sink.connection))
+        for warning in sink.preflight():
+            settings.warn(warning)
+        moving = time.monotonic()
+        try:
+            written = sink.write_all(source)
+        except DponeError as exc:
+            elapsed = int((time.monotonic() - moving) * 1000)
+            tally.record(ChunkTiming(1, "failed", 1, duration_ms=elapsed, error_code=exc.code))
+            tally.fail(exc.records[0])
+        else:
+            elapsed = int((time.monotonic() - moving) * 1000)
+            outcome.method = written.method
+            tally.record(ChunkTiming(1, "committed", 1, written.rows, written.checksum, elapsed))
+    finally:
+        settings.progress.finish()
+        for thing in (source, sink):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:
+                    pass
     outcome.duration_ms = int((time.monotonic() - started) * 1000)
     return outcome
 

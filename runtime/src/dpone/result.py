@@ -67,6 +67,10 @@ class RunOutcome:
     mapping: dict[str, Any] | None = None
     timings: list[ChunkTiming] = field(default_factory=list)
     campaign_complete: bool | None = None
+    #: "backfill" or "full_refresh" (one unit, no ledger: run_key and campaign_complete stay None)
+    strategy: str = "backfill"
+    #: the write path of a full refresh (ChunkWrite.method), for the summary line only
+    method: str | None = None
 
     @property
     def status(self) -> str:

@@ -16,7 +16,13 @@ from dpone import errors
 from dpone.errors import DponeError
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
-from dpone.orchestrator import RunContext, RunSettings, new_owner, run_backfill
+from dpone.orchestrator import (
+    RunContext,
+    RunSettings,
+    new_owner,
+    run_backfill,
+    run_full_refresh,
+)
 from dpone.pack import WorkloadPack, load_and_compile
 from dpone.progress import NoProgressSink, choose_progress
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
@@ -44,19 +50,38 @@ def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
     raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")
 
 
+def evidence_key(outcome: RunOutcome) -> str | None:
+    """The evidence folder: the campaign's run_key, or ``fr-<workload>.<process>`` for a full
+    refresh (which has no campaign; every run adds its own file there)."""
+    if outcome.strategy == "full_refresh":
+        return f"fr-{outcome.workload}.{outcome.process}"
+    return outcome.run_key
+
+
 def _emit(outcome: RunOutcome, owner: str) -> None:
     target = xcom_path()
     if target is not None:
         write_json_atomic(target, outcome.result_document())
     evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
-    if evidence_dir and outcome.run_key:
+    key = evidence_key(outcome)
+    if evidence_dir and key:
         scope = f"item-{outcome.mapping['item_index']:03d}" if outcome.mapping else "internal"
         safe_owner = "".join(c if c.isalnum() else "-" for c in owner)
-        path = Path(evidence_dir) / outcome.run_key / f"{scope}.{safe_owner}.json"
+        path = Path(evidence_dir) / key / f"{scope}.{safe_owner}.json"
         write_json_atomic(path, outcome.evidence_document(owner))
 
 
 def _summary(outcome: RunOutcome) -> str:
+    if outcome.strategy == "full_refresh":
+        what = (
+            f"{outcome.rows_written:,} rows replaced the target via {outcome.method}"
+            if outcome.status == "passed"
+            else "rolled back, target unchanged"
+        )
+        return (
+            f"dpone: {outcome.workload}/{outcome.process}: {outcome.status} — full refresh, "
+            f"{what} ({outcome.duration_ms} ms)"
+        )
     return (
         f"dpone: {outcome.workload}/{outcome.process}: {outcome.status} — "
         f"{outcome.chunks_committed} committed, {outcome.chunks_skipped_resume} already "
@@ -88,12 +113,7 @@ def run_command(args: argparse.Namespace) -> int:
     selections = [select_chunks(plan, item) for plan in plans]
     worst = EXIT_OK
     for plan, selection in zip(plans, selections, strict=True):
-        if plan.config.backfill is None:
-            raise DponeError(
-                errors.USAGE,
-                f"process {plan.name!r} is a full_refresh process; `dpone run` moves chunked "
-                f"backfills only in this release",
-            )
+        full_refresh = plan.config.backfill is None
         quiet = args.no_progress or selection.item is not None
         progress = NoProgressSink() if quiet else choose_progress(sys.stderr)
         settings = RunSettings(
@@ -108,10 +128,12 @@ def run_command(args: argparse.Namespace) -> int:
             mode=selection.mode,
             pack_fingerprint=pack.fingerprint,
             mapping=selection.item.to_mapping_section() if selection.item else None,
+            strategy="full_refresh" if full_refresh else "backfill",
         )
         owner = new_owner()
+        run = run_full_refresh if full_refresh else run_backfill
         try:
-            run_backfill(RunContext(pack, plan, selection, settings), outcome)
+            run(RunContext(pack, plan, selection, settings), outcome)
         except DponeError as exc:
             outcome.error = exc.records[0]
             _emit(outcome, owner)
