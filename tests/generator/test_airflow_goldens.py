@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GOLDEN, HARNESS, ROOT
 from dpone.pack import load_and_compile
 from dpone_generator.dagspec import DagFile, dag_file
+from generator_support import GOLDEN, HARNESS, ROOT
 
 VERSIONS = ("2.10.5", "2.11.2", "3.2.2", "3.3.2")
 PROBE = ROOT / "tests" / "generator" / "airflow_probe.py"

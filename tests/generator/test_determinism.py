@@ -20,9 +20,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, env_without_python_settings
 from determinism_probe import digests
 from dpone_generator.build import build
+from generator_support import ROOT, env_without_python_settings
 
 PY312 = Path(os.environ.get("DPONE_PY312", Path.home() / ".pyenv/versions/3.12.1/bin/python"))
 PROBE = ROOT / "tests" / "generator" / "determinism_probe.py"

@@ -11,11 +11,11 @@ import functools
 from pathlib import Path
 
 import pytest
-from conftest import golden_cases
 from dpone_generator.build import build
 from dpone_generator.dagspec import DagFile, Env, HookTask, RuntimeTask
 from dpone_generator.format import format_python, format_rendered
 from dpone_generator.render import black_string, py_string, render_dag, render_source
+from generator_support import golden_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

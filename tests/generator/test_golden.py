@@ -6,8 +6,8 @@ import difflib
 from pathlib import Path
 
 import pytest
-from conftest import GOLDEN, UPDATE_GOLDENS, golden_cases, tree_bytes
 from dpone_generator.cli import generate_command
+from generator_support import GOLDEN, UPDATE_GOLDENS, golden_cases, tree_bytes
 
 
 def _explain(case: str, expected: dict[str, bytes], actual: dict[str, bytes]) -> str:

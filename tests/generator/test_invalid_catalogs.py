@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import INVALID
 from dpone_generator.cli import generate_command
+from generator_support import INVALID
 from syrupy.assertion import SnapshotAssertion
 
 EXPECTED_CODE = {

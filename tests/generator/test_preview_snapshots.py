@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import golden_cases
 from dpone.cli import main as dpone_main
+from generator_support import golden_cases
 from syrupy.assertion import SnapshotAssertion
 
 

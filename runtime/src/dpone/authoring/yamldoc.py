@@ -1,8 +1,9 @@
 """YAML loading with source positions, so every error can name file:line:column.
 
-ruamel.yaml (YAML 1.2: ``yes``/``no`` stay strings) in round-trip mode keeps line and column
-for every mapping key and sequence item; duplicate keys are errors. Timestamps are kept as the
-text the author wrote, so chunk bounds are parsed once, by the chunk planner.
+The document is composed into nodes by ruamel.yaml's safe (YAML 1.2) parser and turned into plain
+data here, recording the line and column of every mapping key, value and sequence item. YAML 1.2 rules
+apply (``yes``/``no`` stay strings); duplicate keys are errors; timestamps are kept as the text
+the author wrote, so chunk bounds are parsed once, by the chunk planner.
 """
 
 from __future__ import annotations
@@ -14,37 +15,25 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.scanner import RoundTripScanner, ScannerError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.scanner import Scanner, ScannerError
 
 from dpone import errors
 from dpone.errors import ErrorRecord, Location
 
 MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
-
-
-class _TextTimestampConstructor(RoundTripConstructor):
-    """Keeps YAML timestamps as their source text (the planner parses bounds itself)."""
-
-
-def _timestamp_as_text(loader: RoundTripConstructor, node: Any) -> str:
-    return str(loader.construct_scalar(node))
-
-
-_TextTimestampConstructor.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
-
-
 MAX_NODES = 200_000
 MAX_FLOW_DEPTH = 64
+TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _BoundedScanner(RoundTripScanner):
+class _BoundedScanner(Scanner):
     """Refuses flow collections (``[ ]``, ``{ }``) nested deeper than MAX_FLOW_DEPTH.
 
-    ruamel's scanner slows down super-linearly with flow depth: 1,000 nested ``[`` (4 KB) took
-    7 s to reject. The scanner knows the real flow context, so the check is exact and cheap.
+    ruamel's pure-Python scanner slows down super-linearly with flow depth: 1,000 nested ``[``
+    (4 KB) took 7 s to reject. The scanner knows the real flow context, so the check is exact.
     """
 
     def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
@@ -58,6 +47,18 @@ class _BoundedScanner(RoundTripScanner):
         super().fetch_flow_collection_start(TokenClass, to_push)
 
 
+def _new_yaml() -> YAML:
+    """A safe (YAML 1.2) pure-Python loader with the bounded scanner.
+
+    Not libyaml's C parser: its composer recurses in C and crashes the interpreter on a deeply
+    nested hostile document (50,000 ``[``), and it speaks YAML 1.1's grammar (it refuses
+    ``{image: repo/app:1.0}``). The safe composer is still about twice as fast as round-trip.
+    """
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Scanner = _BoundedScanner
+    return yaml
+
+
 class _Budget:
     """Counts visited nodes: aliases can make a small file expand exponentially."""
 
@@ -67,21 +68,74 @@ class _Budget:
     def spend(self) -> None:
         self.left -= 1
         if self.left < 0:
-            raise RecursionError("too many nodes")
+            raise _TooManyNodes
 
 
-def _plain(value: Any, budget: _Budget) -> Any:
-    """Round-trip containers to plain dicts/lists (positions are kept in a separate index)."""
-    budget.spend()
-    if isinstance(value, dict):
-        return {key: _plain(item, budget) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain(item, budget) for item in value]
-    if isinstance(value, float):
+class _TooManyNodes(Exception):
+    """The node budget ran out (an alias bomb or an absurdly large document)."""
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: object, node: Node, first: Node | None = None) -> None:
+        super().__init__(key)
+        self.key = key
+        self.node = node
+        self.first = first
+
+
+Position = tuple[int, int]
+
+
+def _mark(node: Node) -> Position:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def _plain_scalar(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, int | float | str):
         return value
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
-        return value if not isinstance(value, str) else str(value)
     return str(value)
+
+
+class _Builder:
+    """Nodes to plain dicts/lists/scalars plus a path -> position index."""
+
+    def __init__(self, yaml: YAML) -> None:
+        self.constructor = yaml.constructor
+        self.positions: dict[tuple[str | int, ...], Position] = {}
+        self.budget = _Budget()
+
+    def scalar(self, node: ScalarNode) -> Any:
+        if node.tag == TIMESTAMP_TAG:
+            return str(node.value)
+        if node.tag == MERGE_TAG:
+            return "<<"
+        return _plain_scalar(self.constructor.construct_object(node, deep=True))
+
+    def build(self, node: Node, path: tuple[str | int, ...]) -> Any:
+        self.budget.spend()
+        if isinstance(node, MappingNode):
+            result: dict[Any, Any] = {}
+            key_nodes: dict[Any, Node] = {}
+            for key_node, value_node in node.value:
+                key = self.build(key_node, (*path, "__key__"))
+                if isinstance(key, dict | list):
+                    raise _DuplicateKey(None, key_node)
+                if key in result:
+                    raise _DuplicateKey(key, key_node, key_nodes[key])
+                key_nodes[key] = key_node
+                child = (*path, str(key))
+                self.positions[(*child, "__key__")] = _mark(key_node)
+                self.positions[child] = _mark(value_node)
+                result[key] = self.build(value_node, child)
+            return result
+        if isinstance(node, SequenceNode):
+            items = []
+            for index, item in enumerate(node.value):
+                self.positions[(*path, index)] = _mark(item)
+                items.append(self.build(item, (*path, index)))
+            return items
+        assert isinstance(node, ScalarNode)
+        return self.scalar(node)
 
 
 @dataclass(frozen=True)
@@ -106,32 +160,12 @@ class YamlDocument:
         return Location(self.path, 1, 1)
 
 
-def _index(
-    node: Any,
-    path: tuple[str | int, ...],
-    out: dict[tuple[str | int, ...], tuple[int, int]],
-    budget: _Budget,
-) -> None:
-    budget.spend()
-    if isinstance(node, CommentedMap):
-        for key in node:
-            try:
-                kline, kcol = node.lc.key(key)
-                vline, vcol = node.lc.value(key)
-            except (KeyError, TypeError, AttributeError):
-                continue
-            child = (*path, str(key))
-            out[(*child, "__key__")] = (kline + 1, kcol + 1)
-            out[child] = (vline + 1, vcol + 1)
-            _index(node[key], child, out, budget)
-    elif isinstance(node, CommentedSeq):
-        for i, item in enumerate(node):
-            try:
-                line, col = node.lc.item(i)
-            except (KeyError, TypeError, AttributeError):
-                continue
-            out[(*path, i)] = (line + 1, col + 1)
-            _index(item, (*path, i), out, budget)
+def _parse(yaml: YAML, text: str) -> tuple[Any, dict[tuple[str | int, ...], Position]]:
+    node = yaml.compose(text)
+    if node is None:
+        return None, {}
+    builder = _Builder(yaml)
+    return builder.build(node, ()), builder.positions
 
 
 def _read_bounded(path: Path) -> bytes:
@@ -175,26 +209,24 @@ def load_yaml(path: Path, display: str) -> tuple[YamlDocument | None, list[Error
         return None, [
             ErrorRecord(errors.YAML_INVALID, f"not UTF-8 at byte {exc.start}", Location(display))
         ]
-    yaml = YAML(typ="rt")
-    yaml.Constructor = _TextTimestampConstructor
-    yaml.Scanner = _BoundedScanner
-    yaml.allow_duplicate_keys = False
     try:
-        node = yaml.load(text)
+        data, positions = _parse(_new_yaml(), text)
+    except _DuplicateKey as dup:
+        dup_line, dup_col = _mark(dup.node)
+        if dup.key is None:
+            message = "mapping keys must be plain values, not mappings or lists"
+        else:
+            first = f" (first at line {_mark(dup.first)[0]})" if dup.first is not None else ""
+            message = f"duplicate key {dup.key!r}{first}"
+        where = Location(display, dup_line, dup_col)
+        return None, [ErrorRecord(errors.YAML_INVALID, message, where)]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         col = mark.column + 1 if mark is not None else None
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         return None, [ErrorRecord(errors.YAML_INVALID, problem, Location(display, line, col))]
-    except (YAMLError, RecursionError, ValueError, TypeError, AttributeError) as exc:
-        message = " ".join(str(exc).split())[:300] or type(exc).__name__
-        return None, [ErrorRecord(errors.YAML_INVALID, message, Location(display))]
-    positions: dict[tuple[str | int, ...], tuple[int, int]] = {}
-    try:
-        _index(node, (), positions, _Budget())
-        data = _plain(node, _Budget())
-    except RecursionError:
+    except (RecursionError, _TooManyNodes):
         return None, [
             ErrorRecord(
                 errors.YAML_INVALID,
@@ -202,4 +234,7 @@ def load_yaml(path: Path, display: str) -> tuple[YamlDocument | None, list[Error
                 Location(display),
             )
         ]
+    except (YAMLError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+        message = " ".join(str(exc).split())[:300] or type(exc).__name__
+        return None, [ErrorRecord(errors.YAML_INVALID, message, Location(display))]
     return YamlDocument(display, data, positions), []
