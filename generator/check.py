@@ -13,6 +13,8 @@ import sys
 from dpone.cli import _Parser
 from dpone.pack import load_and_compile
 
+from .validate import validate_for_airflow
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
@@ -36,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
 def main_check(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     catalog, packs, problems = load_and_compile(args.catalog)
+    if catalog is not None:
+        # The rules only a DAG file needs (image, secrets per connection, unique hook names)
+        # belong to check too: CI should not learn about them first from generate.
+        problems = [*problems, *validate_for_airflow(catalog)]
     if args.format == "json":
         print(json.dumps([p.to_json() for p in problems], indent=2, ensure_ascii=False))
     elif problems:

@@ -295,8 +295,16 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     bf = plan.config.backfill
     assert bf is not None
     owner = new_owner(settings.owner_prefix)
-    store = ctx.open_store()
     mapped = ctx.selection.item is not None
+    if mapped and bf.inner_mode == "append" and not ctx.same_transaction:
+        # check passes when ledger and sink share a connection *name*; only on Postgres do data
+        # and completion really commit together, so refuse here before anything is opened.
+        raise DponeError(
+            errors.MAPPED_APPEND_UNSAFE,
+            f"process {plan.name!r}: mapped append needs the ledger and the sink in one Postgres "
+            f"transaction; this sink's DSN is not Postgres (use replace or merge)",
+        )
+    store = ctx.open_store()
     if mapped and not store.capabilities.mapped_ready:
         store.close()
         raise DponeError(
