@@ -116,7 +116,7 @@ def _table_digest(dsn: str, table: str) -> tuple[int, str]:
 def _attempts(dsn: str, schema: str) -> dict[int, int]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            f"SELECT chunk_index, count(*) FROM {schema}_audit.chunk_transition "
+            f"SELECT chunk_index, count(DISTINCT attempt) FROM {schema}_audit.chunk_transition "
             f"WHERE state = 'running' GROUP BY chunk_index"
         ).fetchall()
     return {int(i): int(n) for i, n in rows}
@@ -247,3 +247,50 @@ def test_internal_run_with_workers_and_a_separate_ledger_database_matches_source
     )
     status = json.loads(capsys.readouterr().out)
     assert code == 0 and status["counts"]["committed"] == 30
+
+
+def test_a_chunk_longer_than_its_lease_keeps_it(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The lease is renewed while data moves outside the ledger's transaction: another attempt
+    asking after the first expiry finds it busy, and the chunk is moved once."""
+    import threading
+    import time
+
+    from dpone.ledger.factory import open_store
+    from dpone.ledger.port import LeaseStatus
+
+    catalog = project["write"](ledger="ledger")
+    s = project["schema"]
+    manifest = Path(catalog).with_name("orders.yaml")
+    slow = (
+        f'query: "SELECT r.order_id, r.order_date, r.amount FROM {s}.raw_orders r '
+        f'CROSS JOIN pg_sleep(7)"'
+    )
+    text = manifest.read_text().replace(f"table: {{schema: {s}, name: raw_orders}}", slow)
+    manifest.write_text(text.replace("lease_seconds: 30", "lease_seconds: 5"))
+    _, plan = _plan(catalog)
+    item = plan.mapping_plan.items[0]
+    monkeypatch.setenv("DPONE_AIRFLOW_MAPPING_ITEM", plan.mapping_plan.item_env_value(item))
+    codes: list[int] = []
+    runner = threading.Thread(
+        target=lambda: codes.append(
+            main(["run", "--catalog", catalog, "--workload", "orders", "--process", "orders"])
+        )
+    )
+    runner.start()
+    time.sleep(6.5)  # past the first lease's expiry, while the first chunk is still moving
+    store = open_store("audit_schema", project["dsn"], f"{s}_audit", None)
+    try:
+        from dpone.ledger.port import CampaignShape
+        from dpone.orchestrator import RunContext  # noqa: F401  (import check only)
+
+        shape = CampaignShape(
+            plan.run_key, "orders", "orders", plan.backfill_plan_hash, plan.config_hash, plan.chunks
+        )
+        outcome = store.acquire_lease(shape, plan.chunks[0], "intruder", 5)
+    finally:
+        store.close()
+    assert outcome.status is LeaseStatus.BUSY
+    runner.join(timeout=120)
+    capsys.readouterr()
+    assert codes == [0]
+    assert _attempts(project["dsn"], s)[1] == 1  # one attempt, renewed, never taken over

@@ -99,12 +99,57 @@ class RunContext:
         )
 
 
+class LeaseKeeper:
+    """Renews a lease while a chunk's data moves outside the ledger's transaction.
+
+    Without it a chunk that runs longer than lease_seconds could be taken over by another
+    attempt (correct, since the old owner's completion then fails compare-and-set, but wasted
+    work). It renews every third of the lease on its own store, opened on first need: a
+    database connection is never shared between threads, and short chunks open nothing.
+    """
+
+    def __init__(
+        self, open_store: Callable[[], LedgerStore], lease: Lease, lease_seconds: float
+    ) -> None:
+        self._open_store = open_store
+        self.lease = lease
+        self.lease_seconds = lease_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dpone-lease-keeper", daemon=True)
+        self._store: LedgerStore | None = None
+
+    def _run(self) -> None:
+        interval = max(self.lease_seconds / 3.0, 0.5)
+        while not self._stop.wait(interval):
+            try:
+                if self._store is None:
+                    self._store = self._open_store()
+                self.lease = self._store.renew(self.lease, self.lease_seconds)
+            except DponeError:
+                return  # completion's compare-and-set will report the lost lease
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:
+                pass
+
+
 class ChunkMover:
     """One worker's connections: a store, and the source and sink opened on first need."""
 
     def __init__(self, ctx: RunContext, store: LedgerStore) -> None:
         self.ctx = ctx
         self.store = store
+        assert ctx.plan.config.backfill is not None
+        self.lease_seconds = float(ctx.plan.config.backfill.lease_seconds)
         self._source: Any = None
         self._sink: Any = None
 
@@ -146,7 +191,8 @@ class ChunkMover:
 
             return self.store.complete_in_transaction(lease, chunk, write)
         try:
-            written = sink.write_chunk(source, window)
+            with LeaseKeeper(self.ctx.open_store, lease, self.lease_seconds):
+                written = sink.write_chunk(source, window)
         except DponeError as exc:
             failed = ChunkResult(False, error_code=exc.code, error_message=exc.message[:500])
             self.store.complete(lease, chunk, failed)
