@@ -24,7 +24,7 @@ def seed(path: Path, rows_per_day: int = 40) -> int:
         """)
     day, end, order_id, rows = dt.date(2024, 1, 1), dt.date(2024, 3, 1), 1, []
     while day < end:
-        for n in range(rows_per_day):
+        for _ in range(rows_per_day):
             rows.append(
                 (
                     order_id,
