@@ -365,9 +365,12 @@ class Campaign:
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
         now = time.monotonic()
         launch = Launch(item, proc, Path(path), now, fault, twin=twin)
-        if not twin and self.rng.random() < self.random_kill_rate:
+        forced = fault.split(":")[1:2] == ["1"]  # a forced point must be reached, not preempted
+        if twin or forced:
+            pass
+        elif self.rng.random() < self.random_kill_rate:
             launch.kill_at = now + self.rng.uniform(0.5, 3.0)
-        elif not twin and self.rng.random() < self.stall_rate:
+        elif self.rng.random() < self.stall_rate:
             launch.stop_at = now + self.rng.uniform(0.5, 2.0)
         self.report.launches += 1
         self.report.twins += int(twin)
