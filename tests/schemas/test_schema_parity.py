@@ -351,7 +351,9 @@ WRONG_VALUES: list[Any] = [
 
 text_values = st.text(max_size=24).filter(lambda s: not s.endswith("\n"))
 values = (
-    st.sampled_from(WRONG_VALUES)
+    # a fresh copy each draw: mutations below edit drawn containers in place, and a shared one
+    # would leak between examples (cycles, and hypothesis's FlakyStrategyDefinition)
+    st.sampled_from(WRONG_VALUES).map(copy.deepcopy)
     | st.integers(-(10**10), 10**10)
     | text_values
     | st.floats(allow_nan=True, allow_infinity=True).filter(lambda f: not f.is_integer())
