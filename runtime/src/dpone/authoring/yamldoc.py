@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,11 @@ class YamlDocument:
 
 
 def _parse(yaml: YAML, text: str) -> tuple[Any, dict[tuple[str | int, ...], Position]]:
-    node = yaml.compose(text)
+    with warnings.catch_warnings():
+        # ruamel warns (ReusedAnchorWarning) on stderr; a reused anchor is legal YAML and the
+        # structured output must stay the only thing dpone prints.
+        warnings.simplefilter("ignore")
+        node = yaml.compose(text)
     if node is None:
         return None, {}
     builder = _Builder(yaml)
