@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 from dpone import errors
 from dpone.pack import ProcessPlan, load_and_compile
+from dpone.verify import expected_identity
 from psycopg import sql
 
 HERE = Path(__file__).resolve().parent
@@ -243,6 +244,15 @@ def plan_of(workload: str) -> ProcessPlan:
     return pack.processes[0]
 
 
+def item_env(workload: str, item: str) -> dict[str, str]:
+    """The provider-owned env of one mapped item, as the generated DAG passes it."""
+    _, packs, problems = load_and_compile(str(CATALOG))
+    assert not problems, problems
+    (pack,) = [p for p in packs if p.workload.name == workload]
+    identity = expected_identity(pack, pack.processes[0].name).env_value()
+    return {"DPONE_AIRFLOW_MAPPING_ITEM": item, "DPONE_AIRFLOW_RUN_IDENTITY": identity}
+
+
 # --- processes -----------------------------------------------------------------------------------
 
 
@@ -356,7 +366,7 @@ class Campaign:
     def _launch(self, item: int, twin: bool = False) -> Launch:
         fault = self._fault_spec(twin)
         fd, path = tempfile.mkstemp(prefix=f"item{item}-", suffix=".err", dir=self.workdir)
-        env = {**self.env, "DPONE_AIRFLOW_MAPPING_ITEM": self.items[item]}
+        env = {**self.env, **item_env(self.variant.workload, self.items[item])}
         if fault:
             env["DPONE_TEST_FAULT"] = fault
         argv = [str(DPONE), "run", "--catalog", str(CATALOG), "--workload", self.variant.workload]

@@ -22,6 +22,7 @@ import pytest
 from dpone.ledger.factory import open_store
 from dpone.ledger.port import CampaignShape, LeaseStatus
 from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 
@@ -64,6 +65,7 @@ class Project:
         (self.root / "orders.yaml").write_text(MANIFEST.format(s=self.schema), encoding="utf-8")
         _, packs, problems = load_and_compile(str(self.root / "workloads.yaml"))
         assert not problems, problems
+        self.identity = expected_identity(packs[0], packs[0].processes[0].name).env_value()
         return packs[0], packs[0].processes[0]
 
     def dpone(self, *args: str, item: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -75,6 +77,7 @@ class Project:
         )
         if item is not None:
             env["DPONE_AIRFLOW_MAPPING_ITEM"] = item
+            env["DPONE_AIRFLOW_RUN_IDENTITY"] = self.identity
         return subprocess.run(
             [str(DPONE), *args],
             cwd=self.root,

@@ -383,6 +383,7 @@ def _run_chunk(mover: ChunkMover, chunk: Chunk, owner: str, tally: _Tally, lease
         return False
     lease = outcome.lease
     assert lease is not None
+    fault_point("chunk_leased")
     try:
         result = mover.move(lease, chunk)
     except DponeError as exc:

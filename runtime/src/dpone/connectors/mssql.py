@@ -42,6 +42,7 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.faults import fault_point
 from dpone.session_limits import session_limits
 
 MAX_IDENTIFIER_CHARS = 128  # sysname
@@ -348,6 +349,8 @@ class MssqlSink(Sink):
                 if fence is not None:
                     self._claim_fence(conn, cur, fence)
                 result = self._write(cur, source, window, columns)
+                if fence is not None:
+                    fault_point("sink_written")
                 cur.close()
                 conn.commit()
             except BaseException:

@@ -47,6 +47,7 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.faults import fault_point
 from dpone.session_limits import session_limits
 
 Connection = psycopg.Connection[Any]
@@ -590,6 +591,8 @@ class PostgresSink(Sink):
                 if fence is not None:
                     self._claim_fence(conn, fence)
                 result = self._write(conn, source, window, columns)
+                if fence is not None:
+                    fault_point("sink_written")
                 if saved is not None:
                     self._restore_settings(conn, saved)
             return result

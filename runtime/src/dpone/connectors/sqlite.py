@@ -46,6 +46,7 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.faults import fault_point
 
 MAX_IDENTIFIER_CHARS = 1024
 _SAFE_MESSAGE = re.compile(
@@ -252,6 +253,8 @@ class SqliteSink(Sink):
                 if fence is not None:
                     self._claim_fence(conn, fence)
                 result = self._write(conn, source, window, columns)
+                if fence is not None:
+                    fault_point("sink_written")
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
