@@ -200,14 +200,14 @@ def test_a_stale_lease_is_taken_over_after_expiry_by_the_database_clock(project:
     try:
         store.initialize(shape, "crashed-pod", 10)
         first = plan.chunks[plan.mapping_plan.items[2].first_chunk_index - 1]
-        taken = store.acquire_lease(shape, first, "crashed-pod:1:dead", 3)  # then it "dies"
+        taken = store.acquire_lease(shape, first, "crashed-pod:1:dead", 8)  # then it "dies"
         assert taken.status is LeaseStatus.ACQUIRED
     finally:
         store.close()
     busy = project.run(_item(plan, 2))
     assert busy.returncode == 4, busy.stderr
     assert json.loads(busy.stderr.strip().splitlines()[-1])["code"] == "DPONE_BACKFILL_CHUNK_BUSY"
-    time.sleep(3.5)
+    time.sleep(8.5)
     status = project.dpone(
         "ledger", "status", "--catalog", "workloads.yaml", "--workload", "orders_history"
     )

@@ -148,7 +148,7 @@ def run_command(args: argparse.Namespace) -> int:
             "DPONE_AIRFLOW_RUN_IDENTITY is missing: a mapped item runs only with the identity of "
             "the DAG it came from (the generated DAG sets both; use `dpone run --item N` locally)",
         )
-    session_limits()  # a bad DPONE_DB_* value is refused before any I/O
+    session_limits()  # a bad session limit variable is refused before any I/O
     pack = load_workload_pack(args.catalog, args.workload)
     if args.process is not None:
         plan = pack.process(args.process)

@@ -7,7 +7,7 @@ the *server* to probe its peer (``tcp_keepalives_*``, ``tcp_user_timeout``) and 
 transaction that sits idle (``idle_in_transaction_session_timeout``) or a statement that runs
 without end (``statement_timeout``, which also ends a COPY whose client was frozen mid-stream).
 
-Every limit has a ``DPONE_DB_*`` variable; the defaults are documented in docs/ledger.md.
+Every limit has its own variable (VARIABLES); the defaults are documented in docs/ledger.md.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _value(var: LimitVariable, environ: Mapping[str, str]) -> float:
 
 
 def session_limits(environ: Mapping[str, str] | None = None) -> SessionLimits:
-    """The limits from ``DPONE_DB_*`` (CONFIG_INVALID naming the variable on a bad value)."""
+    """The limits from the environment (CONFIG_INVALID naming the variable on a bad value)."""
     env = os.environ if environ is None else environ
     values = {var.env: _value(var, env) for var in VARIABLES}
     return SessionLimits(
