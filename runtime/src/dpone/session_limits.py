@@ -65,9 +65,14 @@ class SessionLimits:
         probes = self.keepalive_idle_s + self.keepalive_interval_s * self.keepalive_count
         return min(probes, self.tcp_user_timeout_s) if self.tcp_user_timeout_s else probes
 
-    def postgres_settings(self) -> tuple[tuple[str, str], ...]:
-        """Server settings (all user-settable) applied with set_config right after connecting."""
-        return (
+    def postgres_settings(self, server_version: int) -> tuple[tuple[str, str], ...]:
+        """Server settings (all user-settable) applied with set_config right after connecting.
+
+        A statement that runs on the server without touching the socket (an INSERT .. SELECT,
+        a sort) would not notice a dead peer until it ends: from Postgres 14 on,
+        ``client_connection_check_interval`` makes it look every keepalive interval.
+        """
+        settings: tuple[tuple[str, str], ...] = (
             ("idle_in_transaction_session_timeout", _ms(self.idle_in_transaction_s)),
             ("statement_timeout", _ms(self.statement_s)),
             ("tcp_keepalives_idle", str(self.keepalive_idle_s)),
@@ -75,6 +80,10 @@ class SessionLimits:
             ("tcp_keepalives_count", str(self.keepalive_count)),
             ("tcp_user_timeout", _ms(self.tcp_user_timeout_s)),
         )
+        if server_version >= 140000:
+            check = ("client_connection_check_interval", _ms(self.keepalive_interval_s))
+            settings = (*settings, check)
+        return settings
 
     def libpq_client(self) -> dict[str, str]:
         """Client-side connection parameters (the DSN's own values win)."""

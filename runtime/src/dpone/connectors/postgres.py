@@ -212,9 +212,9 @@ class PgConnection:
         limits = session_limits()
         defaults = {**_CONNECT_DEFAULTS, **limits.libpq_client()}
         extra = {k: v for k, v in defaults.items() if k not in given}
-        settings = SESSION_SETTINGS + limits.postgres_settings()
         try:
             conn = psycopg.connect(make_conninfo(self._dsn, **extra), autocommit=True)
+            settings = SESSION_SETTINGS + limits.postgres_settings(conn.info.server_version)
             conn.execute(
                 sql.SQL("SELECT {}").format(
                     sql.SQL(", ").join(sql.SQL("set_config(%s, %s, false)") for _ in settings)

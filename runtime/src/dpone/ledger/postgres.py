@@ -504,7 +504,7 @@ class PostgresLedger(SqlLedger):
             conn = psycopg.connect(self._conninfo, autocommit=False)
             # Server-side: the server, not only this client, gives up on a silent peer, and a
             # stuck statement ends (docs/ledger.md "Lost pods").
-            settings = session_limits().postgres_settings()
+            settings = session_limits().postgres_settings(conn.info.server_version)
             conn.execute(
                 "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
                 [value for pair in settings for value in pair],
