@@ -155,6 +155,10 @@ def fence(tmp_path: Path, pg_dsn: str) -> Iterator[FenceProject]:
         with psycopg.connect(data_dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE chaos.slow (seconds float8 NOT NULL)")
             conn.execute("INSERT INTO chaos.slow VALUES (0)")
+            conn.execute(
+                "CREATE TABLE chaos.dst_merge (id bigint PRIMARY KEY, d date NOT NULL, "
+                "amount numeric(12,2) NOT NULL, note text)"
+            )
         yield FenceProject(tmp_path, data_dsn, ledger_dsn)
 
 
@@ -180,7 +184,7 @@ def last_error(err: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("inner", "table"), [("replace", "dst_same"), ("merge", "dst_split")], ids=["replace", "merge"]
+    ("inner", "table"), [("replace", "dst_same"), ("merge", "dst_merge")], ids=["replace", "merge"]
 )
 def test_a_stall_inside_the_sink_transaction_never_keeps_stale_rows(
     fence: FenceProject, inner: str, table: str
