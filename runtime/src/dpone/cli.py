@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from dpone import __version__, errors
 from dpone.errors import DponeError, ErrorRecord, error_json_line
+from dpone.redaction import redact_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
 GENERATOR_COMMANDS = ("check", "preview", "generate")
@@ -57,8 +58,15 @@ def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> N
     """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
     red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
     for rec in (record, *extra):
-        print(f"{red}error{reset}: {rec}", file=sys.stderr)
-    print(error_json_line(record), file=sys.stderr, flush=True)
+        print(f"{red}error{reset}: {redact_text(str(rec))}", file=sys.stderr)
+    safe = ErrorRecord(record.code, redact_text(record.message), record.location)
+    print(error_json_line(safe), file=sys.stderr, flush=True)
+
+
+def debug_enabled() -> bool:
+    """DPONE_DEBUG shows tracebacks of internal errors; empty, 0, false, no and off mean off."""
+    value = os.environ.get("DPONE_DEBUG", "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
 
 
 def exit_code_for(code: str) -> int:
@@ -161,8 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     except Exception as exc:  # a bug: still one structured line, traceback only on request
-        if os.environ.get("DPONE_DEBUG"):
-            raise
+        if debug_enabled():
+            import traceback
+
+            print(redact_text("".join(traceback.format_exception(exc))), file=sys.stderr)
         report_error(
             ErrorRecord(
                 errors.INTERNAL,

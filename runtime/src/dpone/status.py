@@ -21,6 +21,7 @@ from dpone.errors import DponeError
 from dpone.ledger.port import ChunkState, Ledger, LedgerStore
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.mapping import MappingItem
+from dpone.redaction import redact_document
 
 STATUS_SCHEMA = "dpone.ledger-status.v1"
 STATE_COLOURS = {
@@ -104,29 +105,32 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
                         "error_message": (record.error_message or "")[:300],
                     }
                 )
-    return {
-        "schema": STATUS_SCHEMA,
-        "workload": pack.workload.name,
-        "process": plan.name,
-        "run_key": plan.run_key,
-        "mode": plan.mapping_policy.mode,
-        "exists": ledger is not None,
-        "as_of": ledger.now.isoformat() if ledger is not None and ledger.now else None,
-        "cancelled": bool(ledger and ledger.cancelled),
-        "chunks_total": plan.chunks_total,
-        "counts": {state: counts.get(state, 0) for state in STATE_COLOURS},
-        "items": [
-            {
-                "label": g.label,
-                "first_chunk_index": g.first,
-                "last_chunk_index": g.last,
-                "states": [states[i] for i in range(g.first, g.last + 1)],
-            }
-            for g in groups_for(plan)
-        ],
-        "running_leases": leases,
-        "failures": failures,
-    }
+    document: dict[str, Any] = redact_document(
+        {
+            "schema": STATUS_SCHEMA,
+            "workload": pack.workload.name,
+            "process": plan.name,
+            "run_key": plan.run_key,
+            "mode": plan.mapping_policy.mode,
+            "exists": ledger is not None,
+            "as_of": ledger.now.isoformat() if ledger is not None and ledger.now else None,
+            "cancelled": bool(ledger and ledger.cancelled),
+            "chunks_total": plan.chunks_total,
+            "counts": {state: counts.get(state, 0) for state in STATE_COLOURS},
+            "items": [
+                {
+                    "label": g.label,
+                    "first_chunk_index": g.first,
+                    "last_chunk_index": g.last,
+                    "states": [states[i] for i in range(g.first, g.last + 1)],
+                }
+                for g in groups_for(plan)
+            ],
+            "running_leases": leases,
+            "failures": failures,
+        }
+    )
+    return document
 
 
 def render_text(doc: dict[str, Any], colour: bool) -> str:

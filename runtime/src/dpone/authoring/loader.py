@@ -29,8 +29,10 @@ from dpone.authoring.schema import load_schema, validate
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
 from dpone.errors import ErrorCollector, ErrorRecord, Location
 from dpone.item import PROVIDER_OWNED_ENV
+from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
 from dpone.plan.mapping import MappingPolicy, normalize_policy
+from dpone.redaction import has_credentials
 
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"
@@ -123,10 +125,18 @@ def _process(
             f"process {name!r}: state.backend audit_schema needs state.connection",
             doc.locate((*path, "state")),
         )
+    schema = st.get("schema", "dpone_audit")
+    if backend == "audit_schema" and not (isinstance(schema, str) and SCHEMA_NAME.match(schema)):
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: state.schema {schema!r} is not a plain identifier (letters, "
+            "digits, _; at most 63 characters, not starting with a digit)",
+            doc.locate((*path, "state", "schema")),
+        )
     state = StateConfig(
         backend=backend,
         connection=st.get("connection"),
-        schema=st.get("schema", "dpone_audit"),
+        schema=schema,
         path=st.get("path"),
         require_distributed_lock=bool(st.get("require_distributed_lock", False)),
     )
@@ -255,10 +265,26 @@ def _airflow(
 ) -> AirflowConfig:
     env = raw.get("env", {})
     for key in sorted(env):
+        where = doc.locate((*wpath, "airflow", "env", key), key=True)
+        if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
+            where = doc.locate(("defaults", "airflow", "env", key), key=True)
+        value = env[key]
+        if key.upper().startswith("DPONE_CONN_") or (
+            isinstance(value, str) and has_credentials(value)
+        ):
+            out.add(
+                errors.ENV_CREDENTIAL,
+                f"workload {name!r}: airflow.env.{key} "
+                + (
+                    "is a connection DSN"
+                    if key.upper().startswith("DPONE_CONN_")
+                    else "holds a connection string with a password"
+                )
+                + ": the DAG file would carry it in clear; use airflow.secrets (a Kubernetes "
+                "secret) instead",
+                where,
+            )
         if key in PROVIDER_OWNED_ENV or key.startswith("DPONE_AIRFLOW_"):
-            where = doc.locate((*wpath, "airflow", "env", key), key=True)
-            if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
-                where = doc.locate(("defaults", "airflow", "env", key), key=True)
             out.add(
                 errors.PROVIDER_OWNED_ENV,
                 f"workload {name!r}: airflow.env.{key} is owned by dpone and cannot be set",

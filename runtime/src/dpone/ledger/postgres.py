@@ -20,7 +20,6 @@ from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, Lease
 from dpone.ledger.sql import (
     CAMPAIGN_COLUMNS,
-    ERROR_MESSAGE_LIMIT,
     INSERT_CAMPAIGN_COLUMNS,
     INSERT_TRANSITION_COLUMNS,
     SCHEMA_VERSION,
@@ -42,6 +41,7 @@ from dpone.ledger.sql import (
     first_line,
     rows_as_shape,
     schema_lock_key,
+    stored_text,
     transition_from_row,
     transition_params,
     utc,
@@ -421,7 +421,7 @@ class PostgresTx:
             result.rows,
             result.checksum,
             result.error_code,
-            None if message is None else message[:ERROR_MESSAGE_LIMIT],
+            stored_text(message),
             *self._timeouts(),
         ]
         return self._combined(self.sql.close_append, params)
