@@ -12,7 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from dpone.cli import _Parser
+from dpone import errors
+from dpone.cli import _Parser, report_error
 from dpone.errors import ErrorRecord
 
 from .build import build
@@ -108,6 +109,9 @@ def _report_written(plan: EmitPlan, out_display: str, output_format: str) -> int
 
 def generate_command(catalog: str, out: str, check: bool, output_format: str = "text") -> int:
     """Generate (or with ``check`` compare) the DAG files of ``catalog`` in ``out``."""
+    if not out.strip():
+        report_error(ErrorRecord(errors.USAGE, "dpone generate: --out needs a folder, not ''"))
+        return EXIT_ERROR
     result = build(catalog)
     if result.errors:
         return _report_errors(list(result.errors), output_format)

@@ -55,6 +55,12 @@ _KEY_VALUE = re.compile(
     r"('(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|\{(?:[^}]|\}\})*\}?|[^\s;&,'\")]*)"
 )
 _ENCODED_KEY_VALUE = re.compile(r"(?i)([?&;\s])([^=&;\s]*%[0-9a-f]{2}[^=&;\s]*)=([^&;\s]*)")
+#: libpq and the server quote a rejected setting back: ``invalid sslmode value: "X"``,
+#: ``invalid connection option "X"``, ``invalid value for parameter "p": "X"``
+_DRIVER_ECHO = re.compile(
+    r"(?i)((?:invalid [\w -]{0,40}?(?:value|option|parameter|token)(?: for parameter \"[^\"\n]*\")?"
+    r":? ?)|missing \"=\" after )\"[^\"\n]*\""
+)
 _URL = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*)://([^\s'\"<>`]*)")
 
 
@@ -219,6 +225,7 @@ def redact_text(text: str) -> str:
     if pattern is not None:
         text = pattern.sub(MASK, text)
     text = _URL.sub(_scrub_url, text)
+    text = _DRIVER_ECHO.sub(lambda m: m.group(1) + '"' + MASK + '"', text)
     text = _KEY_VALUE.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
     return _ENCODED_KEY_VALUE.sub(
         lambda m: (
