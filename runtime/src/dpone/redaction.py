@@ -160,7 +160,12 @@ def _url_pairs(text: str) -> list[tuple[str, str]]:
     if not sep:
         return pairs
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    for userinfo in {authority.rpartition("@")[0], rest.split("?", 1)[0].rpartition("@")[0]}:
+    candidates = {
+        authority.rpartition("@")[0],
+        rest.split("?", 1)[0].rpartition("@")[0],
+        rest.rpartition("@")[0],  # libpq reads userinfo up to the last "@"
+    }
+    for userinfo in candidates:
         if ":" in userinfo:
             pairs.append(("password", userinfo.partition(":")[2]))
     query = rest.partition("?")[2].partition("#")[0]
@@ -172,7 +177,11 @@ def _url_pairs(text: str) -> list[tuple[str, str]]:
 
 
 def _pairs(dsn: str) -> list[tuple[str, str]]:
-    return _url_pairs(dsn) + _libpq_pairs(dsn) + _odbc_pairs(dsn.partition("://")[2] or dsn)
+    pairs = _url_pairs(dsn) + _libpq_pairs(dsn) + _odbc_pairs(dsn.partition("://")[2] or dsn)
+    for key, value in list(pairs):
+        if key.strip().lower() == "odbc_connect":  # odbc://?odbc_connect=<encoded ODBC string>
+            pairs += _odbc_pairs(unquote_plus(value))
+    return pairs
 
 
 def has_credentials(value: str) -> bool:
@@ -237,6 +246,11 @@ def redact_text(text: str) -> str:
     )
 
 
+def mask_quoted(text: str) -> str:
+    """A driver's DSN parse error with every quoted fragment masked (they are DSN pieces)."""
+    return re.sub(r'"[^"\n]*"', '"' + MASK + '"', text)
+
+
 def redact_document(value: Any) -> Any:
     """A JSON-shaped value with ``redact_text`` applied to every string (keys included)."""
     if isinstance(value, str):
@@ -260,7 +274,11 @@ def describe_dsn(dsn: str) -> str:
         servers = [v for k, v in _odbc_pairs(rest) if k.strip().lower() == "server"]
         return "odbc://" + (f"SERVER={servers[0]}" if servers else "...")
     before_query = rest.split("?", 1)[0]
+    if "@" in rest and "@" not in before_query:
+        return f"{scheme}://(unreadable DSN)"  # the userinfo itself holds "?": show nothing
     hostpart = before_query.rpartition("@")[2]
+    if not re.fullmatch(r"[A-Za-z0-9._\-:\[\],%/]*", hostpart):
+        return f"{scheme}://(unreadable DSN)"
     described = f"{scheme}://{hostpart}"
     pattern = _REGISTRY.pattern
     return described if pattern is None else pattern.sub(MASK, described)

@@ -48,6 +48,7 @@ from dpone.ledger.sql import (
     view_from_row,
 )
 from dpone.plan.chunks import Chunk
+from dpone.redaction import mask_quoted
 
 try:
     import psycopg
@@ -281,7 +282,7 @@ def connection_info(dsn: str, application_name: str) -> str:
         given = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise DponeError(
-            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {exc}"
+            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {mask_quoted(str(exc))}"
         ) from None
     extra = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
     if "application_name" not in given:
