@@ -15,6 +15,7 @@ from pathlib import Path
 from dpone import errors
 from dpone.cli import _Parser, report_error
 from dpone.errors import ErrorRecord
+from dpone.redaction import redact_document, redact_text
 
 from .build import build
 from .emit import EmitPlan, apply_emit, plan_emit, unified_diff
@@ -56,10 +57,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _report_errors(problems: list[ErrorRecord], output_format: str) -> int:
     if output_format == "json":
-        print(json.dumps([p.to_json() for p in problems], indent=2, ensure_ascii=False))
+        docs = [redact_document(p.to_json()) for p in problems]
+        print(json.dumps(docs, indent=2, ensure_ascii=False))
     else:
         for problem in problems:
-            print(str(problem), file=sys.stderr)
+            print(redact_text(str(problem)), file=sys.stderr)
         print(f"dpone generate: {len(problems)} error(s); nothing was written", file=sys.stderr)
     return EXIT_ERROR
 
