@@ -15,6 +15,7 @@ from typing import Any
 
 from dpone.errors import ErrorRecord
 from dpone.ledger.port import ChunkRecord, Ledger
+from dpone.redaction import redact_document
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 EVIDENCE_SCHEMA = "dpone.backfill-evidence.v1"
@@ -140,9 +141,12 @@ class RunOutcome:
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    """Write to a temp file in the same folder, fsync, then rename over the target; every string
+    passes the redaction first (results become XCom, evidence is shared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    data = (
+        json.dumps(redact_document(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    )
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
