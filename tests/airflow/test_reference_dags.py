@@ -304,7 +304,7 @@ def test_runtime_outcome_validation(reference_facts, version):
             "deferred_failed_final",
             "deferred_pod_failed_final",
         ):
-            failed(oc[case], "DPONE_AIRFLOW_PACK_MISMATCH", "not retryable", final=True)
+            failed(oc[case], "DPONE_PACK_MISMATCH", "not retryable", final=True)
 
     oc = _dag(facts, "subprocess_summary.py")["tasks"]["dpone_run"]["outcome_checks"]
     assert oc["passed"]["returned"]["status"] == "passed" and oc["passed"]["label"] == label0

@@ -516,7 +516,7 @@ FAILED_FINAL = {
     "schema": "dpone.run-result.v1",
     "status": "failed",
     "error": {
-        "code": "DPONE_AIRFLOW_PACK_MISMATCH",
+        "code": "DPONE_PACK_MISMATCH",
         "message": "the image's pack differs from the DAG's",
         "retryable": False,
     },
