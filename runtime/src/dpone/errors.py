@@ -200,9 +200,11 @@ CHUNK_BUSY = _register(
 )
 MAPPING_UNSUPPORTED = _register(
     "DPONE_AIRFLOW_MAPPING_UNSUPPORTED",
-    "The installed Airflow or provider cannot materialize the mapped operator.",
-    "An Airflow older than 2.10 or a cncf.kubernetes provider without partial/expand support.",
-    "Use a supported version pair (docs/compatibility.md).",
+    "A generated DAG file's import fails: the running Airflow lacks what the file uses.",
+    "No dynamic task mapping (partial/expand), no map_index_template, or no cncf.kubernetes "
+    "KubernetesPodOperator (kubernetes flavour); the import error names what is missing.",
+    "Run the DAG files on Airflow 2.10.5, 2.11.x, 3.2.x or 3.3.x with the cncf.kubernetes "
+    "provider (docs/compatibility.md).",
 )
 RUN_IDENTITY_INVALID = _register(
     "DPONE_AIRFLOW_RUN_IDENTITY_INVALID",
