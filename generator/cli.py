@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from dpone.cli import _Parser
 from dpone.errors import ErrorRecord
+from dpone.reporting import CommandParser
 
 from .build import build
 from .emit import EmitPlan, apply_emit, plan_emit, unified_diff
@@ -33,7 +33,7 @@ exit codes: 0 up to date / written, 1 --check found differences, 2 error."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="dpone generate",
         description="Render the frozen Airflow DAG file of every workload, and the pools file.",
         epilog=EPILOG,

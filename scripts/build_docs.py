@@ -32,7 +32,7 @@ HEADER = (
 
 
 def _exit_code(code: str) -> int:
-    from dpone.cli import exit_code_for
+    from dpone.reporting import exit_code_for
 
     return exit_code_for(code)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dpone.cli import use_colour
 from dpone.ledger.port import CampaignShape, ChunkRecord, ChunkState, Ledger
 from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone.reporting import use_colour
 from dpone.status import (
     ANSI,
     GLYPH,

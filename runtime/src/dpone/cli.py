@@ -1,9 +1,8 @@
 """The one `dpone` command. The pod needs only `run` and `ledger`; `check`, `preview` and
 `generate` come with the `dpone` distribution (the generator) and say how to get it when absent.
 
-Exit codes (docs/cli.md): 0 passed / clean; 1 the run failed or check found errors or generate
---check found differences; 2 usage error; 3 refused before any data I/O (invalid input, plan or
-pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): retry; 5 cancelled.
+Exit codes and error reporting live in dpone.reporting; this module only dispatches. It imports
+`run` and `ledger` lazily so `dpone --help` stays fast.
 """
 
 from __future__ import annotations
@@ -12,19 +11,20 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from dpone import __version__, errors
-from dpone.errors import DponeError, ErrorRecord, error_json_line
+from dpone.errors import DponeError, ErrorRecord
+from dpone.reporting import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CommandParser,
+    exit_code_for,
+    report_error,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
 GENERATOR_COMMANDS = ("check", "preview", "generate")
-TRANSIENT_CODES = {
-    errors.CONNECTION_FAILED,
-    errors.MAPPING_CAMPAIGN_BUSY,
-    errors.CHUNK_LEASE_LOST,
-    errors.CHUNK_BUSY,
-}
 
 HELP = f"""dpone {__version__} — bounded Airflow backfills over a durable chunk ledger
 
@@ -47,43 +47,8 @@ examples:
 """
 
 
-def use_colour(stream: Any) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set to a non-empty value
-    (https://no-color.org)."""
-    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
-
-
-def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> None:
-    """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
-    red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
-    for rec in (record, *extra):
-        print(f"{red}error{reset}: {rec}", file=sys.stderr)
-    print(error_json_line(record), file=sys.stderr, flush=True)
-
-
-def exit_code_for(code: str) -> int:
-    if code == errors.USAGE:
-        return EXIT_USAGE
-    if code in TRANSIENT_CODES:
-        return EXIT_TRANSIENT
-    if code == errors.CAMPAIGN_CANCELLED:
-        return EXIT_CANCELLED
-    if code in (errors.SINK_FAILED, errors.SOURCE_FAILED, errors.CHUNK_FAILED):
-        return EXIT_FAILED
-    return EXIT_REFUSED
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as dpone.error.v1 with exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        report_error(ErrorRecord(errors.USAGE, f"{self.prog}: {message}"))
-        raise SystemExit(EXIT_USAGE)
-
-
-def _run_parser() -> _Parser:
-    parser = _Parser(
+def _run_parser() -> CommandParser:
+    parser = CommandParser(
         prog="dpone run",
         description="Re-verify the plan, then move the selected chunks under the ledger.",
         epilog=(
@@ -117,7 +82,7 @@ def cmd_run(argv: Sequence[str]) -> int:
 def cmd_ledger(argv: Sequence[str]) -> int:
     from dpone.status import ledger_command
 
-    return ledger_command(argv, _Parser)
+    return ledger_command(argv, CommandParser)
 
 
 def _generator(command: str, argv: Sequence[str]) -> int:

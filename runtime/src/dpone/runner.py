@@ -23,8 +23,9 @@ from dpone.orchestrator import (
     run_backfill,
     run_full_refresh,
 )
-from dpone.pack import WorkloadPack, load_and_compile
+from dpone.pack import load_workload_pack
 from dpone.progress import NoProgressSink, choose_progress
+from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
 from dpone.verify import select_chunks, verify_identity
 
@@ -36,18 +37,6 @@ def read_env_inputs() -> tuple[ParsedItem | None, RunIdentity | None]:
     item = parse_mapping_item(raw_item) if raw_item is not None else None
     identity = parse_run_identity(raw_identity) if raw_identity is not None else None
     return item, identity
-
-
-def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
-    loaded, packs, problems = load_and_compile(catalog)
-    if problems:
-        raise DponeError.from_records(problems)
-    assert loaded is not None
-    for pack in packs:
-        if pack.workload.name == workload:
-            return pack
-    names = ", ".join(w.name for w in loaded.workloads)
-    raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")
 
 
 def evidence_key(outcome: RunOutcome) -> str | None:
@@ -91,8 +80,6 @@ def _summary(outcome: RunOutcome) -> str:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from dpone.cli import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
-
     item, identity = read_env_inputs()
     pack = load_workload_pack(args.catalog, args.workload)
     if args.process is not None:

@@ -19,8 +19,9 @@ from typing import Any
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.ledger.port import ChunkState, Ledger, LedgerStore
-from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
+from dpone.reporting import use_colour
 
 STATUS_SCHEMA = "dpone.ledger-status.v1"
 STATE_COLOURS = {
@@ -316,8 +317,6 @@ LEDGER_ACTIONS = (
 
 
 def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
-    from dpone.runner import load_workload_pack
-
     parser = parser_class(
         prog="dpone ledger",
         description="Show or cancel a campaign's ledger.",
@@ -374,8 +373,6 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:
-        from dpone.cli import use_colour
-
         colour = use_colour(sys.stdout)
         print("".join(render_text(doc, colour) for doc in docs), end="")
     if args.html:
