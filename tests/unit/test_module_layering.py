@@ -28,16 +28,19 @@ def _imports(path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from pkg import submodule` imports the submodule; `from mod import name`, the module
             names = [
-                f"{node.module}.{alias.name}"
-                if f"{node.module}.{alias.name}" in known
-                else node.module
+                (
+                    f"{node.module}.{alias.name}"
+                    if f"{node.module}.{alias.name}" in known
+                    else node.module
+                )
                 for alias in node.names
             ]
         for name in names:
-            while name and name not in known:
-                name = name.rpartition(".")[0]
-            if name and name != "dpone":
-                found.add(name)
+            module = name
+            while module and module not in known:
+                module = module.rpartition(".")[0]
+            if module and module != "dpone":
+                found.add(module)
     return found
 
 
