@@ -289,6 +289,15 @@ CHUNK_FAILED = _register(
     "See the chunk's error code in the evidence or `dpone ledger status`.",
     "Fix the cause and re-run; committed chunks are skipped.",
 )
+VERIFY_MISMATCH = _register(
+    "DPONE_VERIFY_MISMATCH",
+    "`dpone verify` found chunks whose target rows differ from the source rows.",
+    "The chunk has not run yet, the source changed after the chunk was moved, another writer "
+    "changed the target, or the sink's inner mode (append) keeps rows the source no longer has.",
+    "A chunk not yet committed has simply not run (see `dpone ledger status`); for a committed "
+    "one, find what changed the source or target, move that window again under a new backfill_id "
+    "and verify again.",
+)
 INTERNAL = _register(
     "DPONE_INTERNAL",
     "An unexpected error inside dpone.",

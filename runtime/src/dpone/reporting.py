@@ -51,7 +51,12 @@ def exit_code_for(code: str) -> int:
         return EXIT_TRANSIENT
     if code == errors.CAMPAIGN_CANCELLED:
         return EXIT_CANCELLED
-    if code in (errors.SINK_FAILED, errors.SOURCE_FAILED, errors.CHUNK_FAILED):
+    if code in (
+        errors.SINK_FAILED,
+        errors.SOURCE_FAILED,
+        errors.CHUNK_FAILED,
+        errors.VERIFY_MISMATCH,
+    ):
         return EXIT_FAILED
     return EXIT_REFUSED
 

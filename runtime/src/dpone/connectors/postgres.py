@@ -17,7 +17,7 @@ import selectors
 import uuid
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg import pq, sql
@@ -199,6 +199,7 @@ class PgConnection:
         self._dsn = dsn
         self._label = label
         self.current: Connection | None = None
+        self.read_only = False
 
     def get(self) -> Connection:
         conn = self.current
@@ -212,15 +213,16 @@ class PgConnection:
                 errors.CONFIG_INVALID, f"{self._label}: the Postgres DSN is malformed"
             ) from None
         extra = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
+        settings = SESSION_SETTINGS + (
+            (("default_transaction_read_only", "on"),) if self.read_only else ()
+        )
         try:
             conn = psycopg.connect(make_conninfo(self._dsn, **extra), autocommit=True)
             conn.execute(
                 sql.SQL("SELECT {}").format(
-                    sql.SQL(", ").join(
-                        sql.SQL("set_config(%s, %s, false)") for _ in SESSION_SETTINGS
-                    )
+                    sql.SQL(", ").join(sql.SQL("set_config(%s, %s, false)") for _ in settings)
                 ),
-                [v for pair in SESSION_SETTINGS for v in pair],
+                [v for pair in settings for v in pair],
             )
         except psycopg.Error as exc:
             raise DponeError(
@@ -423,6 +425,11 @@ class PostgresSource(Source):
 
     def columns(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.describe())
+
+    def read_only(self) -> Self:
+        self._conn.discard()
+        self._conn.read_only = True
+        return self
 
     def select_sql(
         self,
