@@ -54,17 +54,36 @@ def _run_parser() -> CommandParser:
         prog="dpone run",
         description="Re-verify the plan, then move the selected chunks under the ledger.",
         epilog=(
-            "example: DPONE_CONN_DEMO=sqlite:///demo.db dpone run --catalog "
+            "examples:\n"
+            "  DPONE_CONN_DEMO=sqlite:///demo.db dpone run --catalog "
             "golden/internal_default/workloads.yaml --workload orders_history\n"
+            "  dpone run --catalog golden/summary_365_into_40/workloads.yaml "
+            "--workload orders_history --process orders --item 7\n"
             "env: DPONE_AIRFLOW_MAPPING_ITEM (one mapped item; absent = internal),\n"
             "     DPONE_AIRFLOW_RUN_IDENTITY (pack identity from the DAG), DPONE_CONN_<NAME>,\n"
-            "     DPONE_XCOM_PATH, DPONE_EVIDENCE_DIR"
+            "     DPONE_XCOM_PATH, DPONE_EVIDENCE_DIR\n"
+            "exit codes:\n"
+            "  0  passed\n"
+            "  1  a chunk failed (DPONE_BACKFILL_CHUNK_FAILED, DPONE_SINK_FAILED, ...)\n"
+            "  2  usage error (DPONE_USAGE)\n"
+            "  3  refused before any data moved (invalid catalog, plan or pack mismatch,\n"
+            "     missing connection, missing table or chunk column)\n"
+            "  4  transient: retry (database unreachable, campaign busy, lease lost)\n"
+            "  5  the campaign is cancelled (DPONE_BACKFILL_CANCELLED)\n"
+            "  every error code's exit code: docs/errors.md"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--catalog", required=True, help="path of the workload catalog")
     parser.add_argument("--workload", required=True, help="workload name in the catalog")
     parser.add_argument("--process", help="process name (default: every process, in order)")
+    parser.add_argument(
+        "--item",
+        type=int,
+        metavar="N",
+        help="re-run mapped item N (its Airflow map index) with exactly the env its generated "
+        "task passes, computed from the plan",
+    )
     parser.add_argument(
         "--lock-timeout", type=float, default=30.0, help="campaign lock wait, seconds (30)"
     )

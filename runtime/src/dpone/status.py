@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -22,6 +24,7 @@ from dpone.ledger.port import ChunkState, Ledger, LedgerStore
 from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
 from dpone.reporting import use_colour
+from dpone.task_env import runtime_task_id
 
 STATUS_SCHEMA = "dpone.ledger-status.v1"
 STATE_COLOURS = {
@@ -107,6 +110,7 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
                 )
     return {
         "schema": STATUS_SCHEMA,
+        "airflow_clear": airflow_clear(pack, plan, failures, leases),
         "workload": pack.workload.name,
         "process": plan.name,
         "run_key": plan.run_key,
@@ -128,6 +132,68 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
         "running_leases": leases,
         "failures": failures,
     }
+
+
+def airflow_clear(
+    pack: WorkloadPack,
+    plan: ProcessPlan,
+    failures: Sequence[dict[str, Any]],
+    leases: Sequence[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """What to clear in Airflow to retry the failed and stuck (lease expired) chunks: the map
+    indexes of their items and the `airflow tasks clear` command that restarts them.
+
+    Airflow's CLI clears by task and state, not by map index (2.10 and 3.x), so the command
+    clears every failed instance of the runtime task; a pod that died holding a lease is failed
+    by Airflow too. Clearing more than needed is safe: committed chunks are skipped. None when
+    nothing needs a retry.
+    """
+    failed = {x["chunk_index"] for x in failures}
+    stuck = {x["chunk_index"] for x in leases if x["expired"]}
+    if not failed and not stuck:
+        return None
+    task_id = runtime_task_id(plan)
+    command = " ".join(
+        [
+            "airflow tasks clear",
+            shlex.quote(pack.workload.airflow.dag_id),
+            "--task-regex",
+            shlex.quote(f"^{re.escape(task_id)}$"),
+            "--only-failed",
+            "--yes",
+        ]
+    )
+
+    def items_of(chunks: set[int]) -> list[int]:
+        mapping = plan.mapping_plan
+        if mapping is None:
+            return []
+        return [
+            item.item_index
+            for item in mapping.items
+            if any(item.first_chunk_index <= c <= item.last_chunk_index for c in chunks)
+        ]
+
+    return {
+        "task_id": task_id,
+        "failed_map_indexes": items_of(failed),
+        "stuck_map_indexes": items_of(stuck),
+        "command": command,
+    }
+
+
+def _clear_lines(clear: dict[str, Any] | None) -> list[str]:
+    if clear is None:
+        return []
+    parts = []
+    if clear["failed_map_indexes"]:
+        parts.append("failed map indexes " + ", ".join(map(str, clear["failed_map_indexes"])))
+    if clear["stuck_map_indexes"]:
+        parts.append(
+            "stuck (lease expired) map indexes " + ", ".join(map(str, clear["stuck_map_indexes"]))
+        )
+    what = "; ".join(parts) if parts else f"task {clear['task_id']}"
+    return [f"  retry in Airflow ({what}):", f"    {clear['command']}"]
 
 
 def render_text(doc: dict[str, Any], colour: bool) -> str:
@@ -158,6 +224,7 @@ def render_text(doc: dict[str, Any], colour: bool) -> str:
             f"  failed: chunk {failure['chunk_index']} attempt {failure['attempt']} "
             f"{failure['error_code']}: {failure['error_message']}"
         )
+    lines.extend(_clear_lines(doc.get("airflow_clear")))
     legend = "  legend: " + "  ".join(f"{paint(s, GLYPH[s])} {s}" for s in STATE_COLOURS)
     lines.append(legend)
     return "\n".join(lines) + "\n"
@@ -243,6 +310,13 @@ def _html_section(doc: dict[str, Any]) -> str:
         )
     elif not doc["exists"]:
         banner = '<p class="meta">No ledger yet: nothing has run for this campaign.</p>'
+    clear = doc.get("airflow_clear")
+    retry = (
+        f'<h3>Retry in Airflow</h3><p class="meta">{e(_clear_lines(clear)[0].strip())}</p>'
+        f"<pre>{e(clear['command'])}</pre>"
+        if clear
+        else ""
+    )
     as_of = f", as of {e(doc['as_of'])}" if doc.get("as_of") else ""
     return f"""<section>
 <h1>{e(doc['workload'])} / {e(doc['process'])}</h1>
@@ -254,7 +328,7 @@ def _html_section(doc: dict[str, Any]) -> str:
 {lease_table}
 <h3>Failures ({len(doc['failures'])})</h3>
 {failure_table}
-</section>"""
+{retry}</section>"""
 
 
 def render_html_page(docs: Sequence[dict[str, Any]]) -> str:
