@@ -28,6 +28,7 @@ COMMANDS = [
     ["ledger"],
     ["ledger", "status"],
     ["ledger", "cancel"],
+    ["ledger", "list"],
     ["verify"],
     ["check"],
     ["preview"],

@@ -387,16 +387,67 @@ LEDGER_ACTIONS = (
         "dpone ledger cancel --catalog golden/internal_default/workloads.yaml "
         "--workload orders_history --reason 'wrong source table'",
     ),
+    (
+        "list",
+        "list every campaign in a ledger: workload, process, mode, chunks by state, last activity",
+        "dpone ledger list --connection warehouse --schema dpone_audit",
+    ),
 )
+
+
+def _list_campaigns(args: argparse.Namespace) -> int:
+    from dpone.campaigns import list_document
+    from dpone.campaigns import render_text as render_list
+    from dpone.connections import resolve_dsn
+    from dpone.ledger.factory import DEFAULT_SCHEMA, open_store
+
+    if (args.connection is None) == (args.path is None):
+        raise DponeError(
+            errors.USAGE,
+            "dpone ledger list needs exactly one of --connection (audit_schema) or --path "
+            "(local_file)",
+        )
+    modes: dict[str, str] = {}
+    if args.catalog is not None:
+        from dpone.pack import load_and_compile
+
+        _, packs, problems = load_and_compile(args.catalog)
+        if problems:
+            raise DponeError.from_records(problems)
+        modes = {
+            p.run_key: p.mapping_policy.mode
+            for pack in packs
+            for p in pack.processes
+            if p.run_key is not None
+        }
+    if args.connection is not None:
+        schema = args.schema or DEFAULT_SCHEMA
+        store = open_store("audit_schema", resolve_dsn(args.connection), schema, None)
+        where = f"{args.connection} schema {schema}"
+    else:
+        if not Path(args.path + ".journal").exists() and not Path(args.path).exists():
+            raise DponeError(errors.USAGE, f"no local_file ledger at {args.path!r}")
+        store = open_store("local_file", None, None, args.path)
+        where = args.path
+    try:
+        doc = list_document(store, where, args.workload, modes)
+    finally:
+        store.close()
+    if args.format == "json":
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(render_list(doc), end="")
+    return 0
 
 
 def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
     parser = parser_class(
         prog="dpone ledger",
-        description="Show or cancel a campaign's ledger.",
+        description="Show, cancel or list the campaigns of a ledger.",
         epilog="examples:\n  dpone ledger status --catalog workloads.yaml --workload orders_history\n"
         "  dpone ledger status --catalog workloads.yaml --workload orders_history --html campaign.html\n"
-        "  dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad source'",
+        "  dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad source'\n"
+        "  dpone ledger list --connection warehouse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="action", required=True)
@@ -408,6 +459,16 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             epilog=f"example:\n  {example}\nexit codes: docs/cli.md",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        if name == "list":
+            p.add_argument("--connection", help="the audit_schema ledger's connection name")
+            p.add_argument("--schema", help="its audit schema (default dpone_audit)")
+            p.add_argument("--path", help="or: the path of a local_file ledger")
+            p.add_argument("--catalog", help="a catalog, to show each campaign's mode")
+            p.add_argument("--workload", help="only this workload's campaigns")
+            p.add_argument(
+                "--format", choices=("text", "json"), default="text", help="output (text)"
+            )
+            continue
         p.add_argument("--catalog", required=True, help="path of the workload catalog")
         p.add_argument("--workload", required=True, help="workload name in the catalog")
         p.add_argument("--process", help="only this process (default: every chunked process)")
@@ -422,6 +483,8 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             )
             p.add_argument("--undo", action="store_true", help="lift a cancellation")
     args = parser.parse_args(list(argv))
+    if args.action == "list":
+        return _list_campaigns(args)
     pack = load_workload_pack(args.catalog, args.workload)
     plans = _plans(pack, args.process)
     if args.action == "cancel":
