@@ -289,6 +289,15 @@ CHUNK_FAILED = _register(
     "See the chunk's error code in the evidence or `dpone ledger status`.",
     "Fix the cause and re-run; committed chunks are skipped.",
 )
+PREFLIGHT_FAILED = _register(
+    "DPONE_PREFLIGHT_FAILED",
+    "Before any chunk was leased, a table or column the process needs was not found; nothing "
+    "was moved or recorded as failed.",
+    "The source or target table does not exist (yet), the chunk column is not in the source, or "
+    "the target lacks a column the source moves, so every chunk would fail.",
+    "Create or correct the table, or fix the process's source, sink or chunk column at the "
+    "reported manifest location, then run again.",
+)
 VERIFY_MISMATCH = _register(
     "DPONE_VERIFY_MISMATCH",
     "`dpone verify` found chunks whose target rows differ from the source rows.",
