@@ -24,8 +24,9 @@ from typing import Any, Protocol
 
 import jinja2
 from black.strings import str_width
+from dpone.task_env import Env
 
-from .dagspec import GENERATED_MARKER, DagFile, Env, SecretEnv
+from .dagspec import GENERATED_MARKER, DagFile, SecretEnv
 
 LINE_LENGTH = 100  # black's line length (format.MODE uses the same)
 # The templates ship as the package ``dpone_generator.templates`` (the repository's templates/).

@@ -322,6 +322,24 @@ OUTPUT_UNWRITABLE = _register(
     "DPONE_XCOM_PATH or DPONE_EVIDENCE_DIR points to a read-only, missing or full location.",
     "Mount a writable volume there (docs/deploy-kubernetes.md) or unset the variable.",
 )
+PREFLIGHT_FAILED = _register(
+    "DPONE_PREFLIGHT_FAILED",
+    "Before any chunk was leased, a table or column the process needs was not found; nothing "
+    "was moved or recorded as failed.",
+    "The source or target table does not exist (yet), the chunk column is not in the source, or "
+    "the target lacks a column the source moves, so every chunk would fail.",
+    "Create or correct the table, or fix the process's source, sink or chunk column at the "
+    "reported manifest location, then run again.",
+)
+VERIFY_MISMATCH = _register(
+    "DPONE_VERIFY_MISMATCH",
+    "`dpone verify` found chunks whose target rows differ from the source rows.",
+    "The chunk has not run yet, the source changed after the chunk was moved, another writer "
+    "changed the target, or the sink's inner mode (append) keeps rows the source no longer has.",
+    "A chunk not yet committed has simply not run (see `dpone ledger status`); for a committed "
+    "one, find what changed the source or target, move that window again under a new backfill_id "
+    "and verify again.",
+)
 INTERNAL = _register(
     "DPONE_INTERNAL",
     "An unexpected error inside dpone.",

@@ -12,7 +12,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.authoring.models import Catalog, ProcessConfig, Workload
-from dpone.errors import ErrorCollector, ErrorRecord, Location
+from dpone.errors import DponeError, ErrorCollector, ErrorRecord, Location
 from dpone.plan.canonical import fingerprint
 from dpone.plan.chunks import Chunk, ChunkPlanError, backfill_run_key, plan_chunks, plan_hash
 from dpone.plan.mapping import MappingPlan, MappingPlanError, MappingPolicy, plan_mapping
@@ -225,3 +225,17 @@ def load_and_compile(path: str) -> tuple[Catalog | None, list[WorkloadPack], lis
         return None, [], problems
     packs, problems = compile_catalog(catalog)
     return catalog, packs, problems
+
+
+def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
+    """The compiled pack of one workload; any problem in the catalog refuses (a command acts on
+    a workload only when the whole catalog is valid, as `dpone check` would say)."""
+    loaded, packs, problems = load_and_compile(catalog)
+    if problems:
+        raise DponeError.from_records(problems)
+    assert loaded is not None
+    for pack in packs:
+        if pack.workload.name == workload:
+            return pack
+    names = ", ".join(w.name for w in loaded.workloads)
+    raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")
