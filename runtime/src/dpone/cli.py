@@ -204,7 +204,9 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         _tolerate_encoding()
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's final flush
+        return code
     except BrokenPipeError:
         return _quiet_broken_pipe()
 
