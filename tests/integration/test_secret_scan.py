@@ -394,7 +394,7 @@ def test_secret_never_leaves_on_any_failure_path(form: str, pg_dsn: str, project
     assert codes == {
         "unreachable_port": "DPONE_CONNECTION_FAILED",
         "bad_database": "DPONE_CONNECTION_FAILED",
-        "bad_sql": "DPONE_SOURCE_FAILED",
+        "bad_sql": "DPONE_PREFLIGHT_FAILED",  # a missing source table, refused before any lease
         "permission_denied": "DPONE_SINK_FAILED",
         "killed_connection": "DPONE_CONNECTION_FAILED",
         "ledger_lost_mid_run": "DPONE_CONNECTION_FAILED",
