@@ -76,6 +76,7 @@ def main(argv: list[str]) -> int:
     out: dict = {}
     with harness.quiet_output():
         import airflow
+
         # the real modules are imported before any simulation hides one of them
         import airflow.providers.cncf.kubernetes.operators.pod
 
