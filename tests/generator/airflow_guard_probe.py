@@ -6,7 +6,8 @@
 Prints, as JSON, the import error of every file under each simulation, one at a time, in this
 process: ``none`` (the real Airflow, no error expected), ``no_provider`` (the cncf.kubernetes pod
 operator module cannot be imported), ``no_mapping`` (BaseOperator has no ``partial``), and
-``no_map_index_template`` (BaseOperator's ``__init__`` takes no ``map_index_template``).
+``no_map_index_template`` (BaseOperator's ``__init__`` takes no ``map_index_template``). Also
+what a pod option with a key Kubernetes does not know does to ``DponePodOperator`` (``unknown_key``).
 Standard library + Airflow only.
 """
 
@@ -68,6 +69,27 @@ def simulate(name: str):
         raise ValueError(name)
 
 
+def unknown_key(bag) -> str | None:
+    """Build a DponePodOperator whose affinity misspells a nested key; the error, or None."""
+    pod_operator = next(
+        (
+            type(task)
+            for dag in bag.dags.values()
+            for task in dag.task_dict.values()
+            if type(task).__name__ == "DponePodOperator"
+        ),
+        None,
+    )
+    if pod_operator is None:
+        return "no DponePodOperator in these files"
+    typo = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTermz": []}}
+    try:
+        pod_operator(task_id="typo", name="typo", image="x", affinity={"nodeAffinity": typo})
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def main(argv: list[str]) -> int:
     home = harness.setup_airflow_home()
     folder = os.path.join(home, "dags")
@@ -76,11 +98,15 @@ def main(argv: list[str]) -> int:
     out: dict = {}
     with harness.quiet_output():
         import airflow
+
+        # the real modules are imported before any simulation hides one of them
         import airflow.providers.cncf.kubernetes.operators.pod
 
         for name in ("none", "no_provider", "no_mapping", "no_map_index_template"):
             with simulate(name):
                 bag = harness.make_dagbag(folder)
+            if name == "none":
+                out["unknown_key"] = unknown_key(bag)
             out[name] = {os.path.basename(path): None for path in argv} | {
                 os.path.basename(k): str(v)[-1500:] for k, v in bag.import_errors.items()
             }

@@ -96,3 +96,13 @@ def test_unsupported_airflow_fails_the_import_with_the_registered_code(
             assert error is not None, (simulation, path.name)
             assert f"ImportError: {CODE}: this dpone DAG file needs" in error, error
             assert missing in error and f"it runs on Airflow {SUPPORTED}" in error, error
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_pod_option_key_kubernetes_does_not_know_fails_loudly(
+    guard_facts: dict[str, dict[str, Any]], version: str
+) -> None:
+    """The API client would drop it silently; DponePodOperator names it instead."""
+    assert guard_facts[version]["unknown_key"] == (
+        "ValueError: V1NodeSelector has no field 'nodeSelectorTermz'"
+    )

@@ -12,6 +12,7 @@ from dpone.item import ENV_ITEM, ENV_LABEL, ENV_RUN_IDENTITY, parse_mapping_item
 from dpone.pack import load_and_compile
 from dpone_generator.dagspec import DagFile, dag_file
 from dpone_generator.render import pod_name
+from generator_support import GOLDEN, write_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 IDENTITY_SCHEMA = json.loads(
@@ -134,3 +135,40 @@ def test_processes_chain_in_manifest_order_between_hooks(in_root: Path) -> None:
 def test_pod_names_are_dns_labels() -> None:
     assert pod_name("run_Orders_") == "dpone-run-orders"
     assert pod_name("pre_" + "x" * 80) == "dpone-pre-" + "x" * 53
+
+
+def test_pod_options_stay_off_subprocess_dag_files_and_task_options_stay_on(
+    tmp_path: Path,
+) -> None:
+    """defaults.airflow.pod applies to kubernetes workloads only; task arguments to both."""
+    manifest = (GOLDEN / "hooks_subprocess" / "ledger.yaml").read_text(encoding="utf-8")
+    catalog = write_catalog(
+        tmp_path,
+        {
+            "ledger.yaml": manifest,
+            "workloads.yaml": (
+                "schema: dpone.workload-catalog.v1\n"
+                "defaults:\n"
+                "  airflow:\n"
+                "    owner: platform\n"
+                "    pod: {service_account_name: dpone, node_selector: {pool: batch}}\n"
+                "workloads:\n"
+                "  pods:\n"
+                "    manifest: ledger.yaml\n"
+                "    airflow: {image: reg/x:1, dag_id: pods}\n"
+                "  local:\n"
+                "    manifest: ledger.yaml\n"
+                "    airflow: {flavour: subprocess, dag_id: local, execution_timeout: 60}\n"
+            ),
+        },
+    )
+    _, packs, problems = load_and_compile(str(catalog))
+    assert problems == []
+    dags = {pack.workload.name: dag_file(pack, "workloads.yaml") for pack in packs}
+    assert dags["pods"].pod_options == (
+        ("service_account_name", "dpone"),
+        ("node_selector", {"pool": "batch"}),
+    )
+    assert dags["pods"].task_options == (("owner", "platform"),)
+    assert dags["local"].pod_options == ()
+    assert dags["local"].task_options == (("execution_timeout", 60), ("owner", "platform"))

@@ -33,6 +33,7 @@ EXPECTED_CODE = {
     "mapped_append_unsafe": "DPONE_AIRFLOW_MAPPING_APPEND_UNSAFE",
     "missing_manifest": "DPONE_FILE_NOT_FOUND",
     "parallelism_multiplier": "DPONE_AIRFLOW_MAPPING_PARALLELISM_MULTIPLIER",
+    "pod_options_invalid": "DPONE_CATALOG_INVALID",
     "policy_invalid": "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
     "pool_required": "DPONE_AIRFLOW_MAPPING_POOL_REQUIRED",
     "provider_owned_env": "DPONE_AIRFLOW_PROVIDER_OWNED_ENV",
@@ -43,6 +44,7 @@ EXPECTED_CODE = {
     "task_limit_exceeded": "DPONE_AIRFLOW_MAPPING_TASK_LIMIT_EXCEEDED",
     "unknown_field": "DPONE_CATALOG_INVALID",
     "yaml_syntax_error": "DPONE_YAML_INVALID",
+    "yaml_tag": "DPONE_YAML_INVALID",
 }
 
 
