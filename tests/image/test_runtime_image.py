@@ -146,6 +146,54 @@ def _in_image(root: Path, evidence: Path, env: dict[str, str], *argv: str) -> li
     return ["unshare", "--mount", "--pid", "--fork", "sh", "-c", inner + " ".join(argv)]
 
 
+def _digests(url: str) -> tuple[Any, Any]:
+    """(source, target) row count and sums."""
+    with psycopg.connect(url) as conn:
+        digest = "SELECT count(*), sum(order_id), sum(amount) FROM {}.orders"
+        return (
+            conn.execute(digest.format("raw")).fetchone(),
+            conn.execute(digest.format("analytics")).fetchone(),
+        )
+
+
+def _restart_campaign(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE analytics.orders")
+        conn.execute("DROP SCHEMA IF EXISTS dpone_audit CASCADE")
+
+
+def _signal_pid1(
+    root: Path, evidence: Path, env: dict[str, str], url: str, sig: int, args: tuple[str, ...]
+) -> dict[str, Any]:
+    """Start a fresh campaign with dpone as PID 1, send ``sig`` after its first chunk line (as the
+    kubelet does to a pod's PID 1) and report how the run ended."""
+    _restart_campaign(url)
+    argv = _in_image(root, evidence, env, "/opt/dpone/venv/bin/dpone", *args)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if ": chunk " in line:
+            break
+    init = _run("pgrep", "-P", str(proc.pid)).stdout.split()  # unshare's child: the ns's PID 1
+    assert len(init) == 1, init
+    sent = time.monotonic()
+    os.kill(int(init[0]), sig)
+    _, rest = proc.communicate(timeout=300)
+    lines.append(rest)
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM dpone_audit.chunk_transition WHERE state = 'committed'"
+        ).fetchone()
+    return {
+        "exit_code": proc.returncode,
+        "seconds_after_signal": round(time.monotonic() - sent, 1),
+        "chunks_committed_of_365": row[0] if row else None,
+        "last_line": "".join(lines).strip().splitlines()[-1][:300],
+    }
+
+
 def test_dpone_run_from_the_image(image: dict[str, Any], warehouse: str, tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
     evidence.mkdir()
@@ -155,36 +203,29 @@ def test_dpone_run_from_the_image(image: dict[str, Any], warehouse: str, tmp_pat
     if image["engine_runs"]:
         pid1 = _run(ENGINE or "podman", "run", "--rm", "--entrypoint", "python3", TAG, "-c", "import os; print(os.getpid(), os.getuid())")  # fmt: skip
         done = _run(ENGINE or "podman", "run", "--rm", "--network", "host", "-e", f"DPONE_CONN_WAREHOUSE={warehouse}", "-v", f"{evidence}:/var/lib/dpone/evidence", TAG, *args)  # fmt: skip
+        moved = _digests(warehouse)
         REPORT["run"] = "podman run"
     else:
         with container_root() as root:
             pid1 = _run(*_in_image(root, evidence, {}, "/opt/dpone/venv/bin/python", "-c", "'import os; print(os.getpid(), os.getuid())'"))  # fmt: skip
             done = _run(*_in_image(root, evidence, env, "/opt/dpone/venv/bin/dpone", *args))
-            # SIGTERM to the PID-1 dpone, as the kubelet sends it: measured, for the record
-            proc = subprocess.Popen(_in_image(root, evidence, env, "/opt/dpone/venv/bin/dpone", *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
-            time.sleep(3)
-            inner = _run("pgrep", "-P", str(proc.pid)).stdout.split()
-            t = time.monotonic()
-            for pid in inner:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            REPORT["sigterm_exit"] = (proc.returncode, round(time.monotonic() - t, 1))
+            moved = _digests(warehouse)
+            REPORT["signals"] = {
+                name: _signal_pid1(root, evidence, env, warehouse, sig, args)
+                for name, sig in (("SIGINT", signal.SIGINT), ("SIGTERM", signal.SIGTERM))
+            }
         REPORT["run"] = "chroot of the container's root filesystem (container run UNVERIFIED)"
     assert pid1.returncode == 0, pid1.stderr
     assert pid1.stdout.split() == ["1", "10001"], pid1.stdout  # PID 1, the image's user
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert warehouse not in done.stderr
-    with psycopg.connect(warehouse) as conn:
-        digest = "SELECT count(*), sum(order_id), sum(amount) FROM {}.orders"
-        source = conn.execute(digest.format("raw")).fetchone()
-        target = conn.execute(digest.format("analytics")).fetchone()
+    source, target = moved
     assert source == target and source is not None and source[0] == 18250
     assert list(evidence.rglob("verification.json")), sorted(evidence.rglob("*"))
+    if not image["engine_runs"]:
+        # the signal reached the PID-1 dpone: SIGINT (Python's own handler) stops the campaign
+        interrupted = REPORT["signals"]["SIGINT"]
+        assert interrupted["exit_code"] != 0 and interrupted["chunks_committed_of_365"] < 365
     target_file = os.environ.get("DPONE_IMAGE_REPORT")
     if target_file:
         Path(target_file).write_text(json.dumps(REPORT, indent=2, default=str) + "\n")
