@@ -339,7 +339,10 @@ def test_a_failed_chunk_line_names_its_code_but_no_row_value(project, monkeypatc
     ]
     assert len(chunk_lines) == 2  # the first committed; the second failed; the rest never began
     assert " committed, 100 rows, " in chunk_lines[0]
-    assert " failed DPONE_SINK_FAILED, " in chunk_lines[1] and " rows" not in chunk_lines[1].split("|")[0]
+    assert (
+        " failed DPONE_SINK_FAILED, " in chunk_lines[1]
+        and " rows" not in chunk_lines[1].split("|")[0]
+    )
     assert "7777" not in err and project["dsn"] not in err
 
 
