@@ -3,7 +3,7 @@
 #   DPONE_SLOW=1            selects the @pytest.mark.slow variants (deselected otherwise)
 #   DPONE_FUZZ_EXAMPLES=N   total fuzz cases (CI: 10,400)
 #   DPONE_CHAOS_KILLS=N     crashes per chaos variant in `make chaos` (CI: 26)
-.PHONY: fuzz fuzz-long chaos chaos-ci e2e negative verify
+.PHONY: fuzz fuzz-long chaos chaos-ci e2e negative verify scheduler image
 
 PYTEST = .venv/bin/python -m pytest -p no:cacheprovider
 
@@ -30,3 +30,14 @@ negative:
 	$(PYTEST) tests/negative -q
 
 verify: negative fuzz chaos-ci e2e
+
+# The generated DAG under a real scheduler (LocalExecutor, Postgres metadata DB); in CI too.
+scheduler:
+	bash scripts/ensure_postgres.sh
+	$(PYTEST) tests/scheduler -q
+
+# The runtime image (deploy/Containerfile) built with podman and run; needs root, podman and
+# debootstrap (apt-get install podman debootstrap); not in CI (building takes about a minute).
+image:
+	bash scripts/ensure_postgres.sh
+	DPONE_SLOW=1 $(PYTEST) tests/image -q

@@ -94,7 +94,9 @@ class FenceProject:
         self.table = table
         self.audit_dsn = self.data_dsn if ledger == "chaos" else self.ledger_dsn
 
-    def launch(self, item: int | None, **extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    def launch(
+        self, item: int | None, prefix: tuple[str, ...] = (), **extra: str
+    ) -> tuple[subprocess.Popen[bytes], Path]:
         self.launches += 1
         tag = f"run{self.launches}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
@@ -109,7 +111,7 @@ class FenceProject:
             env["DPONE_AIRFLOW_MAPPING_ITEM"] = self.items[item]
             env["DPONE_AIRFLOW_RUN_IDENTITY"] = self.identity
         argv = [str(chaoskit.DPONE), "run", "--catalog", str(self.root / "workloads.yaml")]
-        argv += ["--workload", "fence", "--process", "copy", "--no-progress"]
+        argv = [*prefix, *argv, "--workload", "fence", "--process", "copy", "--no-progress"]
         err = self.root / f"{tag}.err"
         with err.open("wb") as handle:
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=handle)
@@ -277,6 +279,35 @@ def test_sigterm_mid_copy_rolls_back_and_releases_the_chunk_at_once(
     assert time.monotonic() - started < 5.0  # taken at once: no wait for the 5 s lease
     assert fence.day("dst_same") == fence.day("src")
     print(f"\nSIGTERM ({ledger}): exit 143 after {stop_s:.2f}s; retry took the chunk at once")
+
+
+def test_sigterm_reaches_dpone_as_pid_1_of_its_namespace(fence: FenceProject) -> None:
+    """PID 1 (a container's entrypoint) gets only the signals it has a handler for: dpone
+    installs SIGTERM and SIGINT handlers itself, so a pod deletion stops it the same way."""
+    fence.write("replace", "dst_same")
+    fence.sql(fence.data_dsn, "UPDATE chaos.slow SET seconds = 60")
+    run, err = fence.launch(0, prefix=("unshare", "--pid", "--fork", "--mount-proc"))
+    children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+    wait_until("dpone to start as PID 1", lambda: children.read_text().strip() != "")
+    pid1 = int(children.read_text().split()[0])
+    assert Path(f"/proc/{pid1}/status").read_text().count("NSpid") == 1
+    nspid = [
+        line
+        for line in Path(f"/proc/{pid1}/status").read_text().splitlines()
+        if line.startswith("NSpid")
+    ]
+    assert nspid and nspid[0].split()[-1] == "1"  # PID 1 inside its own PID namespace
+    wait_until(
+        "the chunk to be leased and moving",
+        lambda: any(t[1] == "running" for t in fence.transitions(1)),
+    )
+    time.sleep(1.0)
+    signalled = time.monotonic()
+    os.kill(pid1, signal.SIGTERM)
+    assert run.wait(30) == 143, err.read_text()
+    assert time.monotonic() - signalled < 5.0
+    assert last_error(err)["code"] == "DPONE_RUN_INTERRUPTED"
+    assert fence.transitions(1)[-1][1] == "failed"
 
 
 def test_lost_committed_transitions_are_reported_not_moved_again(fence: FenceProject) -> None:

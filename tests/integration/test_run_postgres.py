@@ -303,3 +303,111 @@ def test_a_chunk_longer_than_its_lease_keeps_it(project, monkeypatch, capsys) ->
     capsys.readouterr()
     assert codes == [0]
     assert _attempts(project["dsn"], s)[1] == 1  # one attempt, renewed, never taken over
+
+
+def _fail_second_chunk_of(project, plan, index: int) -> str:  # type: ignore[no-untyped-def]
+    """Make the item's second chunk fail on the sink's CHECK; returns the bad day."""
+    item = plan.mapping_plan.items[index]
+    bad_day = plan.chunks[item.first_chunk_index].start
+    with psycopg.connect(project["dsn"], autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {project['schema']}.raw_orders SET amount = -7777 WHERE order_id = (SELECT min(order_id) FROM {project['schema']}.raw_orders WHERE order_date = %s)",
+            (bad_day,),
+        )
+    return str(bad_day)
+
+
+def test_a_mapped_item_logs_one_line_per_chunk_with_rate_and_eta(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    catalog = project["write"]()
+    _, plan = _plan(catalog)
+    item = plan.mapping_plan.items[1]
+    code, _, err = _run_item(catalog, plan, 1, monkeypatch, capsys)
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    chunk_lines = [line for line in lines if line.startswith("dpone: orders/orders: chunk ")]
+    indexes = range(item.first_chunk_index, item.first_chunk_index + item.chunks_count)
+    assert len(chunk_lines) == item.chunks_count
+    for n, (line, index) in enumerate(zip(chunk_lines, indexes, strict=True), start=1):
+        chunk = plan.chunks[index - 1]
+        assert chunk.index == index
+        assert f"chunk {index} [{chunk.start}, {chunk.end}) committed, 100 rows, " in line, line
+        assert f"| {n}/{item.chunks_count} chunks, {n * 100} rows, " in line, line
+        assert " rows/s, " in line and " chunks/s, ETA " in line, line
+    assert lines[-1].startswith("dpone: orders/orders: passed — ")  # the summary stays last
+    assert chunk_lines[-1].endswith("ETA 0s")
+
+
+def test_a_failed_chunk_line_names_its_code_but_no_row_value(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    catalog = project["write"]()
+    _, plan = _plan(catalog)
+    _fail_second_chunk_of(project, plan, 2)
+    code, _, err = _run_item(catalog, plan, 2, monkeypatch, capsys)
+    assert code == 1
+    chunk_lines = [
+        line for line in err.splitlines() if line.startswith("dpone: orders/orders: chunk ")
+    ]
+    assert len(chunk_lines) == 2  # the first committed; the second failed; the rest never began
+    assert " committed, 100 rows, " in chunk_lines[0]
+    assert (
+        " failed DPONE_SINK_FAILED, " in chunk_lines[1]
+        and " rows" not in chunk_lines[1].split("|")[0]
+    )
+    assert "7777" not in err and project["dsn"] not in err
+
+
+def test_json_log_format_gives_the_same_as_json_lines(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    catalog = project["write"]()
+    _, plan = _plan(catalog)
+    _fail_second_chunk_of(project, plan, 4)
+    monkeypatch.setenv("DPONE_LOG_FORMAT", "json")
+    code, _, err = _run_item(catalog, plan, 4, monkeypatch, capsys)
+    assert code == 1
+    records = [json.loads(line) for line in err.strip().splitlines()]  # every line is JSON
+    events = [r for r in records if r.get("schema") == "dpone.progress.v1"]
+    assert [e["event"] for e in events] == ["start", "chunk", "chunk", "end", "summary"]
+    item = plan.mapping_plan.items[4]
+    first = plan.chunks[item.first_chunk_index - 1]
+    committed, failed = events[1], events[2]
+    assert (committed["index"], committed["start"], committed["end"]) == (
+        first.index,
+        str(first.start),
+        str(first.end),
+    )
+    assert committed["outcome"] == "committed" and committed["rows"] == 100
+    assert failed["outcome"] == "failed" and failed["error_code"] == "DPONE_SINK_FAILED"
+    assert isinstance(committed["duration_ms"], int) and committed["rows_per_s"] > 0
+    assert committed["eta_s"] is not None and committed["chunks_per_s"] > 0
+    assert events[-1]["status"] == "failed" and events[-1]["not_started"] == item.chunks_count - 2
+    assert records[-1]["schema"] == "dpone.error.v1"  # the error record stays last
+    assert "7777" not in err
+
+
+def test_an_unknown_log_format_is_a_usage_error(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    catalog = project["write"]()
+    monkeypatch.setenv("DPONE_LOG_FORMAT", "xml")
+    code = main(["run", "--catalog", catalog, "--workload", "orders"])
+    record = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert code == 2 and record["code"] == "DPONE_USAGE"
+    assert "DPONE_LOG_FORMAT" in record["message"]
+
+
+def test_an_internal_run_off_a_terminal_logs_every_chunk(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    catalog = project["write"]()
+    Path(catalog).write_text(
+        Path(catalog)
+        .read_text()
+        .replace(
+            "mapping: {mode: summary, max_items: 6, max_active: 3, pool: dpone_test}",
+            "mapping: {mode: internal}",
+        )
+    )
+    code = main(["run", "--catalog", catalog, "--workload", "orders"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    chunk_lines = [
+        line for line in err.splitlines() if line.startswith("dpone: orders/orders: chunk ")
+    ]
+    assert sorted(int(line.split(": chunk ")[1].split()[0]) for line in chunk_lines) == list(
+        range(1, 31)
+    )
+    assert all(" committed, 100 rows, " in line for line in chunk_lines)

@@ -174,7 +174,9 @@ def _generator(command: str, argv: Sequence[str]) -> int:
             ErrorRecord(
                 errors.USAGE,
                 f"`dpone {command}` is part of the `dpone` distribution (the generator); this "
-                f"environment has only dpone-runtime. Install it with: pip install dpone",
+                f"environment has only dpone-runtime. Install its wheel by path (`bash "
+                f"scripts/build.sh` writes dist/dpone-{__version__}-py3-none-any.whl), never by "
+                f"the bare name: `dpone` on PyPI is another project",
             )
         )
         return EXIT_USAGE

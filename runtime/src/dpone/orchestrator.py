@@ -44,7 +44,9 @@ from dpone.verify import Selection
 class ProgressSink(Protocol):
     def start(self, total: int, label: str) -> None: ...
 
-    def advance(self, committed: int, skipped: int, failed: int, rows: int) -> None: ...
+    def advance(
+        self, committed: int, skipped: int, failed: int, rows: int, chunk: ChunkTiming
+    ) -> None: ...
 
     def finish(self) -> None: ...
 
@@ -339,7 +341,7 @@ class _Tally:
             else:
                 o.chunks_failed += 1
             self.progress.advance(
-                o.chunks_committed, o.chunks_skipped_resume, o.chunks_failed, o.rows_written
+                o.chunks_committed, o.chunks_skipped_resume, o.chunks_failed, o.rows_written, timing
             )
 
     def fail(self, record: ErrorRecord) -> None:

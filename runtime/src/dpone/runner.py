@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dpone import errors
-from dpone.errors import DponeError
+from dpone.errors import DponeError, error_json_line
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
@@ -28,7 +29,7 @@ from dpone.orchestrator import (
     run_full_refresh,
 )
 from dpone.pack import WorkloadPack, load_workload_pack
-from dpone.progress import NoProgressSink, choose_progress
+from dpone.progress import NoProgressSink, choose_progress, log_format
 from dpone.redaction import redact_text
 from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
@@ -98,6 +99,32 @@ def _emit(outcome: RunOutcome, owner: str) -> None:
             f"the result or evidence could not be written ({type(exc).__name__}: "
             f"{exc.strerror or 'error'})",
         ) from None
+
+
+def _summary_json(outcome: RunOutcome) -> str:
+    """The summary line as one JSON object (``DPONE_LOG_FORMAT=json``): counts, never values."""
+    error = outcome.error.code if outcome.error else None
+    return json.dumps(
+        {
+            "schema": "dpone.progress.v1",
+            "event": "summary",
+            "label": f"{outcome.workload}/{outcome.process}",
+            "status": outcome.status,
+            "strategy": outcome.strategy,
+            "committed": outcome.chunks_committed,
+            "already_committed": outcome.chunks_skipped_resume,
+            "failed": outcome.chunks_failed,
+            "not_started": outcome.chunks_not_started,
+            "busy": outcome.chunks_busy,
+            "interrupted": outcome.chunks_interrupted,
+            "cancelled": outcome.chunks_cancelled,
+            "rows_total": outcome.rows_written,
+            "duration_ms": outcome.duration_ms,
+            "error_code": error,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
 
 
 def _summary(outcome: RunOutcome) -> str:
@@ -222,6 +249,8 @@ def run_plans(
     identity: RunIdentity | None,
 ) -> int:
     """Verify the env's item and identity against the plan, then run the selected processes."""
+    fmt = log_format(os.environ)
+    summary = _summary_json if fmt == "json" else _summary
     if args.process is not None:
         plan = pack.process(args.process)
         if plan is None:
@@ -244,8 +273,10 @@ def run_plans(
         if STOP.requested:
             break
         full_refresh = plan.config.backfill is None
-        quiet = args.no_progress or selection.item is not None
-        progress = NoProgressSink() if quiet else choose_progress(sys.stderr)
+        ranges = {c.index: (c.start, c.end) for c in selection.chunks}
+        progress = (
+            NoProgressSink() if args.no_progress else choose_progress(ranges, sys.stderr, fmt)
+        )
         settings = RunSettings(
             lock_timeout_s=args.lock_timeout,
             progress=progress,
@@ -272,11 +303,14 @@ def run_plans(
             outcome.error = STOP.record(f"stopped while {exc.code} ({exc.message[:200]})")
         _emit(outcome, owner)
         if outcome.status == "passed":
-            print(_summary(outcome), file=sys.stderr)
+            print(summary(outcome), file=sys.stderr)
             continue
         assert outcome.error is not None
-        print(_summary(outcome), file=sys.stderr)
-        report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
+        print(summary(outcome), file=sys.stderr)
+        if fmt == "json":  # the record alone: every line is JSON
+            print(error_json_line(outcome.error), file=sys.stderr, flush=True)
+        else:
+            report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
         code = EXIT_CANCELLED if outcome.cancelled else exit_code_for(outcome.error.code)
         worst = max(worst, code if code != EXIT_OK else EXIT_FAILED)
     if STOP.requested:

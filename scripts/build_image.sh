@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Build the runtime image from deploy/Containerfile with podman (buildah works the same way).
+#
+#   bash scripts/build_image.sh CATALOG_DIR [TAG]
+#
+# CATALOG_DIR holds workloads.yaml and its manifests; it lands at /opt/dpone/catalog/ in the image,
+# so generate the DAGs with airflow.catalog_path: /opt/dpone/catalog/workloads.yaml. TAG defaults
+# to localhost/dpone-runtime:0.1.0.
+#
+# DPONE_IMAGE_BASE names the base image, pinned (exact tag or @sha256 digest). Without it the base
+# is made here from Debian 12's packages: debootstrap (minbase, python3, python3-venv) into
+# .cache/image/rootfs, imported as localhost/dpone-base:bookworm-minbase. That needs root, podman
+# and debootstrap (Debian: apt-get install podman debootstrap).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+catalog=${1:?usage: scripts/build_image.sh CATALOG_DIR [TAG]}
+tag=${2:-localhost/dpone-runtime:0.1.0}
+engine=${DPONE_CONTAINER_ENGINE:-podman}
+base=${DPONE_IMAGE_BASE:-localhost/dpone-base:bookworm-minbase}
+python=python3
+if [ -x .venv/bin/python ]; then python=.venv/bin/python; fi
+
+if [ -z "${DPONE_IMAGE_BASE:-}" ] && ! "$engine" image exists "$base"; then
+  rootfs=.cache/image/rootfs
+  if [ ! -x "$rootfs/usr/bin/python3" ]; then
+    rm -rf "$rootfs"
+    mkdir -p "$(dirname "$rootfs")"
+    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+      bookworm "$rootfs" http://deb.debian.org/debian >&2
+  fi
+  tar -C "$rootfs" --exclude='./var/cache/apt/archives/*.deb' -c . | "$engine" import - "$base" >&2
+fi
+
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+bash scripts/build.sh "$context/dist" 2>/dev/null
+wheel=$(ls "$context"/dist/dpone_runtime-*.whl)
+"$python" -m pip wheel --quiet --wheel-dir "$context/wheels" "$wheel[postgres]" >&2
+cp -r "$catalog" "$context/catalog"
+cp deploy/Containerfile "$context/Containerfile"
+"$engine" build --quiet ${DPONE_BUILD_ISOLATION:+--isolation "$DPONE_BUILD_ISOLATION"} --build-arg "BASE=$base" -t "$tag" -f "$context/Containerfile" "$context"
