@@ -35,7 +35,7 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
 
 
 def dsn_kind(dsn: str) -> str:
-    """'postgres', 'sqlite' or 'mssql' from the DSN's scheme."""
+    """'postgres', 'sqlite', 'mssql' or 'mysql' (MySQL and MariaDB) from the DSN's scheme."""
     scheme = urlsplit(dsn).scheme.lower()
     if scheme in ("postgres", "postgresql"):
         return "postgres"
@@ -43,6 +43,8 @@ def dsn_kind(dsn: str) -> str:
         return "sqlite"
     if scheme in ("mssql", "mssql+pyodbc", "odbc"):
         return "mssql"
+    if scheme in ("mysql", "mariadb"):
+        return "mysql"
     raise DponeError(errors.CONFIG_INVALID, f"unsupported DSN scheme {scheme!r}")
 
 

@@ -162,6 +162,13 @@ class ChunkWrite:
 
 
 @dataclass(frozen=True)
+class ChunkFence:
+    campaign: str  # opaque, <= 120 chars, [A-Za-z0-9:_.-] (the ledger's run_key + its epoch)
+    chunk_index: int
+    attempt: int  # the ledger attempt number of this lease (monotonic per chunk)
+
+
+@dataclass(frozen=True)
 class SinkOptions:
     """Tuning knobs; the defaults are what the orchestrator uses.
 
