@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the test MariaDB/MySQL answers: starts the local mariadbd when it is installed and
-# down (installing Debian's mariadb-server first when it is missing and this is root). Fails loudly (exit 1) when no server can be reached: MySQL tests are never skipped.
+# down (installing Debian's mariadb-server first when it is missing and this is root).
+# Fails loudly (exit 1) when no server can be reached: MySQL tests are never skipped.
 set -euo pipefail
 HOST=127.0.0.1
 PORT=3306
