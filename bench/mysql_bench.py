@@ -5,10 +5,12 @@ Measured side by side, interleaved repetition by repetition; the figure is the m
 
 - ``mysqldump --no-create-info | mysql`` (the baseline: what an operator reaches for first),
 - ``SELECT .. INTO OUTFILE`` + ``LOAD DATA INFILE`` (server-side files, no client in the path),
-- the connector's LOAD DATA LOCAL path (rows stream through dpone), with and without checksum,
+- the connector with the rows streamed through dpone (a source DSN that differs in an option, as
+  for two servers): LOAD DATA LOCAL, with and without checksum,
 - the same with PyMySQL's multi-row ``executemany`` forced (the alternative write path; the
   connector uses whichever is faster, and this run is the evidence),
-- the connector's same-DSN ``INSERT .. SELECT`` path.
+- the connector's ``INSERT .. SELECT`` path: source in another database of the same server and
+  account (what two-database runs on one server get).
 
     .venv/bin/python bench/mysql_bench.py [--rows 200000] [--repeat 3] [--dsn mysql://root@127.0.0.1:3306/]
 
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -89,13 +92,13 @@ def prepare(server: str, rows: int) -> None:
             print(f"generating {rows:,} source rows ...", file=sys.stderr)
             cur.execute(f"DROP TABLE IF EXISTS `{SRC_DB}`.orders")
             cur.execute(DDL.format(f"`{SRC_DB}`.orders"))
-            cur.execute(f"ALTER TABLE `{SRC_DB}`.orders COMMENT = %s", (marker,))
             cur.execute(f"USE `{SRC_DB}`")  # MariaDB's seq_1_to_N sequence engine needs one
             cur.execute(
                 f"INSERT INTO `{SRC_DB}`.orders SELECT seq, '2024-01-01' + INTERVAL (seq % 366) "
                 "DAY, concat('customer_', seq % 5000), round(rand(seq) * 10000, 2), "
                 f"concat(md5(seq), '-payload') FROM seq_1_to_{rows}"
             )
+            cur.execute(f"ALTER TABLE `{SRC_DB}`.orders COMMENT = %s", (marker,))
         cur.execute(f"DROP TABLE IF EXISTS `{SRC_DB}`.orders_copy")
         cur.execute(DDL.format(f"`{SRC_DB}`.orders_copy"))
         cur.execute(f"DROP TABLE IF EXISTS `{DST_DB}`.orders")
@@ -184,10 +187,10 @@ def executemany_connector(src: str, dst: str) -> tuple[int, str | None, str]:
 
     dialect.tsv_field = refuse  # type: ignore[assignment]
     try:
-        rows, checksum, _ = connector(src, dst, "orders", checksum=False)
+        rows, checksum, method = connector(src, dst, "orders", checksum=False)
     finally:
         dialect.tsv_field = original  # type: ignore[assignment]
-    return rows, checksum, "executemany"
+    return rows, checksum, f"{method} (executemany batches)"
 
 
 def main() -> None:
@@ -201,31 +204,32 @@ def main() -> None:
     prepare(server, args.rows)
     src = db_dsn(server, SRC_DB)
     dst = db_dsn(server, DST_DB)
+    streamed = db_dsn(server, SRC_DB, tag="31")  # another DSN string: rows go through dpone
     expected = table_checksum(
         src, TableRef(None, "orders"), WINDOW.column, WINDOW.lower, WINDOW.upper
     )
     methods: dict[str, tuple[str, str, Callable[[], object]]] = {
         "mysqldump | mysql (baseline)": (DST_DB, "orders", lambda: dump_pipe(server)),
         "SELECT INTO OUTFILE + LOAD DATA INFILE": (DST_DB, "orders", lambda: outfile_load(server)),
-        "connector LOAD DATA LOCAL, no checksum": (
+        "connector streamed, LOAD DATA LOCAL, no checksum": (
+            DST_DB,
+            "orders",
+            lambda: connector(streamed, dst, "orders", checksum=False),
+        ),
+        "connector streamed, LOAD DATA LOCAL, with checksum": (
+            DST_DB,
+            "orders",
+            lambda: connector(streamed, dst, "orders", checksum=True),
+        ),
+        "connector streamed, executemany (forced), no checksum": (
+            DST_DB,
+            "orders",
+            lambda: executemany_connector(streamed, dst),
+        ),
+        "connector INSERT..SELECT, same server, no checksum": (
             DST_DB,
             "orders",
             lambda: connector(src, dst, "orders", checksum=False),
-        ),
-        "connector LOAD DATA LOCAL, with checksum": (
-            DST_DB,
-            "orders",
-            lambda: connector(src, dst, "orders", checksum=True),
-        ),
-        "connector executemany (forced), no checksum": (
-            DST_DB,
-            "orders",
-            lambda: executemany_connector(src, dst),
-        ),
-        "connector INSERT..SELECT, same DSN, no checksum": (
-            SRC_DB,
-            "orders_copy",
-            lambda: connector(src, src, "orders_copy", checksum=False),
         ),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
@@ -249,7 +253,7 @@ def main() -> None:
     baseline = statistics.median(times["mysqldump | mysql (baseline)"])
     print(
         f"\nmysql_bench: {args.rows:,} rows in one chunk, median of {args.repeat}; server "
-        f"{version}, PyMySQL {pymysql.__version__}, {os.cpu_count()} CPUs, "
+        f"{version}, PyMySQL {metadata.version('PyMySQL')}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}"
     )
     print(f"{'method':<50} {'seconds':>8} {'rows/s':>10} {'vs dump':>8}")

@@ -134,18 +134,21 @@ def test_a_mysql_ledger_is_refused(mysql_dsn: str) -> None:
 # --- moving rows ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("chunk_type", sorted(WINDOWS))
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("path", ["load-data", "insert-select"])
+@pytest.mark.parametrize("path", ["load-data", "same-dsn", "same-server"])
 def test_mysql_to_mysql_every_mode(my: My, mode: str, chunk_type: str, path: str) -> None:
+    """load-data: another DSN string (rows stream through dpone); same-dsn and same-server (the
+    source table in another database of the same server and account): INSERT .. SELECT."""
     src_db = my.database()
-    dst_db = src_db if path == "insert-select" else my.database()
+    dst_db = src_db if path == "same-dsn" else my.database()
     create_my(my, src_db)
     create_my(my, dst_db, "target", rows=[])
+    src_dsn = my.dsn(src_db) + ("?connect_timeout=9" if path == "load-data" else "")
     window = WINDOWS[chunk_type]
-    with source(my.dsn(src_db)) as src, sink(my.dsn(dst_db), mode) as dst:
+    with source(src_dsn) as src, sink(my.dsn(dst_db), mode) as dst:
         written = dst.write_chunk(src, window)
         again = dst.write_chunk(src, window) if mode != "append" else written
     want = expected(window)
-    assert written.method == path
+    assert written.method == ("load-data" if path == "load-data" else "insert-select")
     assert written.rows == len(want) and again.rows == len(want)
     assert my_rows(my, dst_db, "target") == want
     assert written.checksum == again.checksum == python_checksum(_window_rows(window))
@@ -283,6 +286,7 @@ def test_two_attempts_racing_serialize_on_the_fence(my: My) -> None:
     db = my.database()
     create_my(my, db)
     create_my(my, db, "target", rows=[])
+    my.run(f"ALTER TABLE `{db}`.target DROP PRIMARY KEY")  # so a duplicate append would show
     window = WINDOWS["integer"]
     outcomes: dict[int, str] = {}
 

@@ -16,6 +16,7 @@ from dpone import errors
 from dpone.errors import DponeError
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
+from dpone.metrics import RunLabels, open_run_observer
 from dpone.orchestrator import (
     RunContext,
     RunSettings,
@@ -90,6 +91,10 @@ def _summary(outcome: RunOutcome) -> str:
     )
 
 
+def _warn(message: str) -> None:
+    print(f"dpone: warning: {message}", file=sys.stderr)
+
+
 def run_command(args: argparse.Namespace) -> int:
     from dpone.cli import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 
@@ -116,10 +121,15 @@ def run_command(args: argparse.Namespace) -> int:
         full_refresh = plan.config.backfill is None
         quiet = args.no_progress or selection.item is not None
         progress = NoProgressSink() if quiet else choose_progress(sys.stderr)
+        labels = RunLabels(
+            workload=pack.workload.name,
+            process=plan.name,
+            mode=selection.mode,
+            item=str(selection.item.item_index) if selection.item else "internal",
+        )
+        observer = open_run_observer(labels, os.environ, _warn)
         settings = RunSettings(
-            lock_timeout_s=args.lock_timeout,
-            progress=progress,
-            warn=lambda message: print(f"dpone: warning: {message}", file=sys.stderr),
+            lock_timeout_s=args.lock_timeout, progress=progress, warn=_warn, observer=observer
         )
         outcome = RunOutcome(
             workload=pack.workload.name,
@@ -132,12 +142,15 @@ def run_command(args: argparse.Namespace) -> int:
         )
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
+        observer.run_started(len(selection.chunks) if not full_refresh else 1)
         try:
             run(RunContext(pack, plan, selection, settings), outcome)
         except DponeError as exc:
             outcome.error = exc.records[0]
             _emit(outcome, owner)
             raise
+        finally:
+            observer.run_finished()
         _emit(outcome, owner)
         if outcome.status == "passed":
             print(_summary(outcome), file=sys.stderr)

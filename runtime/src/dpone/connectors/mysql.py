@@ -6,7 +6,8 @@ in memory. Writes load each batch with ``LOAD DATA LOCAL INFILE`` from a private
 holding binary values goes through ``executemany`` instead. ``LOCAL`` turns data errors into
 warnings on the server, so every load checks ``@@warning_count`` and fails the chunk on any
 warning: a truncated value or a skipped duplicate never commits silently. When source and sink
-share a DSN the chunk is copied with ``INSERT .. SELECT`` and never leaves the server. Merge stages
+share a server and account (a source table in any database of it) the chunk is copied with
+``INSERT .. SELECT`` and never leaves the server. Merge stages
 the chunk in a ``TEMPORARY`` table and runs ``INSERT .. SELECT .. ON DUPLICATE KEY UPDATE``.
 
 MySQL cannot compute dpone's row hash in SQL, so the checksum is computed in Python over the rows
@@ -403,10 +404,31 @@ class MysqlSource(Source):
             self._columns = names
         return self._columns
 
-    def select_sql(self, window: ChunkWindow | None, columns: Sequence[str]) -> str:
-        """SELECT of the chunk (every row without a window), to run with ``_params(window)``."""
+    def select_sql(
+        self, window: ChunkWindow | None, columns: Sequence[str], qualified: bool = False
+    ) -> str:
+        """SELECT of the chunk (every row without a window), to run with ``_params(window)``;
+        ``qualified`` names the table's database, for a statement on another connection."""
         relation = self.relation(window is not None)
+        if qualified:
+            assert self.spec.table is not None and self.db.dsn.database is not None
+            table = TableRef(self.spec.table.schema or self.db.dsn.database, self.spec.table.name)
+            relation = table_sql(table) + " AS `dpone_src`"
         return f"SELECT {_columns_sql(columns)} FROM {relation}{_where(window)}"
+
+    def same_server(self, dsn: MysqlDsn) -> bool:
+        """True when a sink on ``dsn`` can read this source's table itself (INSERT .. SELECT):
+        the same server, account and options, and a table whose database is known."""
+        mine = self.db.dsn
+        if self.spec.table is None or (self.spec.table.schema or mine.database) is None:
+            return False
+        return (mine.host, mine.port, mine.user, mine.password, mine.options) == (
+            dsn.host,
+            dsn.port,
+            dsn.user,
+            dsn.password,
+            dsn.options,
+        )
 
     def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
         query = self.select_sql(window, self.columns())
@@ -591,8 +613,10 @@ class MysqlSink(Sink):
         self, cur: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
     ) -> ChunkWrite:
         cols = _columns_sql(columns)
-        if isinstance(source, MysqlSource) and source.same_dsn(self._dsn):
-            select = source.select_sql(window, columns)
+        if isinstance(source, MysqlSource) and (
+            source.same_dsn(self._dsn) or source.same_server(self.db.dsn)
+        ):
+            select = source.select_sql(window, columns, qualified=not source.same_dsn(self._dsn))
 
             def fill_select(rel: str) -> int:
                 cur.execute(f"INSERT INTO {rel} ({cols}) {select}", _params(window))
