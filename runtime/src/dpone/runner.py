@@ -16,6 +16,7 @@ from dpone import errors
 from dpone.errors import DponeError
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
+from dpone.lineage import RunLineage, describe_run, lineage_requested, open_run_lineage
 from dpone.metrics import RunLabels, open_run_observer
 from dpone.orchestrator import (
     RunContext,
@@ -142,15 +143,27 @@ def run_command(args: argparse.Namespace) -> int:
         )
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
+        lineage = RunLineage()
+        if lineage_requested(os.environ):
+            dag_id = identity.dag_id if identity else None
+            described = describe_run(pack, plan, selection, dag_id, os.environ)
+            lineage = open_run_lineage(described, os.environ, _warn)
         observer.run_started(len(selection.chunks) if not full_refresh else 1)
+        lineage.start()
         try:
             run(RunContext(pack, plan, selection, settings), outcome)
         except DponeError as exc:
             outcome.error = exc.records[0]
+            lineage.fail(f"{exc.code}: {exc.message}")
             _emit(outcome, owner)
             raise
         finally:
             observer.run_finished()
+        if outcome.status == "passed":
+            lineage.complete(outcome.rows_written)
+        else:
+            assert outcome.error is not None
+            lineage.fail(f"{outcome.error.code}: {outcome.error.message}")
         _emit(outcome, owner)
         if outcome.status == "passed":
             print(_summary(outcome), file=sys.stderr)
