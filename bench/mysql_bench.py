@@ -99,8 +99,6 @@ def prepare(server: str, rows: int) -> None:
                 f"concat(md5(seq), '-payload') FROM seq_1_to_{rows}"
             )
             cur.execute(f"ALTER TABLE `{SRC_DB}`.orders COMMENT = %s", (marker,))
-        cur.execute(f"DROP TABLE IF EXISTS `{SRC_DB}`.orders_copy")
-        cur.execute(DDL.format(f"`{SRC_DB}`.orders_copy"))
         cur.execute(f"DROP TABLE IF EXISTS `{DST_DB}`.orders")
         cur.execute(DDL.format(f"`{DST_DB}`.orders"))
 

@@ -380,3 +380,18 @@ def test_full_refresh_replaces_every_row(my: My) -> None:
         written = dst.write_all(src)
     assert written.rows == len(ROWS)
     assert my_rows(my, db, "target") == canon(ROWS)
+
+
+def test_a_server_refusing_load_data_local_gets_batched_inserts(my: My) -> None:
+    """MySQL 8 ships with local_infile=OFF; the client side refuses the same way (error 1148)."""
+    db = my.database()
+    create_my(my, db)
+    create_my(my, db, "target", rows=[])
+    window = WINDOWS["date"]
+    with source(my.dsn(db) + "?connect_timeout=4") as src, sink(my.dsn(db), "replace") as dst:
+        dst.db.local_infile = False
+        first = dst.write_chunk(src, window)
+        again = dst.write_chunk(src, window)
+    assert first.method == again.method == "executemany"
+    assert my_rows(my, db, "target") == expected(window)
+    assert first.checksum == python_checksum(_window_rows(window))

@@ -2,8 +2,9 @@
 
 Reads stream through an unbuffered server-side cursor (``SSCursor``), so a chunk never sits whole
 in memory. Writes load each batch with ``LOAD DATA LOCAL INFILE`` from a private temporary file
-(1.6x the rows/s of PyMySQL's multi-row ``executemany`` here, see docs/benchmarks.md); a batch
-holding binary values goes through ``executemany`` instead. ``LOCAL`` turns data errors into
+(faster than PyMySQL's multi-row ``executemany`` here, see docs/benchmarks.md); a batch holding
+binary values, or every batch once a server refuses ``LOCAL`` (``local_infile=OFF``), goes through
+``executemany`` instead. ``LOCAL`` turns data errors into
 warnings on the server, so every load checks ``@@warning_count`` and fails the chunk on any
 warning: a truncated value or a skipped duplicate never commits silently. When source and sink
 share a server and account (a source table in any database of it) the chunk is copied with
@@ -20,6 +21,7 @@ it equal to every other connector's for the same rows. Sessions run in UTC with 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import decimal
 import os
@@ -83,6 +85,8 @@ _INT_OPTIONS = frozenset({"connect_timeout"})
 #: Connection-level error numbers: client 20xx, and the server's shutdown/killed notices.
 _CONNECTION_LOSS = frozenset({0, 1053, 1077, 1152, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
 _LOCK_CONFLICT = frozenset({1205, 1213})  # lock wait timeout, deadlock
+#: LOAD DATA LOCAL refused by the server (local_infile=OFF, MySQL 8's default) or the client.
+_LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})  # 4166: MariaDB
 #: Server errors whose text names only objects (tables, columns, keys), never row values.
 _SAFE_MESSAGE = frozenset({1046, 1048, 1049, 1051, 1054, 1091, 1136, 1146, 1364, 1406, 1205, 1213})
 _KEY_NAME = re.compile(r"for key '([^']{1,200})'$")
@@ -299,6 +303,7 @@ class MysqlConnection:
     def __init__(self, dsn: str, label: str, *, sink: bool) -> None:
         self._label = label
         self._sink = sink
+        self.local_infile = sink  # LOAD DATA LOCAL, for sinks
         self.lock_timeout_s = DEFAULT_LOCK_TIMEOUT_S
         self.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
         try:
@@ -323,7 +328,7 @@ class MysqlConnection:
                     **args,
                     charset="utf8mb4",
                     autocommit=True,
-                    local_infile=self._sink,
+                    local_infile=self.local_infile,
                     conv=_decoders(),
                 )
                 with conn.cursor() as cur:
@@ -474,6 +479,7 @@ class MysqlSink(Sink):
         self._stage_prefix = "" if schema is None else quote(schema, "database") + "."
         self.db = MysqlConnection(dsn, spec.display(), sink=True)
         self._fence_ready = False
+        self._load_data = True  # until the server refuses LOAD DATA LOCAL
 
     def write_chunk(
         self,
@@ -636,7 +642,8 @@ class MysqlSink(Sink):
                     count += len(batch)
             return count
 
-        return self._modes(cur, window, columns, fill_rows, "load-data")
+        written = self._modes(cur, window, columns, fill_rows, "load-data")
+        return written if self._load_data else dataclasses.replace(written, method="executemany")
 
     def _load(
         self, cur: Any, rel: str, columns: Sequence[str], batch: Sequence[Row], path: str
@@ -648,6 +655,8 @@ class MysqlSink(Sink):
         """
         cols = _columns_sql(columns)
         try:
+            if not self._load_data:
+                raise BinaryValue
             with open(path, "w", encoding="utf-8", newline="\n") as out:
                 out.writelines("\t".join(map(tsv_field, row)) + "\n" for row in batch)
         except BinaryValue:
@@ -657,9 +666,17 @@ class MysqlSink(Sink):
                 [tuple(map(to_mysql, row)) for row in batch],
             )
             return
-        cur.execute(
-            f"LOAD DATA LOCAL INFILE %s INTO TABLE {rel} CHARACTER SET utf8mb4 ({cols})", (path,)
-        )
+        try:
+            cur.execute(
+                f"LOAD DATA LOCAL INFILE %s INTO TABLE {rel} CHARACTER SET utf8mb4 ({cols})",
+                (path,),
+            )
+        except pymysql.err.OperationalError as exc:
+            if _errno(exc) not in _LOCAL_INFILE_REFUSED:
+                raise
+            self._load_data = False  # the server refuses LOCAL (MySQL 8's default): insert
+            self._load(cur, rel, columns, batch, path)
+            return
         loaded = int(cur.rowcount)
         cur.execute("SELECT @@warning_count")
         found = cur.fetchone()
