@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import jsonschema
 import psycopg
 import pytest
-from dpone.identity import RunIdentity
 from dpone.lineage import DatasetName, dataset_name, lineage_requested, parent_of
 from dpone.pack import load_and_compile
+from dpone.verify import expected_identity
 
 from .receiver import receiver
 from .runproject import PASSWORD, dpone_run
@@ -54,14 +54,8 @@ def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]
     catalog = project["catalog"]
     _, packs, problems = load_and_compile(catalog)
     assert not problems
-    identity = RunIdentity(
-        dag_id="dpone_orders",
-        workload="orders",
-        process="orders",
-        pack_fingerprint=packs[0].fingerprint,
-        flavour="subprocess",
-        image=None,
-    )
+    identity = expected_identity(packs[0], "orders")  # what the generated DAG passes
+    dag = identity.dag_id
     env = {
         "DPONE_AIRFLOW_RUN_IDENTITY": identity.env_value(),
         "AIRFLOW_CTX_DAG_RUN_ID": "backfill__2026-12-01",
@@ -69,7 +63,7 @@ def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]
     }
     with receiver() as (url, got):
         failed = dpone_run(project, {"OPENLINEAGE_URL": url, **env})
-        assert failed.returncode != 0
+        assert failed.returncode != 0 and "DPONE_SINK_FAILED" in failed.stderr
         with psycopg.connect(project["pg"], autocommit=True) as conn:
             conn.execute(f"UPDATE {project['schema']}.raw_orders SET amount = 1 WHERE amount < 0")
         passed = dpone_run(project, {"OPENLINEAGE_URL": url, **env})
@@ -102,16 +96,13 @@ def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]
         assert (chunks["lowerBound"], chunks["upperBound"]) == ("2023-01-01", "2023-01-13")
         assert chunks["mode"] == "internal" and chunks["campaign"]
         parent = event["run"]["facets"]["parent"]
-        assert (parent["job"]["namespace"], parent["job"]["name"]) == (
-            "default",
-            "dpone_orders.orders",
-        )
+        assert (parent["job"]["namespace"], parent["job"]["name"]) == ("default", f"{dag}.orders")
         root = parent["root"]["job"]
-        assert (root["namespace"], root["name"]) == ("default", "dpone_orders")
+        assert (root["namespace"], root["name"]) == ("default", dag)
         uuid.UUID(parent["run"]["runId"])
     # both runs of the task share the parent run: the DAG run id drives it
     assert {e["run"]["facets"]["parent"]["run"]["runId"] for e in events} == {
-        parent_of(env, "dpone_orders", None)[0][2]  # type: ignore[index]
+        parent_of(env, dag, None)[0][2]  # type: ignore[index]
     }
     message = events[1]["run"]["facets"]["errorMessage"]["message"]
     assert message.startswith("DPONE_") and PASSWORD not in message

@@ -24,8 +24,10 @@ import contextlib
 import dataclasses
 import datetime as dt
 import decimal
+import math
 import os
 import re
+import socket
 import tempfile
 import time
 import uuid
@@ -41,6 +43,7 @@ from pymysql.constants import FIELD_TYPE
 
 from dpone import errors
 from dpone.connectors.base import (
+    FENCE_TABLE,
     Bound,
     ChunkFence,
     ChunkWindow,
@@ -62,9 +65,9 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.session_limits import SessionLimits, session_limits
 
 MAX_IDENTIFIER_CHARS = 64  # longer names are refused by the server
-FENCE_TABLE = "dpone_chunk_fence"
 DEFAULT_PORT = 3306
 #: Every session: UTC for TIMESTAMP columns, strict data checks, backslash escapes (PyMySQL's
 #: literal quoting relies on them) and no ANSI_QUOTES (identifiers are `backticked`).
@@ -72,11 +75,11 @@ SESSION_SQL = (
     "SET time_zone = '+00:00', "
     "sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO'"
 )
-#: Sink sessions also bound row-lock waits (the fence's CHUNK_BUSY) and idle time (a lost client's
-#: open transaction is rolled back by the server after this many seconds).
+#: Sink sessions also bound row-lock waits (the fence's CHUNK_BUSY: DPONE_FENCE_LOCK_TIMEOUT) and
+#: idle time (DPONE_DB_IDLE_TIMEOUT: the server rolls back a lost client's open transaction).
 SINK_SESSION_SQL = "SET innodb_lock_wait_timeout = {lock}, wait_timeout = {idle}"
-DEFAULT_LOCK_TIMEOUT_S = 30
-DEFAULT_IDLE_TIMEOUT_S = 300
+#: MariaDB only: a statement limit (DPONE_DB_STATEMENT_TIMEOUT, 0 = none).
+MARIADB_STATEMENT_SQL = "SET max_statement_time = {seconds}"
 _PING_AFTER_S = 60.0
 _DSN_OPTIONS = frozenset(
     {"connect_timeout", "unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert"}
@@ -297,6 +300,25 @@ def _connect_reason(exc: BaseException) -> str:
     return reasons.get(number or -1, f"server unreachable (MySQL error {number})")
 
 
+def _keepalive(conn: Any, limits: SessionLimits) -> None:
+    """Client TCP keepalive and user timeout on PyMySQL's socket (Linux options when present), so
+    a silent network loss ends a blocked read in bounded time."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (
+            ("TCP_KEEPIDLE", limits.keepalive_idle_s),
+            ("TCP_KEEPINTVL", limits.keepalive_interval_s),
+            ("TCP_KEEPCNT", limits.keepalive_count),
+            ("TCP_USER_TIMEOUT", int(limits.tcp_user_timeout_s * 1000)),
+        ):
+            option = getattr(socket, name, None)
+            if option is not None and value:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 class MysqlConnection:
     """A lazily (re)opened PyMySQL connection with dpone's session settings."""
 
@@ -304,8 +326,10 @@ class MysqlConnection:
         self._label = label
         self._sink = sink
         self.local_infile = sink  # LOAD DATA LOCAL, for sinks
-        self.lock_timeout_s = DEFAULT_LOCK_TIMEOUT_S
-        self.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
+        limits = session_limits()
+        self.lock_timeout_s = max(1, math.ceil(limits.fence_lock_s))
+        self.idle_timeout_s = max(1, math.ceil(limits.idle_in_transaction_s))
+        self._limits = limits
         try:
             self.dsn = parse_dsn(dsn)
         except DponeError as exc:
@@ -315,7 +339,8 @@ class MysqlConnection:
 
     def get(self) -> pymysql.connections.Connection[Any]:
         conn = self.current
-        if conn is not None and time.monotonic() - self._used > _PING_AFTER_S:
+        ping_after = min(_PING_AFTER_S, self.idle_timeout_s / 2) if self._sink else _PING_AFTER_S
+        if conn is not None and time.monotonic() - self._used > ping_after:
             try:
                 conn.ping(reconnect=False)
             except pymysql.err.Error:
@@ -331,6 +356,7 @@ class MysqlConnection:
                     local_infile=self.local_infile,
                     conv=_decoders(),
                 )
+                _keepalive(conn, self._limits)
                 with conn.cursor() as cur:
                     cur.execute(SESSION_SQL)
                     if self._sink:
@@ -339,6 +365,9 @@ class MysqlConnection:
                                 lock=int(self.lock_timeout_s), idle=int(self.idle_timeout_s)
                             )
                         )
+                    if "mariadb" in conn.get_server_info().lower():
+                        seconds = max(0.0, self._limits.statement_s)
+                        cur.execute(MARIADB_STATEMENT_SQL.format(seconds=f"{seconds:g}"))
             except pymysql.err.Error as exc:
                 raise DponeError(
                     errors.CONNECTION_FAILED,
@@ -347,6 +376,23 @@ class MysqlConnection:
             self.current = conn
         self._used = time.monotonic()
         return conn
+
+    def interrupt(self) -> None:
+        """KILL QUERY the statement in flight from a second connection (thread-safe); the writing
+        thread then sees an error and rolls back."""
+        conn = self.current
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            thread_id = conn.thread_id()
+            killer = pymysql.connect(
+                **{**self.dsn.connect_args(), "connect_timeout": 5}, autocommit=True
+            )
+            try:
+                with killer.cursor() as cur:
+                    cur.execute("KILL QUERY %s", (int(thread_id),))
+            finally:
+                killer.close()
 
     def translate(self, exc: BaseException, code: str, what: str) -> DponeError:
         if isinstance(exc, DponeError):
@@ -459,6 +505,9 @@ class MysqlSource(Source):
         self._columns = None
         return self.db.translate(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
 
+    def interrupt(self) -> None:
+        self.db.interrupt()
+
     def close(self) -> None:
         self.db.discard()
 
@@ -481,23 +530,17 @@ class MysqlSink(Sink):
         self._fence_ready = False
         self._load_data = True  # until the server refuses LOAD DATA LOCAL
 
-    def write_chunk(
+    def _transfer(
         self,
         source: Source,
-        window: ChunkWindow,
-        connection: object | None = None,
-        fence: ChunkFence | None = None,
+        window: ChunkWindow | None,
+        connection: object | None,
+        fence: ChunkFence | None,
     ) -> ChunkWrite:
-        """Move the window's rows in one transaction; with ``fence`` the chunk's row in
-        ``dpone_chunk_fence`` is claimed first (docs/ledger.md: sink fencing)."""
+        """The chunk's transaction; with ``fence`` the chunk's row in ``dpone_chunk_fence`` is
+        claimed first (see docs/connectors.md, MySQL and MariaDB)."""
         self._no_external_connection(connection)
         return self._write_fenced(source, window, fence)
-
-    def _transfer(
-        self, source: Source, window: ChunkWindow | None, connection: object | None
-    ) -> ChunkWrite:
-        self._no_external_connection(connection)
-        return self._write_fenced(source, window, None)
 
     def _write_fenced(
         self, source: Source, window: ChunkWindow | None, fence: ChunkFence | None
@@ -564,20 +607,19 @@ class MysqlSink(Sink):
             if _errno(exc) in _LOCK_CONFLICT:
                 raise DponeError(
                     errors.CHUNK_BUSY,
-                    f"{self.spec.display()}: chunk {fence.chunk_index} is being written by "
-                    f"another attempt (waited {self.db.lock_timeout_s} s for its fence row)",
+                    f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
+                    f"holds the chunk's fence row past {self.db.lock_timeout_s}s "
+                    "(DPONE_FENCE_LOCK_TIMEOUT); nothing was written",
                 ) from None
             raise
         stored = int(found[0]) if found else fence.attempt
         if stored > fence.attempt:
-            raise DponeError(
-                errors.CHUNK_LEASE_LOST,
-                f"{self.spec.display()}: chunk {fence.chunk_index} attempt {fence.attempt} was "
-                f"superseded by attempt {stored} in the sink; this attempt's writes were rolled "
-                "back",
-            )
+            raise fence.superseded(self.spec.display(), stored)
 
     # preflight ----------------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        self.db.interrupt()
+
     def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self.db.get()
         shown = self.spec.table.display()
