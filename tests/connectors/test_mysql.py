@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -257,28 +258,55 @@ def test_fence_claims_and_refuses_a_superseded_attempt(my: My) -> None:
     assert my.rows(f"SELECT attempt FROM `{db}`.dpone_chunk_fence") == [(4,)]
 
 
-def test_fence_waits_for_a_concurrent_attempt_then_reports_busy(my: My) -> None:
+def test_fence_waits_for_a_concurrent_attempt_then_reports_busy(
+    my: My, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open transaction holding the fence row (a frozen attempt) makes the newer attempt wait
+    DPONE_FENCE_LOCK_TIMEOUT, then BUSY with nothing written; once it ends, the attempt goes on."""
     db = my.database()
     create_my(my, db)
     create_my(my, db, "target", rows=[])
     window = WINDOWS["integer"]
     other = my.dsn(db) + "?connect_timeout=8"
-    holder = pymysql.connect(**parse_dsn(my.dsn(db)).connect_args())
     with source(other) as src, sink(my.dsn(db), "replace") as dst:
         dst.write_chunk(src, window, fence=ChunkFence("run-2:1", 7, 1))
-        dst.db.lock_timeout_s = 1
-        dst.db.discard()
-        with holder.cursor() as cur:
-            holder.begin()
-            cur.execute("SELECT * FROM dpone_chunk_fence WHERE chunk_index = 7 FOR UPDATE")
-            with pytest.raises(DponeError) as busy:
-                dst.write_chunk(src, window, fence=ChunkFence("run-2:1", 7, 2))
-            holder.rollback()
+    my.run(f"DELETE FROM `{db}`.target")
+    holder = pymysql.connect(**parse_dsn(my.dsn(db)).connect_args())
+    holder.begin()
+    with holder.cursor() as cur:
+        cur.execute("SELECT * FROM dpone_chunk_fence WHERE chunk_index = 7 FOR UPDATE")
+    monkeypatch.setenv("DPONE_FENCE_LOCK_TIMEOUT", "1")
+    with source(other) as src, sink(my.dsn(db), "replace") as dst:
+        started = time.monotonic()
+        with pytest.raises(DponeError) as busy:
+            dst.write_chunk(src, window, fence=ChunkFence("run-2:1", 7, 2))
         assert busy.value.code == errors.CHUNK_BUSY and busy.value.retryable
-        # the holder is gone: the same attempt now goes through
-        done = dst.write_chunk(src, window, fence=ChunkFence("run-2:1", 7, 2))
+        assert 0.9 < time.monotonic() - started < 10
+        assert my.rows(f"SELECT count(*) FROM `{db}`.target") == [(0,)]
+    monkeypatch.setenv("DPONE_FENCE_LOCK_TIMEOUT", "30")
+    with source(other) as src, sink(my.dsn(db), "replace") as dst:
+        threading.Timer(1.0, holder.rollback).start()
+        done = dst.write_chunk(src, window, fence=ChunkFence("run-2:1", 7, 2))  # waits, then goes
     holder.close()
     assert done.rows == len(expected(window))
+    assert my.rows(f"SELECT campaign, chunk_index, attempt FROM `{db}`.dpone_chunk_fence") == [
+        ("run-2:1", 7, 2)
+    ]
+
+
+def test_fence_rows_are_per_campaign_and_chunk(my: My) -> None:
+    db = my.database()
+    create_my(my, db)
+    create_my(my, db, "target", rows=[])
+    window = WINDOWS["integer"]
+    with source(my.dsn(db) + "?connect_timeout=8") as src, sink(my.dsn(db), "replace") as dst:
+        dst.write_chunk(src, window, fence=ChunkFence("bf-a", 3, 5))
+        dst.write_chunk(src, window, fence=ChunkFence("bf-b", 3, 1))
+        dst.write_chunk(src, window, fence=ChunkFence("bf-a", 4, 1))
+    rows = my.rows(
+        f"SELECT campaign, chunk_index, attempt FROM `{db}`.dpone_chunk_fence ORDER BY 1, 2"
+    )
+    assert rows == [("bf-a", 3, 5), ("bf-a", 4, 1), ("bf-b", 3, 1)]
 
 
 def test_two_attempts_racing_serialize_on_the_fence(my: My) -> None:

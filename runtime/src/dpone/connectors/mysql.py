@@ -26,6 +26,7 @@ import datetime as dt
 import decimal
 import math
 import os
+import random
 import re
 import socket
 import tempfile
@@ -87,7 +88,8 @@ _DSN_OPTIONS = frozenset(
 _INT_OPTIONS = frozenset({"connect_timeout"})
 #: Connection-level error numbers: client 20xx, and the server's shutdown/killed notices.
 _CONNECTION_LOSS = frozenset({0, 1053, 1077, 1152, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
-_LOCK_CONFLICT = frozenset({1205, 1213})  # lock wait timeout, deadlock
+_LOCK_WAIT_TIMEOUT, _DEADLOCK = 1205, 1213
+DEADLOCK_RETRIES = 3
 #: LOAD DATA LOCAL refused by the server (local_infile=OFF, MySQL 8's default) or the client.
 _LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})  # 4166: MariaDB
 #: Server errors whose text names only objects (tables, columns, keys), never row values.
@@ -545,26 +547,42 @@ class MysqlSink(Sink):
     def _write_fenced(
         self, source: Source, window: ChunkWindow | None, fence: ChunkFence | None
     ) -> ChunkWrite:
+        """One transaction; a deadlock (InnoDB rolled the transaction back: adjacent chunks' gap
+        locks, or two first claims of one fence row) is retried from the start a few times."""
         columns = self._moved_columns(source, window)
         if fence is not None:
             self._ensure_fence_table()
-        conn = self.db.get()
-        try:
+        what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
+        for attempt in range(1, DEADLOCK_RETRIES + 1):
+            conn = self.db.get()
             try:
-                conn.begin()
-                with conn.cursor() as cur:
-                    if fence is not None:
-                        self._claim(cur, fence)
-                    result = self._write(cur, source, window, columns)
-                conn.commit()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                raise
-            return result
-        except Exception as exc:
-            what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
-            raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+                try:
+                    conn.begin()
+                    with conn.cursor() as cur:
+                        if fence is not None:
+                            self._claim(cur, fence)
+                        result = self._write(cur, source, window, columns)
+                    conn.commit()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+                    raise
+                return result
+            except pymysql.err.OperationalError as exc:
+                number = _errno(exc)
+                if number == _DEADLOCK and attempt < DEADLOCK_RETRIES:
+                    time.sleep(random.uniform(0.05, 0.25) * attempt)
+                    continue
+                if number in (_DEADLOCK, _LOCK_WAIT_TIMEOUT):
+                    raise DponeError(
+                        errors.CHUNK_BUSY,
+                        f"{what}: {describe_error(exc)} (after {attempt} attempt(s)); "
+                        "nothing was written",
+                    ) from None
+                raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+            except Exception as exc:
+                raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     # fence --------------------------------------------------------------------------------------
     def _ensure_fence_table(self) -> None:
@@ -604,7 +622,7 @@ class MysqlSink(Sink):
             )
             found = cur.fetchone()
         except pymysql.err.OperationalError as exc:
-            if _errno(exc) in _LOCK_CONFLICT:
+            if _errno(exc) == _LOCK_WAIT_TIMEOUT:
                 raise DponeError(
                     errors.CHUNK_BUSY,
                     f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
