@@ -423,3 +423,40 @@ def test_a_server_refusing_load_data_local_gets_batched_inserts(my: My) -> None:
     assert first.method == again.method == "executemany"
     assert my_rows(my, db, "target") == expected(window)
     assert first.checksum == python_checksum(_window_rows(window))
+
+
+def test_a_deadlock_victim_runs_its_chunk_transaction_again(my: My) -> None:
+    """A heavier transaction holds a row of the chunk, the sink claims the fence and waits for
+    that row, then the other transaction asks for the fence row: InnoDB breaks the cycle by
+    rolling back the lighter sink transaction, which runs again and commits."""
+    db = my.database()
+    create_my(my, db)
+    create_my(my, db, "target")
+    my.run(f"CREATE TABLE `{db}`.ballast (id int PRIMARY KEY)")
+    window = WINDOWS["integer"]
+    holder = pymysql.connect(**parse_dsn(my.dsn(db)).connect_args())
+    holder.begin()
+    with holder.cursor() as cur:
+        cur.executemany("INSERT INTO ballast VALUES (%s)", [(i,) for i in range(3000)])
+        cur.execute("SELECT id FROM target WHERE seq = 250 FOR UPDATE")
+    outcome: list[Any] = []
+    dst = sink(my.dsn(db), "replace")
+    src = source(my.dsn(db) + "?connect_timeout=7")
+    dst.write_chunk(src, ChunkWindow("seq", "integer", 1, 2), fence=ChunkFence("bf-d", 9, 1))
+
+    def write() -> None:
+        outcome.append(dst.write_chunk(src, window, fence=ChunkFence("bf-d", 1, 1)))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(1.0)  # the sink has claimed chunk 1's fence row and waits for seq 250
+    with holder.cursor() as cur:
+        cur.execute("SELECT * FROM dpone_chunk_fence WHERE chunk_index = 1 FOR UPDATE")
+    time.sleep(0.5)
+    holder.rollback()
+    writer.join(timeout=60)
+    holder.close()
+    src.close()
+    dst.close()
+    assert dst.deadlocks_retried == 1
+    assert outcome and outcome[0].rows == len(expected(window))

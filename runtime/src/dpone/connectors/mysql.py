@@ -531,6 +531,7 @@ class MysqlSink(Sink):
         self.db = MysqlConnection(dsn, spec.display(), sink=True)
         self._fence_ready = False
         self._load_data = True  # until the server refuses LOAD DATA LOCAL
+        self.deadlocks_retried = 0  # chunk transactions run again after a deadlock
 
     def _transfer(
         self,
@@ -571,6 +572,7 @@ class MysqlSink(Sink):
             except pymysql.err.OperationalError as exc:
                 number = _errno(exc)
                 if number == _DEADLOCK and attempt < DEADLOCK_RETRIES:
+                    self.deadlocks_retried += 1
                     time.sleep(random.uniform(0.05, 0.25) * attempt)
                     continue
                 if number in (_DEADLOCK, _LOCK_WAIT_TIMEOUT):
