@@ -93,7 +93,14 @@ MYSQL = Variant(
     "dst_mysql",
     "chaos_audit_mysql",
     True,
-    ("campaign_locked", "lease_locked", "data_committed", "close_locked"),
+    (
+        "campaign_locked",
+        "lease_locked",
+        "chunk_leased",
+        "sink_written",
+        "data_committed",
+        "close_locked",
+    ),
     stalls=True,
     mysql=True,
 )

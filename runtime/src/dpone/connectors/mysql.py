@@ -66,6 +66,7 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.faults import fault_point
 from dpone.session_limits import SessionLimits, session_limits
 
 MAX_IDENTIFIER_CHARS = 64  # longer names are refused by the server
@@ -563,6 +564,8 @@ class MysqlSink(Sink):
                         if fence is not None:
                             self._claim(cur, fence)
                         result = self._write(cur, source, window, columns)
+                        if fence is not None:
+                            fault_point("sink_written")
                     conn.commit()
                 except BaseException:
                     with contextlib.suppress(Exception):
