@@ -4,18 +4,19 @@ Reads stream through an unbuffered server-side cursor (``SSCursor``), so a chunk
 in memory. Writes load each batch with ``LOAD DATA LOCAL INFILE`` from a private temporary file
 (faster than PyMySQL's multi-row ``executemany`` here, see docs/benchmarks.md); a batch holding
 binary values, or every batch once a server refuses ``LOCAL`` (``local_infile=OFF``), goes through
-``executemany`` instead. ``LOCAL`` turns data errors into
-warnings on the server, so every load checks ``@@warning_count`` and fails the chunk on any
-warning: a truncated value or a skipped duplicate never commits silently. When source and sink
-share a server and account (a source table in any database of it) the chunk is copied with
-``INSERT .. SELECT`` and never leaves the server. Merge stages
-the chunk in a ``TEMPORARY`` table and runs ``INSERT .. SELECT .. ON DUPLICATE KEY UPDATE``.
+``executemany`` instead. ``LOCAL`` turns data errors into warnings on the server, so every load
+checks ``@@warning_count`` and fails the chunk on any warning: a truncated value or a skipped
+duplicate never commits silently. When source and sink share a server and account (a source table
+in any database of it) the chunk is copied with ``INSERT .. SELECT`` and never leaves the server.
+Merge stages the chunk in a ``TEMPORARY`` table and runs ``INSERT .. SELECT .. ON DUPLICATE KEY
+UPDATE``. A fenced write claims the chunk's ``dpone_chunk_fence`` row first (the contract of
+:class:`dpone.connectors.base.ChunkFence`); a deadlock runs the chunk's transaction again.
 
 MySQL cannot compute dpone's row hash in SQL, so the checksum is computed in Python over the rows
 read back inside the chunk's transaction (:class:`dpone.connectors.base.RowChecksum`), which makes
 it equal to every other connector's for the same rows. Sessions run in UTC with a fixed, strict
-``sql_mode``; the sink bounds lock waits (``innodb_lock_wait_timeout``) and idle sessions
-(``wait_timeout``), so a lost pod's transaction and row locks go away in bounded time.
+``sql_mode``; the sink takes its lock wait, idle and statement limits and TCP keepalive from
+:mod:`dpone.session_limits`, so a lost pod's transaction and row locks go away in bounded time.
 """
 
 from __future__ import annotations
