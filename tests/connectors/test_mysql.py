@@ -460,3 +460,35 @@ def test_a_deadlock_victim_runs_its_chunk_transaction_again(my: My) -> None:
     dst.close()
     assert dst.deadlocks_retried == 1
     assert outcome and outcome[0].rows == len(expected(window))
+
+
+def test_interrupt_kills_the_statement_in_flight_and_the_chunk_rolls_back(my: My) -> None:
+    """What a stop (SIGTERM) does: KILL QUERY from a second connection, then a rollback."""
+    db = my.database()
+    create_my(my, db)
+    create_my(my, db, "target", rows=ROWS[:2])
+    slow = SourceSpec("src", query="SELECT o.* FROM orders AS o WHERE SLEEP(0.2) = 0")
+    failure: list[DponeError] = []
+    src = open_source(slow, my.dsn(db) + "?connect_timeout=6")
+    dst = sink(my.dsn(db), "replace")
+
+    def write() -> None:
+        try:
+            dst.write_chunk(src, WINDOWS["integer"])
+        except DponeError as exc:
+            failure.append(exc)
+
+    writer = threading.Thread(target=write)
+    started = time.monotonic()
+    writer.start()
+    time.sleep(1.0)
+    src.interrupt()
+    dst.interrupt()
+    writer.join(timeout=30)
+    elapsed = time.monotonic() - started
+    src.close()
+    dst.close()
+    assert failure and failure[0].code in (errors.SOURCE_FAILED, errors.SINK_FAILED)
+    assert "1317" in failure[0].message  # Query execution was interrupted
+    assert elapsed < 10  # the full read would take 120 x 0.2 s = 24 s
+    assert my_rows(my, db, "target") == canon(ROWS[:2])  # rolled back
