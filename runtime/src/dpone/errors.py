@@ -100,6 +100,14 @@ PROVIDER_OWNED_ENV = _register(
     "written by the generator.",
     "Remove that key from airflow.env; dpone sets it per task.",
 )
+ENV_CREDENTIAL = _register(
+    "DPONE_AIRFLOW_ENV_CREDENTIAL",
+    "airflow.env (of a workload or of defaults) carries a connection credential.",
+    "A DPONE_CONN_<NAME> key, or a value that reads as a connection string with a password "
+    "(user:password@, password=, PWD=). airflow.env is written in clear into the DAG file.",
+    "Remove it from airflow.env and project the DSN from a Kubernetes secret with airflow.secrets "
+    "(docs/security.md); dpone sets DPONE_CONN_<NAME> from there.",
+)
 GENERATED_FILE_CONFLICT = _register(
     "DPONE_GENERATE_CONFLICT",
     "An output file exists that dpone did not generate, or two workloads want the same file.",
@@ -192,9 +200,11 @@ CHUNK_BUSY = _register(
 )
 MAPPING_UNSUPPORTED = _register(
     "DPONE_AIRFLOW_MAPPING_UNSUPPORTED",
-    "The installed Airflow or provider cannot materialize the mapped operator.",
-    "An Airflow older than 2.10 or a cncf.kubernetes provider without partial/expand support.",
-    "Use a supported version pair (docs/compatibility.md).",
+    "A generated DAG file's import fails: the running Airflow lacks what the file uses.",
+    "No dynamic task mapping (partial/expand), no map_index_template, or no cncf.kubernetes "
+    "KubernetesPodOperator (kubernetes flavour); the import error names what is missing.",
+    "Run the DAG files on Airflow 2.10.5, 2.11.x, 3.2.x or 3.3.x with the cncf.kubernetes "
+    "provider (docs/compatibility.md).",
 )
 RUN_IDENTITY_INVALID = _register(
     "DPONE_AIRFLOW_RUN_IDENTITY_INVALID",

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpone.errors import ErrorRecord
+from dpone.errors import REGISTRY, ErrorRecord
 from dpone.ledger.port import ChunkRecord, Ledger
+from dpone.redaction import redact_document
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 EVIDENCE_SCHEMA = "dpone.backfill-evidence.v1"
@@ -99,7 +100,13 @@ class RunOutcome:
     def result_document(self) -> dict[str, Any]:
         error = None
         if self.error is not None:
-            error = {"code": self.error.code, "message": self.error.message[:MESSAGE_MAX]}
+            # retryable: whether another attempt can help; the DAG file fails the task without
+            # Airflow retries when it is false (a pack mismatch is not cured by a new pod).
+            error = {
+                "code": self.error.code,
+                "message": self.error.message[:MESSAGE_MAX],
+                "retryable": REGISTRY[self.error.code].retryable,
+            }
         backfill: dict[str, Any] = {
             "run_key": self.run_key,
             "chunks_selected": self.chunks_selected,
@@ -140,9 +147,12 @@ class RunOutcome:
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    """Write to a temp file in the same folder, fsync, then rename over the target; every string
+    passes the redaction first (results become XCom, evidence is shared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    data = (
+        json.dumps(redact_document(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    )
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -29,6 +29,7 @@ from dpone.orchestrator import (
 )
 from dpone.pack import WorkloadPack, load_and_compile
 from dpone.progress import NoProgressSink, choose_progress
+from dpone.redaction import redact_text
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
 from dpone.session_limits import session_limits
 from dpone.verify import select_chunks, verify_identity
@@ -140,7 +141,7 @@ def _summary(outcome: RunOutcome) -> str:
 
 
 def _warn(message: str) -> None:
-    print(f"dpone: warning: {message}", file=sys.stderr)
+    print(f"dpone: warning: {redact_text(message)}", file=sys.stderr)
 
 
 def run_command(args: argparse.Namespace) -> int:
