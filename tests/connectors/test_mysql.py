@@ -12,7 +12,7 @@ from typing import Any
 
 import pymysql
 import pytest
-from dpone import errors
+from dpone import errors, redaction
 from dpone.connections import dsn_kind
 from dpone.connectors import (
     ChunkFence,
@@ -108,6 +108,9 @@ def test_dsn_parsing_and_secrets() -> None:
     assert "p@ss" not in repr(parsed)
     assert dsn_secrets("mariadb://app:s3cret@h/db") == ("s3cret",)
     assert dsn_secrets("mysql://app@h/db") == ()
+    for dsn in ("mysql://app:p%40ss%3Aword@h:3307/db", "mariadb://app:S3cr3t@h/db?ssl_ca=/ca"):
+        assert set(dsn_secrets(dsn)) <= redaction.secret_parts(dsn)  # the central registry
+        assert dsn_secrets(dsn)[0] not in redaction.redact_text(f"failed: {dsn}")
     assert dsn_kind("mysql://h/db") == dsn_kind("MariaDB://h/db") == "mysql"
     with pytest.raises(DponeError) as bad:
         parse_dsn("mysql://app:pw@h/db?password_hint=TOPSECRET")
