@@ -14,5 +14,5 @@ rm -rf "$VENV"
 $PY -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-  -r requirements/dev.txt -e "./runtime[postgres,mssql,progress]" -e .
+  -r requirements/dev.txt -e "./runtime[postgres,mssql,mysql,progress,metrics,lineage]" -e .
 echo "$stamp_key" > "$VENV/.dpone-stamp"

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash scripts/ensure_postgres.sh
+bash scripts/ensure_mariadb.sh
 bash scripts/ensure_odbc.sh
 bash scripts/ensure_chromium.sh
 echo "== airflow venvs" >&2

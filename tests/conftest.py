@@ -29,3 +29,30 @@ def pg_dsn() -> str:
             pytrace=False,
         )
     return dsn
+
+
+DEFAULT_TEST_MYSQL_DSN = "mysql://root@127.0.0.1:3306/"
+
+
+def mysql_server_dsn() -> str:
+    """The test MySQL/MariaDB server (no database in the path: tests create their own)."""
+    return os.environ.get("DPONE_TEST_MYSQL_DSN", DEFAULT_TEST_MYSQL_DSN)
+
+
+@pytest.fixture(scope="session")
+def mysql_dsn() -> str:
+    """The real MariaDB/MySQL server's DSN; unreachable is a test failure, never a skip."""
+    import pymysql
+    from dpone.connectors.mysql import parse_dsn
+
+    dsn = mysql_server_dsn()
+    try:
+        conn = pymysql.connect(**parse_dsn(dsn).connect_args())
+        conn.close()
+    except pymysql.err.Error as exc:
+        pytest.fail(
+            f"MariaDB/MySQL is required and not reachable at DPONE_TEST_MYSQL_DSN={dsn}: {exc}. "
+            f"Run scripts/ensure_mariadb.sh (scripts/test.sh does it for you).",
+            pytrace=False,
+        )
+    return dsn

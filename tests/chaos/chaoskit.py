@@ -1,6 +1,7 @@
 """The chaos harness: real `dpone run` processes for the items of one summary campaign, crashed
 (SIGKILL) at named fault points and at random times, stalled past their lease (SIGSTOP), and
-restarted until the campaign completes; then the invariants are checked against Postgres.
+restarted until the campaign completes; then the invariants are checked against Postgres (and,
+for the MySQL-sink variant, against MariaDB/MySQL).
 
 Invariants after every campaign:
   * the target equals the source: row count and an order-independent checksum, per chunk;
@@ -59,6 +60,7 @@ class Variant:
     split_ledger: bool  # the ledger lives in another database than the sink
     points: tuple[str, ...]  # fault points this variant can reach
     stalls: bool  # SIGSTOP a process past its lease to make stale owners
+    mysql: bool = False  # the sink is the MariaDB/MySQL database DPONE_CONN_CHAOS_MYSQL
 
 
 SAME = Variant(
@@ -84,6 +86,25 @@ SPLIT = Variant(
     ),
     stalls=True,
 )
+
+
+MYSQL = Variant(
+    "chaos_mysql",
+    "dst_mysql",
+    "chaos_audit_mysql",
+    True,
+    (
+        "campaign_locked",
+        "lease_locked",
+        "chunk_leased",
+        "sink_written",
+        "data_committed",
+        "close_locked",
+    ),
+    stalls=True,
+    mysql=True,
+)
+MYSQL_DB = "dpone_chaos_my"
 
 
 # --- databases -----------------------------------------------------------------------------------
@@ -179,9 +200,16 @@ def seed(data_dsn: str, rows_per_day: int = ROWS_PER_DAY, days: int = DAYS) -> N
         conn.execute("CREATE INDEX ON chaos.dst_split (d)")
 
 
-def reset_campaign(data_dsn: str, ledger_dsn: str, variant: Variant) -> None:
-    with psycopg.connect(data_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("TRUNCATE chaos.{}").format(sql.Identifier(variant.sink_table)))
+def reset_campaign(
+    data_dsn: str, ledger_dsn: str, variant: Variant, mysql_dsn: str | None = None
+) -> None:
+    if variant.mysql:
+        assert mysql_dsn is not None
+        with _mysql(mysql_dsn) as conn, conn.cursor() as cur:
+            cur.execute(f"TRUNCATE TABLE `{variant.sink_table}`")
+    else:
+        with psycopg.connect(data_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("TRUNCATE chaos.{}").format(sql.Identifier(variant.sink_table)))
     with psycopg.connect(ledger_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(variant.audit_schema))
@@ -203,6 +231,77 @@ def per_day(data_dsn: str, table: str) -> dict[Any, tuple[int, int]]:
 def table_fingerprint(data_dsn: str, table: str) -> tuple[int, int]:
     days = per_day(data_dsn, table)
     return sum(c for c, _ in days.values()), sum(s for _, s in days.values())
+
+
+# --- MariaDB/MySQL sink ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _mysql(dsn: str) -> Iterator[Any]:
+    import pymysql
+    from dpone.connectors.mysql import parse_dsn
+
+    conn = pymysql.connect(**parse_dsn(dsn).connect_args(), autocommit=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def private_mysql_database(server_dsn: str) -> Iterator[str]:
+    """``dpone_chaos_my_<pid>`` on the MySQL server with the sink table, dropped afterwards
+    (leftovers of dead test processes first); yields its DSN."""
+    with _mysql(server_dsn) as conn, conn.cursor() as cur:
+        cur.execute("SHOW DATABASES LIKE %s", (MYSQL_DB + "\\_%",))
+        for (name,) in cur.fetchall():
+            suffix = name[len(MYSQL_DB) + 1 :]
+            if suffix.isdigit() and not _pid_alive(int(suffix)):
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        name = f"{MYSQL_DB}_{os.getpid()}"
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        cur.execute(
+            f"CREATE TABLE `{name}`.`{MYSQL.sink_table}` (id bigint NOT NULL, d date NOT NULL, "
+            "amount decimal(12,2) NOT NULL, note text, KEY (d)) ENGINE=InnoDB"
+        )
+    try:
+        yield server_dsn.split("?", 1)[0].rstrip("/") + "/" + name
+    finally:
+        with _mysql(server_dsn) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+MYSQL_CHECKSUM = (
+    "SELECT d, count(*), coalesce(sum(CAST(conv(substr(md5(concat_ws('|', id, d, amount, "
+    "coalesce(note, '<null>'))), 1, 15), 16, 10) AS UNSIGNED)), 0) FROM `{}` GROUP BY d"
+)
+
+
+def per_day_mysql(mysql_dsn: str, table: str) -> dict[Any, tuple[int, int]]:
+    """per_day's figures computed by MySQL (the same md5 prefix, summed as a number)."""
+    with _mysql(mysql_dsn) as conn, conn.cursor() as cur:
+        cur.execute(MYSQL_CHECKSUM.format(table))
+        return {r[0]: (int(r[1]), int(r[2])) for r in cur.fetchall()}
+
+
+def open_mysql_transactions(mysql_dsn: str, timeout: float = 30.0) -> list[tuple[Any, ...]]:
+    """Transactions still open on the chaos database after every process is gone (a killed
+    client's session must end; its row locks with it), waited for up to ``timeout`` s."""
+    database = mysql_dsn.rsplit("/", 1)[-1]
+    deadline = time.monotonic() + timeout
+    while True:
+        with _mysql(mysql_dsn) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT t.trx_id, t.trx_state, p.ID FROM information_schema.INNODB_TRX AS t "
+                "JOIN information_schema.PROCESSLIST AS p ON p.ID = t.trx_mysql_thread_id "
+                "WHERE p.DB = %s AND p.ID <> CONNECTION_ID()",
+                (database,),
+            )
+            left = [tuple(r) for r in cur.fetchall()]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def advisory_locks(dsn: str, databases: tuple[str, ...]) -> list[tuple[Any, ...]]:
@@ -527,17 +626,26 @@ class Campaign:
 # --- invariants ----------------------------------------------------------------------------------
 
 
-def check_invariants(base_dsn: str, data_dsn: str, ledger_dsn: str, variant: Variant) -> None:
+def check_invariants(
+    base_dsn: str, data_dsn: str, ledger_dsn: str, variant: Variant, mysql_dsn: str | None = None
+) -> None:
     plan = plan_of(variant.workload)
     # 1. target == source, per chunk (a day) and in total.
     source = per_day(data_dsn, "src")
-    target = per_day(data_dsn, variant.sink_table)
+    if variant.mysql:
+        assert mysql_dsn is not None
+        target = per_day_mysql(mysql_dsn, variant.sink_table)
+    else:
+        target = per_day(data_dsn, variant.sink_table)
     assert target == source, {
         d: (source.get(d), target.get(d))
         for d in sorted(set(source) | set(target), key=str)
         if source.get(d) != target.get(d)
     }
-    assert table_fingerprint(data_dsn, variant.sink_table) == table_fingerprint(data_dsn, "src")
+    if not variant.mysql:
+        assert table_fingerprint(data_dsn, variant.sink_table) == table_fingerprint(data_dsn, "src")
+    else:  # per chunk equal, so in total too; and no killed client's transaction is left open
+        assert open_mysql_transactions(str(mysql_dsn)) == []
     # 2. exactly one COMMITTED per chunk; 3. every completion by the lease's owner.
     transitions = ledger_transitions(ledger_dsn, variant.audit_schema)
     by_chunk: dict[int, list[tuple[Any, ...]]] = {}

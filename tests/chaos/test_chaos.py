@@ -1,4 +1,4 @@
-"""Crash tests on a real Postgres: 8 `dpone run` processes per campaign, SIGKILLed at the named
+"""Crash tests on a real Postgres (and a MariaDB/MySQL sink): 8 `dpone run` processes per campaign, SIGKILLed at the named
 fault points (DPONE_TEST_FAULT) and at random times, stalled past their lease, restarted until
 the campaign completes; invariants in chaoskit. CI size by default; `make chaos` runs the slow
 variants (DPONE_SLOW=1) with DPONE_CHAOS_KILLS crashes per variant.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import chaoskit
 import pytest
-from chaoskit import SAME, SPLIT, Variant
+from chaoskit import MYSQL, SAME, SPLIT, Variant
 
 CI_KILLS = 26  # per variant: at least 52 crash-and-restart rounds in CI
 REPORT = os.environ.get("DPONE_CHAOS_REPORT")
@@ -29,8 +29,20 @@ def dbs(pg_dsn: str) -> Iterator[tuple[str, str, str]]:
             yield pg_dsn, data, ledger
 
 
+@pytest.fixture(scope="module")
+def mysql_db(mysql_dsn: str) -> Iterator[str]:
+    """The DSN of a MariaDB/MySQL database private to this test process, with the sink table."""
+    with chaoskit.private_mysql_database(mysql_dsn) as dsn:
+        yield dsn
+
+
 def run_campaigns(
-    dbs: tuple[str, str, str], variant: Variant, min_kills: int, seed: int, tmp_path: Path
+    dbs: tuple[str, str, str],
+    variant: Variant,
+    min_kills: int,
+    seed: int,
+    tmp_path: Path,
+    mysql_db: str | None = None,
 ) -> list[dict[str, object]]:
     """Whole campaigns, each run to completion under crashes and checked, until at least
     ``min_kills`` processes were crashed."""
@@ -41,16 +53,20 @@ def run_campaigns(
         "DPONE_CONN_CHAOS": chaoskit.as_url(data),
         "DPONE_CONN_CHAOS_LEDGER": chaoskit.as_url(ledger_db),
     }
+    if mysql_db is not None:
+        env["DPONE_CONN_CHAOS_MYSQL"] = mysql_db
     rng = random.Random(seed)
     reports: list[dict[str, object]] = []
     kills = 0
     fired: set[str] = set()
     while kills < min_kills:
-        chaoskit.reset_campaign(data, ledger, variant)
-        campaign = chaoskit.Campaign(variant, env, rng, tmp_path)
+        chaoskit.reset_campaign(data, ledger, variant, mysql_db)
+        # the MySQL sink moves rows through pure-Python PyMySQL: slower campaigns on a busy machine
+        deadline = 300.0 if variant.mysql else 150.0
+        campaign = chaoskit.Campaign(variant, env, rng, tmp_path, deadline_s=deadline)
         report = campaign.run()
         assert not report.problems, "\n".join(report.problems[:5])
-        chaoskit.check_invariants(base, data, ledger, variant)
+        chaoskit.check_invariants(base, data, ledger, variant, mysql_db)
         doc = report.to_json()
         doc["attempts_histogram"] = chaoskit.attempts_histogram(ledger, variant.audit_schema)
         reports.append(doc)
@@ -82,9 +98,18 @@ def test_chaos_ledger_in_other_database_replace(dbs: tuple[str, str, str], tmp_p
 
 
 @pytest.mark.postgres
+def test_chaos_mysql_sink_replace(dbs: tuple[str, str, str], mysql_db: str, tmp_path: Path) -> None:
+    """A MariaDB/MySQL sink (no unique key: a duplicate would show) under the same crashes and
+    stalls as the split variant; the ledger stays in Postgres."""
+    run_campaigns(dbs, MYSQL, CI_KILLS, seed=3, tmp_path=tmp_path, mysql_db=mysql_db)
+
+
+@pytest.mark.postgres
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [SAME, SPLIT], ids=lambda v: v.workload)
-def test_chaos_long(dbs: tuple[str, str, str], tmp_path: Path, variant: Variant) -> None:
+@pytest.mark.parametrize("variant", [SAME, SPLIT, MYSQL], ids=lambda v: v.workload)
+def test_chaos_long(
+    dbs: tuple[str, str, str], mysql_db: str, tmp_path: Path, variant: Variant
+) -> None:
     kills = int(os.environ.get("DPONE_CHAOS_KILLS", "500"))
     seed = int(os.environ.get("DPONE_CHAOS_SEED", "7"))
-    run_campaigns(dbs, variant, kills, seed=seed, tmp_path=tmp_path)
+    run_campaigns(dbs, variant, kills, seed=seed, tmp_path=tmp_path, mysql_db=mysql_db)

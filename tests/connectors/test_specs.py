@@ -93,7 +93,19 @@ def test_factory_picks_the_dialect_by_dsn() -> None:
     assert open_source(spec, "sqlite:///x.db").kind == "sqlite"
     assert open_source(spec, "mssql://u:p@h/db").kind == "mssql"
     assert open_source(spec, "odbc://DSN=x").kind == "mssql"
-    assert _code(open_source, spec, "mysql://h/db") == errors.CONFIG_INVALID
+    assert open_source(spec, "mysql://h/db").kind == "mysql"
+    assert open_source(spec, "mariadb://h/db").kind == "mysql"
+    assert _code(open_source, spec, "oracle://h/db") == errors.CONFIG_INVALID
+
+
+def test_missing_pymysql_is_a_dpone_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pymysql", None)
+    monkeypatch.delitem(sys.modules, "dpone.connectors.mysql", raising=False)
+    monkeypatch.delattr("dpone.connectors.mysql", raising=False)
+    with pytest.raises(DponeError) as caught:
+        open_sink(SinkSpec("d", TableRef(None, "t"), "replace"), "mysql://u@h/db")
+    assert caught.value.code == errors.DRIVER_MISSING
+    assert "dpone-runtime[mysql]" in caught.value.message
 
 
 def test_missing_psycopg_is_a_dpone_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,7 +36,7 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
 
 
 def dsn_kind(dsn: str) -> str:
-    """'postgres', 'sqlite' or 'mssql' from the DSN's scheme."""
+    """'postgres', 'sqlite', 'mssql' or 'mysql' (MySQL and MariaDB) from the DSN's scheme."""
     redaction.register_dsn(dsn)
     scheme, sep, _ = dsn.partition("://")
     scheme = scheme.strip().lower() if sep else ""
@@ -50,10 +50,14 @@ def dsn_kind(dsn: str) -> str:
     if scheme in ("mssql", "mssql+pyodbc"):
         check_url_dsn(dsn, "the MSSQL DSN", port=True)
         return "mssql"
+    if scheme in ("mysql", "mariadb"):
+        check_url_dsn(dsn, "the MySQL DSN", port=True)
+        return "mysql"
     if not sep:
         raise DponeError(
             errors.CONFIG_INVALID,
-            "the DSN is not a URL (scheme://...); use postgresql://, mssql://, odbc:// or sqlite:///",
+            "the DSN is not a URL (scheme://...); use postgresql://, mssql://, odbc://, mysql:// "
+            "or sqlite:///",
         )
     if not re.fullmatch(r"[a-z][a-z0-9+.\-]{0,30}", scheme):
         raise DponeError(errors.CONFIG_INVALID, "the DSN's scheme is not a URL scheme")

@@ -268,7 +268,8 @@ DRIVER_MISSING = _register(
     "DPONE_DRIVER_MISSING",
     "The database driver for a source or sink is not installed.",
     "dpone-runtime was installed without the extra for that database.",
-    "Install dpone-runtime[postgres] (psycopg) or dpone-runtime[mssql] (pyodbc + unixODBC).",
+    "Install dpone-runtime[postgres] (psycopg), dpone-runtime[mssql] (pyodbc + unixODBC) or "
+    "dpone-runtime[mysql] (PyMySQL).",
 )
 LEDGER_CORRUPT = _register(
     "DPONE_LEDGER_CORRUPT",

@@ -33,6 +33,7 @@ from dpone.ledger.port import (
     LeaseStatus,
     LedgerStore,
 )
+from dpone.metrics import RunObserver
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Chunk
 from dpone.preflight import require_tables
@@ -58,6 +59,7 @@ class RunSettings:
     progress: ProgressSink = field(default_factory=NoProgressSink)
     owner_prefix: str = ""
     warn: Callable[[str], None] = lambda message: None
+    observer: RunObserver = field(default_factory=RunObserver)
 
 
 def new_owner(prefix: str = "") -> str:
@@ -318,6 +320,7 @@ class _Tally:
 
     outcome: RunOutcome
     progress: ProgressSink
+    observer: RunObserver = field(default_factory=RunObserver)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -343,6 +346,7 @@ class _Tally:
             self.progress.advance(
                 o.chunks_committed, o.chunks_skipped_resume, o.chunks_failed, o.rows_written, timing
             )
+            self.observer.chunk_recorded(timing)
 
     def fail(self, record: ErrorRecord) -> None:
         with self.lock:
@@ -454,7 +458,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         store.close()
         raise
     outcome.chunks_selected = len(ctx.selection.chunks)
-    tally = _Tally(outcome, settings.progress)
+    tally = _Tally(outcome, settings.progress, settings.observer)
     label = f"{ctx.pack.workload.name}/{plan.name}"
     pending = [c for c in ctx.selection.chunks if not ledger.state_of(c.index) == "committed"]
     # start() before the first record(): a progress sink must know its total and label first.
@@ -539,7 +543,7 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     cfg = plan.config
     assert cfg.backfill is None
     outcome.chunks_selected = 1
-    tally = _Tally(outcome, settings.progress)
+    tally = _Tally(outcome, settings.progress, settings.observer)
     source_spec, sink_spec = connector_specs(plan)
     source: Any = None
     sink: Any = None

@@ -21,6 +21,8 @@ from dpone.errors import DponeError, error_json_line
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
+from dpone.lineage import RunLineage, describe_run, lineage_requested, open_run_lineage
+from dpone.metrics import RunLabels, open_run_observer
 from dpone.orchestrator import (
     RunContext,
     RunSettings,
@@ -157,6 +159,10 @@ def _summary(outcome: RunOutcome) -> str:
     )
 
 
+def _warn(message: str) -> None:
+    print(f"dpone: warning: {redact_text(message)}", file=sys.stderr)
+
+
 def mapped_task_env(pack: WorkloadPack, process: str | None, index: int) -> tuple[str, Env]:
     """The process name and the env of mapped task ``index``, as its generated DAG passes it."""
     if process is None:
@@ -277,10 +283,15 @@ def run_plans(
         progress = (
             NoProgressSink() if args.no_progress else choose_progress(ranges, sys.stderr, fmt)
         )
+        labels = RunLabels(
+            workload=pack.workload.name,
+            process=plan.name,
+            mode=selection.mode,
+            item=str(selection.item.item_index) if selection.item else "internal",
+        )
+        observer = open_run_observer(labels, os.environ, _warn)
         settings = RunSettings(
-            lock_timeout_s=args.lock_timeout,
-            progress=progress,
-            warn=lambda message: print(f"dpone: warning: {redact_text(message)}", file=sys.stderr),
+            lock_timeout_s=args.lock_timeout, progress=progress, warn=_warn, observer=observer
         )
         outcome = RunOutcome(
             workload=pack.workload.name,
@@ -293,14 +304,29 @@ def run_plans(
         )
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
+        lineage = RunLineage()
+        if lineage_requested(os.environ):
+            dag_id = identity.dag_id if identity else None
+            described = describe_run(pack, plan, selection, dag_id, os.environ)
+            lineage = open_run_lineage(described, os.environ, _warn)
+        observer.run_started(len(selection.chunks) if not full_refresh else 1)
+        lineage.start()
         try:
             run(RunContext(pack, plan, selection, settings), outcome)
         except DponeError as exc:
             if not STOP.requested:
                 outcome.error = exc.records[0]
+                lineage.fail(f"{exc.code}: {exc.message}")
                 _emit(outcome, owner)
                 raise
             outcome.error = STOP.record(f"stopped while {exc.code} ({exc.message[:200]})")
+        finally:
+            observer.run_finished()
+        if outcome.status == "passed":
+            lineage.complete(outcome.rows_written)
+        else:
+            assert outcome.error is not None
+            lineage.fail(f"{outcome.error.code}: {outcome.error.message}")
         _emit(outcome, owner)
         if outcome.status == "passed":
             print(summary(outcome), file=sys.stderr)

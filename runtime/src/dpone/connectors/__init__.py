@@ -7,6 +7,7 @@ on demand in :mod:`dpone.connectors.factory`. See docs/connectors.md.
 
 from dpone.connectors.base import (
     CHECKSUM_SCHEME,
+    ChunkFence,
     ChunkWindow,
     ChunkWrite,
     RowChecksum,
@@ -21,6 +22,7 @@ from dpone.connectors.factory import open_sink, open_source, table_checksum
 
 __all__ = [
     "CHECKSUM_SCHEME",
+    "ChunkFence",
     "ChunkWindow",
     "ChunkWrite",
     "RowChecksum",

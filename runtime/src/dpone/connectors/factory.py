@@ -24,8 +24,8 @@ from dpone.connectors.base import (
 )
 from dpone.errors import DponeError
 
-_EXTRA = {"postgres": "postgres", "mssql": "mssql", "sqlite": ""}
-_DRIVERS = {"psycopg", "psycopg_binary", "psycopg_c", "pyodbc"}
+_EXTRA = {"postgres": "postgres", "mssql": "mssql", "mysql": "mysql", "sqlite": ""}
+_DRIVERS = {"psycopg", "psycopg_binary", "psycopg_c", "pyodbc", "pymysql"}
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 
@@ -39,6 +39,10 @@ def _module(kind: str) -> ModuleType:
             from dpone.connectors import mssql
 
             return mssql
+        if kind == "mysql":
+            from dpone.connectors import mysql
+
+            return mysql
         from dpone.connectors import sqlite
 
         return sqlite
@@ -60,6 +64,8 @@ def open_source(spec: SourceSpec, dsn: str) -> Source:
         source = module.PostgresSource(spec, dsn)
     elif kind == "mssql":
         source = module.MssqlSource(spec, dsn)
+    elif kind == "mysql":
+        source = module.MysqlSource(spec, dsn)
     else:
         source = module.SqliteSource(spec, dsn)
     return source
@@ -75,6 +81,8 @@ def open_sink(spec: SinkSpec, dsn: str, options: SinkOptions | None = None) -> S
         sink = module.PostgresSink(spec, dsn, opts)
     elif kind == "mssql":
         sink = module.MssqlSink(spec, dsn, opts)
+    elif kind == "mysql":
+        sink = module.MysqlSink(spec, dsn, opts)
     else:
         sink = module.SqliteSink(spec, dsn, opts)
     return sink

@@ -1,0 +1,831 @@
+"""MySQL / MariaDB source and sink on PyMySQL (pure Python, the ``mysql`` extra).
+
+Reads stream through an unbuffered server-side cursor (``SSCursor``), so a chunk never sits whole
+in memory. Writes load each batch with ``LOAD DATA LOCAL INFILE`` from a private temporary file
+(faster than PyMySQL's multi-row ``executemany`` here, see docs/benchmarks.md); a batch holding
+binary values, or every batch once a server refuses ``LOCAL`` (``local_infile=OFF``), goes through
+``executemany`` instead. ``LOCAL`` turns data errors into warnings on the server, so every load
+checks ``@@warning_count`` and fails the chunk on any warning: a truncated value or a skipped
+duplicate never commits silently. When source and sink share a server and account (a source table
+in any database of it) the chunk is copied with ``INSERT .. SELECT`` and never leaves the server.
+Merge stages the chunk in a ``TEMPORARY`` table and runs ``INSERT .. SELECT .. ON DUPLICATE KEY
+UPDATE``. A fenced write claims the chunk's ``dpone_chunk_fence`` row first (the contract of
+:class:`dpone.connectors.base.ChunkFence`); a deadlock runs the chunk's transaction again.
+
+MySQL cannot compute dpone's row hash in SQL, so the checksum is computed in Python over the rows
+read back inside the chunk's transaction (:class:`dpone.connectors.base.RowChecksum`), which makes
+it equal to every other connector's for the same rows. Sessions run in UTC with a fixed, strict
+``sql_mode``; the sink takes its lock wait, idle and statement limits and TCP keepalive from
+:mod:`dpone.session_limits`, so a lost pod's transaction and row locks go away in bounded time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import decimal
+import math
+import os
+import random
+import re
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import pymysql
+import pymysql.converters
+import pymysql.cursors
+from pymysql.constants import FIELD_TYPE
+
+from dpone import errors
+from dpone.connectors.base import (
+    FENCE_TABLE,
+    Bound,
+    ChunkFence,
+    ChunkWindow,
+    ChunkWrite,
+    Row,
+    RowChecksum,
+    Sink,
+    SinkOptions,
+    SinkSpec,
+    Source,
+    SourceSpec,
+    TableRef,
+    canonical_decimal,
+    check_identifier,
+    check_unique,
+    index_warnings,
+    scope_display,
+    sql_text_bound,
+    strip_query,
+)
+from dpone.errors import DponeError
+from dpone.faults import fault_point
+from dpone.session_limits import SessionLimits, session_limits
+
+MAX_IDENTIFIER_CHARS = 64  # longer names are refused by the server
+DEFAULT_PORT = 3306
+#: Every session: UTC for TIMESTAMP columns, strict data checks, backslash escapes (PyMySQL's
+#: literal quoting relies on them) and no ANSI_QUOTES (identifiers are `backticked`).
+SESSION_SQL = (
+    "SET time_zone = '+00:00', "
+    "sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO'"
+)
+#: Sink sessions also bound row-lock waits (the fence's CHUNK_BUSY: DPONE_FENCE_LOCK_TIMEOUT) and
+#: idle time (DPONE_DB_IDLE_TIMEOUT: the server rolls back a lost client's open transaction).
+SINK_SESSION_SQL = "SET innodb_lock_wait_timeout = {lock}, wait_timeout = {idle}"
+#: MariaDB only: a statement limit (DPONE_DB_STATEMENT_TIMEOUT, 0 = none).
+MARIADB_STATEMENT_SQL = "SET max_statement_time = {seconds}"
+_PING_AFTER_S = 60.0
+_DSN_OPTIONS = frozenset(
+    {"connect_timeout", "unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert"}
+)
+_INT_OPTIONS = frozenset({"connect_timeout"})
+#: Connection-level error numbers: client 20xx, and the server's shutdown/killed notices.
+_CONNECTION_LOSS = frozenset({0, 1053, 1077, 1152, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
+_LOCK_WAIT_TIMEOUT, _DEADLOCK = 1205, 1213
+DEADLOCK_RETRIES = 3
+#: LOAD DATA LOCAL refused by the server (local_infile=OFF, MySQL 8's default) or the client.
+_LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})  # 4166: MariaDB
+#: Server errors whose text names only objects (tables, columns, keys), never row values.
+_SAFE_MESSAGE = frozenset({1046, 1048, 1049, 1051, 1054, 1091, 1136, 1146, 1364, 1406, 1205, 1213})
+_KEY_NAME = re.compile(r"for key '([^']{1,200})'$")
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\x00": "\\0"})
+
+
+# --- DSNs -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MysqlDsn:
+    """``mysql://user:password@host:port/database?option=value`` (``mariadb://`` too), parsed.
+
+    ``password`` is exposed so a redaction registry can learn it; it never enters a message.
+    """
+
+    host: str
+    port: int
+    user: str | None
+    password: str | None = field(repr=False)
+    database: str | None
+    options: tuple[tuple[str, str], ...] = ()
+
+    def connect_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {"host": self.host, "port": self.port, "connect_timeout": 30}
+        if self.user is not None:
+            args["user"] = self.user
+        if self.password is not None:
+            args["password"] = self.password
+        if self.database:
+            args["database"] = self.database
+        ssl: dict[str, Any] = {}
+        for key, value in self.options:
+            if key.startswith("ssl_"):
+                ssl[key[4:]] = (
+                    value.lower() not in ("0", "false") if key == "ssl_verify_cert" else value
+                )
+            else:
+                args[key] = int(value) if key in _INT_OPTIONS else value
+        if ssl:
+            args["ssl"] = ssl
+        return args
+
+
+def parse_dsn(dsn: str) -> MysqlDsn:
+    """The parts of a MySQL DSN; CONFIG_INVALID (naming the part, never its value) if malformed."""
+    try:
+        parts = urlsplit(dsn.strip())
+        port = parts.port or DEFAULT_PORT
+    except ValueError:
+        raise DponeError(errors.CONFIG_INVALID, "the MySQL DSN is malformed (bad port)") from None
+    if parts.scheme.lower() not in ("mysql", "mariadb"):
+        raise DponeError(errors.CONFIG_INVALID, "a MySQL DSN starts with mysql:// or mariadb://")
+    database = unquote(parts.path.lstrip("/"))
+    if "/" in database:
+        raise DponeError(errors.CONFIG_INVALID, "the MySQL DSN's path is one database name")
+    options: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in _DSN_OPTIONS:
+            known = ", ".join(sorted(_DSN_OPTIONS))
+            raise DponeError(
+                errors.CONFIG_INVALID, f"unknown MySQL DSN option {key!r} (known: {known})"
+            )
+        if key in _INT_OPTIONS and not value.isdigit():
+            raise DponeError(errors.CONFIG_INVALID, f"MySQL DSN option {key!r} must be a number")
+        options.append((key, value))
+    return MysqlDsn(
+        host=parts.hostname or "127.0.0.1",
+        port=port,
+        user=unquote(parts.username) if parts.username is not None else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        database=database or None,
+        options=tuple(options),
+    )
+
+
+def dsn_secrets(dsn: str) -> tuple[str, ...]:
+    """The secret parts of a MySQL DSN (its password), for a redaction registry."""
+    password = parse_dsn(dsn).password
+    return (password,) if password else ()
+
+
+# --- identifiers, values --------------------------------------------------------------------------
+def quote(name: str, what: str) -> str:
+    """`backticked` with embedded backticks doubled; names over 64 characters are refused."""
+    check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
+    if name.endswith(" "):
+        raise DponeError(errors.IDENTIFIER_INVALID, f"{what}: MySQL names cannot end with a space")
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_sql(table: TableRef) -> str:
+    name = quote(table.name, "table")
+    return name if table.schema is None else f"{quote(table.schema, 'database')}.{name}"
+
+
+def _columns_sql(columns: Sequence[str], prefix: str = "") -> str:
+    return ", ".join(prefix + quote(c, "column") for c in columns)
+
+
+def _where(window: ChunkWindow | None) -> str:
+    """`` WHERE <chunk predicate>`` on the ``dpone_src`` alias; nothing without a window."""
+    if window is None:
+        return ""
+    col = "`dpone_src`." + quote(window.column, "chunk column")
+    return f" WHERE {col} >= %s AND {col} < %s"
+
+
+def _params(window: ChunkWindow | None) -> tuple[Bound, ...] | None:
+    """Bounds as parameters; timestamps as 'YYYY-MM-DD HH:MM:SS' (MySQL rejects the 'Z')."""
+    if window is None:
+        return None
+    return (sql_text_bound(window, window.lower), sql_text_bound(window, window.upper))
+
+
+def _time_value(raw: bytes | str) -> object:
+    """TIME as a time of day (as Postgres and SQLite hold it); a duration outside a day as text."""
+    text = raw.decode("ascii") if isinstance(raw, bytes) else raw
+    try:
+        return dt.time.fromisoformat(text)
+    except ValueError:
+        return text
+
+
+def _decoders() -> dict[Any, Any]:
+    conv = dict(pymysql.converters.conversions)
+    conv[FIELD_TYPE.TIME] = _time_value
+    return conv
+
+
+def to_mysql(value: object) -> object:
+    """A value from another database as PyMySQL binds it (DATETIME is zone-less UTC)."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+class BinaryValue(Exception):
+    """A batch holds bytes, which the text file of LOAD DATA cannot carry."""
+
+
+def tsv_field(value: object) -> str:
+    """One value in LOAD DATA's default text format (tab-separated, backslash escapes)."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, str):
+        return value.translate(_TSV_ESCAPES)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, decimal.Decimal):
+        return canonical_decimal(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise BinaryValue
+    return str(value).translate(_TSV_ESCAPES)
+
+
+# --- errors ---------------------------------------------------------------------------------------
+def _errno(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def describe_error(exc: BaseException) -> str:
+    """Error class and MySQL error number; the server's text only where it names no row value."""
+    number = _errno(exc)
+    text = type(exc).__name__ + (f" (MySQL error {number})" if number is not None else "")
+    message = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], str) else ""
+    if number in _SAFE_MESSAGE and message:
+        return f"{text}: {message[:300]}"
+    found = _KEY_NAME.search(message) if number == 1062 else None
+    if found:
+        return f"{text}: duplicate entry for key '{found.group(1)}'"
+    return text
+
+
+def _is_connection_loss(exc: BaseException) -> bool:
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    number = _errno(exc)
+    return isinstance(exc, pymysql.err.OperationalError) and (
+        number in _CONNECTION_LOSS or (number is not None and 2000 <= number < 3000)
+    )
+
+
+def _connect_reason(exc: BaseException) -> str:
+    """A coarse, secret-free reason for a failed connect (the server's text names the user)."""
+    number = _errno(exc)
+    reasons = {
+        1045: "authentication failed",
+        1044: "access denied to the database",
+        1049: "database does not exist",
+        1040: "too many connections",
+        2003: "connection refused or timed out",
+        2005: "unknown host",
+    }
+    return reasons.get(number or -1, f"server unreachable (MySQL error {number})")
+
+
+def _keepalive(conn: Any, limits: SessionLimits) -> None:
+    """Client TCP keepalive and user timeout on PyMySQL's socket (Linux options when present), so
+    a silent network loss ends a blocked read in bounded time."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (
+            ("TCP_KEEPIDLE", limits.keepalive_idle_s),
+            ("TCP_KEEPINTVL", limits.keepalive_interval_s),
+            ("TCP_KEEPCNT", limits.keepalive_count),
+            ("TCP_USER_TIMEOUT", int(limits.tcp_user_timeout_s * 1000)),
+        ):
+            option = getattr(socket, name, None)
+            if option is not None and value:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+class MysqlConnection:
+    """A lazily (re)opened PyMySQL connection with dpone's session settings."""
+
+    def __init__(self, dsn: str, label: str, *, sink: bool) -> None:
+        self._label = label
+        self._sink = sink
+        self.local_infile = sink  # LOAD DATA LOCAL, for sinks
+        limits = session_limits()
+        self.lock_timeout_s = max(1, math.ceil(limits.fence_lock_s))
+        self.idle_timeout_s = max(1, math.ceil(limits.idle_in_transaction_s))
+        self._limits = limits
+        try:
+            self.dsn = parse_dsn(dsn)
+        except DponeError as exc:
+            raise DponeError(exc.code, f"{label}: {exc.message}") from None
+        self.current: pymysql.connections.Connection[Any] | None = None
+        self._used = 0.0
+
+    def get(self) -> pymysql.connections.Connection[Any]:
+        conn = self.current
+        ping_after = min(_PING_AFTER_S, self.idle_timeout_s / 2) if self._sink else _PING_AFTER_S
+        if conn is not None and time.monotonic() - self._used > ping_after:
+            try:
+                conn.ping(reconnect=False)
+            except pymysql.err.Error:
+                self.discard()
+                conn = None
+        if conn is None:
+            args = self.dsn.connect_args()
+            try:
+                conn = pymysql.connect(
+                    **args,
+                    charset="utf8mb4",
+                    autocommit=True,
+                    local_infile=self.local_infile,
+                    conv=_decoders(),
+                )
+                _keepalive(conn, self._limits)
+                with conn.cursor() as cur:
+                    cur.execute(SESSION_SQL)
+                    if self._sink:
+                        cur.execute(
+                            SINK_SESSION_SQL.format(
+                                lock=int(self.lock_timeout_s), idle=int(self.idle_timeout_s)
+                            )
+                        )
+                    if "mariadb" in conn.get_server_info().lower():
+                        seconds = max(0.0, self._limits.statement_s)
+                        cur.execute(MARIADB_STATEMENT_SQL.format(seconds=f"{seconds:g}"))
+            except pymysql.err.Error as exc:
+                raise DponeError(
+                    errors.CONNECTION_FAILED,
+                    f"{self._label}: could not connect to the database ({_connect_reason(exc)})",
+                ) from None
+            self.current = conn
+        self._used = time.monotonic()
+        return conn
+
+    def interrupt(self) -> None:
+        """KILL QUERY the statement in flight from a second connection (thread-safe); the writing
+        thread then sees an error and rolls back."""
+        conn = self.current
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            thread_id = conn.thread_id()
+            killer = pymysql.connect(
+                **{**self.dsn.connect_args(), "connect_timeout": 5}, autocommit=True
+            )
+            try:
+                with killer.cursor() as cur:
+                    cur.execute("KILL QUERY %s", (int(thread_id),))
+            finally:
+                killer.close()
+
+    def translate(self, exc: BaseException, code: str, what: str) -> DponeError:
+        if isinstance(exc, DponeError):
+            return exc
+        if isinstance(exc, pymysql.err.Error):
+            if _is_connection_loss(exc):
+                self.discard()
+                return DponeError(
+                    errors.CONNECTION_FAILED,
+                    f"{what}: lost the connection to the database ({describe_error(exc)})",
+                )
+            return DponeError(code, f"{what} failed: {describe_error(exc)}")
+        return DponeError(code, f"{what} failed: {type(exc).__name__}")
+
+    def discard(self) -> None:
+        conn, self.current = self.current, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+# --- source ---------------------------------------------------------------------------------------
+class MysqlSource(Source):
+    """A table or trusted query in MySQL/MariaDB, streamed chunk by chunk (autocommit reads)."""
+
+    kind = "mysql"
+
+    def __init__(self, spec: SourceSpec, dsn: str) -> None:
+        super().__init__(spec, dsn)
+        if spec.table is not None:
+            table_sql(spec.table)
+        for col in spec.columns or ():
+            quote(col, "source column")
+        self.db = MysqlConnection(dsn, spec.display(), sink=False)
+        self._columns: tuple[str, ...] | None = None
+
+    def relation(self, parameters: bool = True) -> str:
+        """The FROM item aliased dpone_src; a trusted query's '%' are doubled when parameters are
+        sent (PyMySQL formats the statement with '%' placeholders)."""
+        if self.spec.table is not None:
+            return table_sql(self.spec.table) + " AS `dpone_src`"
+        query = strip_query(self.spec.query or "")
+        if parameters:
+            query = query.replace("%", "%%")
+        return f"({query}) AS `dpone_src`"
+
+    def columns(self) -> tuple[str, ...]:
+        if self._columns is None:
+            select = _columns_sql(self.spec.columns) if self.spec.columns else "`dpone_src`.*"
+            conn = self.db.get()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT {select} FROM {self.relation(False)} LIMIT 0")
+                    names = tuple(str(d[0]) for d in cur.description or ())
+            except Exception as exc:
+                raise self._fail(exc, "describing the columns") from None
+            for name in names:
+                quote(name, f"{self.spec.display()} column")
+            check_unique(names, f"{self.spec.display()} columns")
+            self._columns = names
+        return self._columns
+
+    def select_sql(
+        self, window: ChunkWindow | None, columns: Sequence[str], qualified: bool = False
+    ) -> str:
+        """SELECT of the chunk (every row without a window), to run with ``_params(window)``;
+        ``qualified`` names the table's database, for a statement on another connection."""
+        relation = self.relation(window is not None)
+        if qualified:
+            assert self.spec.table is not None and self.db.dsn.database is not None
+            table = TableRef(self.spec.table.schema or self.db.dsn.database, self.spec.table.name)
+            relation = table_sql(table) + " AS `dpone_src`"
+        return f"SELECT {_columns_sql(columns)} FROM {relation}{_where(window)}"
+
+    def same_server(self, dsn: MysqlDsn) -> bool:
+        """True when a sink on ``dsn`` can read this source's table itself (INSERT .. SELECT):
+        the same server, account and options, and a table whose database is known."""
+        mine = self.db.dsn
+        if self.spec.table is None or (self.spec.table.schema or mine.database) is None:
+            return False
+        return (mine.host, mine.port, mine.user, mine.password, mine.options) == (
+            dsn.host,
+            dsn.port,
+            dsn.user,
+            dsn.password,
+            dsn.options,
+        )
+
+    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
+        query = self.select_sql(window, self.columns())
+        conn = self.db.get()
+        try:
+            cur = conn.cursor(pymysql.cursors.SSCursor)
+            try:
+                cur.execute(query, _params(window))
+                while batch := cur.fetchmany(batch_rows):
+                    yield list(batch)
+            finally:
+                cur.close()
+        except Exception as exc:
+            raise self._fail(exc, f"reading {scope_display(window)}") from None
+
+    def checksum(self, window: ChunkWindow | None) -> str:
+        total = RowChecksum(self.columns())
+        for batch in self.rows(window, 10_000):
+            total.add_many(batch)
+        return total.value()
+
+    def _fail(self, exc: BaseException, doing: str) -> DponeError:
+        self._columns = None
+        return self.db.translate(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
+
+    def interrupt(self) -> None:
+        self.db.interrupt()
+
+    def close(self) -> None:
+        self.db.discard()
+
+
+# --- sink -----------------------------------------------------------------------------------------
+class MysqlSink(Sink):
+    """Writes chunks into one MySQL/MariaDB table (InnoDB), one transaction per chunk."""
+
+    kind = "mysql"
+
+    def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
+        super().__init__(spec, dsn, options)
+        self._table = table_sql(spec.table)
+        for key in spec.keys:
+            quote(key, "merge key")
+        schema = spec.table.schema
+        self._fence_table = table_sql(TableRef(schema, FENCE_TABLE))
+        self._stage_prefix = "" if schema is None else quote(schema, "database") + "."
+        self.db = MysqlConnection(dsn, spec.display(), sink=True)
+        self._fence_ready = False
+        self._load_data = True  # until the server refuses LOAD DATA LOCAL
+        self.deadlocks_retried = 0  # chunk transactions run again after a deadlock
+
+    def _transfer(
+        self,
+        source: Source,
+        window: ChunkWindow | None,
+        connection: object | None,
+        fence: ChunkFence | None,
+    ) -> ChunkWrite:
+        """The chunk's transaction; with ``fence`` the chunk's row in ``dpone_chunk_fence`` is
+        claimed first (see docs/connectors.md, MySQL and MariaDB)."""
+        self._no_external_connection(connection)
+        return self._write_fenced(source, window, fence)
+
+    def _write_fenced(
+        self, source: Source, window: ChunkWindow | None, fence: ChunkFence | None
+    ) -> ChunkWrite:
+        """One transaction; a deadlock (InnoDB rolled the transaction back: adjacent chunks' gap
+        locks, or two first claims of one fence row) is retried from the start a few times."""
+        columns = self._moved_columns(source, window)
+        if fence is not None:
+            self._ensure_fence_table()
+        what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
+        for attempt in range(1, DEADLOCK_RETRIES + 1):
+            conn = self.db.get()
+            try:
+                try:
+                    conn.begin()
+                    with conn.cursor() as cur:
+                        if fence is not None:
+                            self._claim(cur, fence)
+                        result = self._write(cur, source, window, columns)
+                        if fence is not None:
+                            fault_point("sink_written")
+                    conn.commit()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+                    raise
+                return result
+            except pymysql.err.OperationalError as exc:
+                number = _errno(exc)
+                if number == _DEADLOCK and attempt < DEADLOCK_RETRIES:
+                    self.deadlocks_retried += 1
+                    time.sleep(random.uniform(0.05, 0.25) * attempt)
+                    continue
+                if number in (_DEADLOCK, _LOCK_WAIT_TIMEOUT):
+                    raise DponeError(
+                        errors.CHUNK_BUSY,
+                        f"{what}: {describe_error(exc)} (after {attempt} attempt(s)); "
+                        "nothing was written",
+                    ) from None
+                raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+            except Exception as exc:
+                raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    # fence --------------------------------------------------------------------------------------
+    def _ensure_fence_table(self) -> None:
+        """CREATE TABLE IF NOT EXISTS, in autocommit (DDL commits implicitly in MySQL)."""
+        if self._fence_ready:
+            return
+        conn = self.db.get()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._fence_table} ("
+                    "`campaign` varchar(120) NOT NULL, `chunk_index` bigint NOT NULL, "
+                    "`attempt` bigint NOT NULL, `claimed_at` timestamp(6) NULL, "
+                    "PRIMARY KEY (`campaign`, `chunk_index`)) ENGINE=InnoDB"
+                )
+        except Exception as exc:
+            what = f"{self.spec.display()}: creating {FENCE_TABLE}"
+            raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+        self._fence_ready = True
+
+    def _claim(self, cur: Any, fence: ChunkFence) -> None:
+        """Upsert the fence row (attempt only grows) = the chunk's row lock until commit; then
+        refuse when a newer attempt already claimed the chunk."""
+        key = (fence.campaign, fence.chunk_index)
+        try:
+            cur.execute(
+                f"INSERT INTO {self._fence_table} (`campaign`, `chunk_index`, `attempt`, "
+                "`claimed_at`) VALUES (%s, %s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "
+                "`claimed_at` = IF(VALUES(`attempt`) >= `attempt`, VALUES(`claimed_at`), "
+                "`claimed_at`), `attempt` = GREATEST(`attempt`, VALUES(`attempt`))",
+                (*key, fence.attempt),
+            )
+            cur.execute(
+                f"SELECT `attempt` FROM {self._fence_table} "
+                "WHERE `campaign` = %s AND `chunk_index` = %s FOR UPDATE",
+                key,
+            )
+            found = cur.fetchone()
+        except pymysql.err.OperationalError as exc:
+            if _errno(exc) == _LOCK_WAIT_TIMEOUT:
+                raise DponeError(
+                    errors.CHUNK_BUSY,
+                    f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
+                    f"holds the chunk's fence row past {self.db.lock_timeout_s}s "
+                    "(DPONE_FENCE_LOCK_TIMEOUT); nothing was written",
+                ) from None
+            raise
+        stored = int(found[0]) if found else fence.attempt
+        if stored > fence.attempt:
+            raise fence.superseded(self.spec.display(), stored)
+
+    # preflight ----------------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        self.db.interrupt()
+
+    def preflight(self, window_column: str | None = None) -> list[str]:
+        conn = self.db.get()
+        shown = self.spec.table.display()
+        schema = "%s" if self.spec.table.schema is not None else "DATABASE()"
+        params: list[object] = [self.spec.table.name]
+        if self.spec.table.schema is not None:
+            params.insert(0, self.spec.table.schema)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
+                    f"WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = %s",
+                    params,
+                )
+                columns = {str(row[0]) for row in cur.fetchall()}
+                if not columns:
+                    return [f"target table {shown} does not exist: every chunk will fail"]
+                cur.execute(
+                    "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS "
+                    f"WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = %s "
+                    "ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+                    params,
+                )
+                grouped: dict[str, tuple[list[str], bool]] = {}
+                for name, non_unique, column in cur.fetchall():
+                    entry = grouped.setdefault(str(name), ([], not int(non_unique)))
+                    entry[0].append(str(column))
+        except Exception as exc:
+            raise self.db.translate(
+                exc, errors.SINK_FAILED, f"{self.spec.display()}: preflight"
+            ) from None
+        return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
+
+    def close(self) -> None:
+        self.db.discard()
+
+    # paths --------------------------------------------------------------------------------------
+    def _write(
+        self, cur: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
+    ) -> ChunkWrite:
+        cols = _columns_sql(columns)
+        if isinstance(source, MysqlSource) and (
+            source.same_dsn(self._dsn) or source.same_server(self.db.dsn)
+        ):
+            select = source.select_sql(window, columns, qualified=not source.same_dsn(self._dsn))
+
+            def fill_select(rel: str) -> int:
+                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", _params(window))
+                return int(cur.rowcount)
+
+            return self._modes(cur, window, columns, fill_select, "insert-select")
+
+        def fill_rows(rel: str) -> int:
+            count = 0
+            with (
+                tempfile.TemporaryDirectory(prefix="dpone-load-") as folder,
+                contextlib.closing(source.rows(window, self.options.batch_rows)) as batches,
+            ):
+                path = os.path.join(folder, "batch.tsv")
+                for batch in batches:
+                    self._load(cur, rel, columns, batch, path)
+                    count += len(batch)
+            return count
+
+        written = self._modes(cur, window, columns, fill_rows, "load-data")
+        return written if self._load_data else dataclasses.replace(written, method="executemany")
+
+    def _load(
+        self, cur: Any, rel: str, columns: Sequence[str], batch: Sequence[Row], path: str
+    ) -> None:
+        """One batch into ``rel``: LOAD DATA LOCAL INFILE, or executemany when it holds bytes.
+
+        LOCAL makes the server downgrade data errors to warnings (and skip duplicate keys), so any
+        warning fails the chunk here; the transaction is then rolled back.
+        """
+        cols = _columns_sql(columns)
+        try:
+            if not self._load_data:
+                raise BinaryValue
+            with open(path, "w", encoding="utf-8", newline="\n") as out:
+                out.writelines("\t".join(map(tsv_field, row)) + "\n" for row in batch)
+        except BinaryValue:
+            marks = ", ".join("%s" for _ in columns)
+            cur.executemany(
+                f"INSERT INTO {rel} ({cols}) VALUES ({marks})",
+                [tuple(map(to_mysql, row)) for row in batch],
+            )
+            return
+        try:
+            cur.execute(
+                f"LOAD DATA LOCAL INFILE %s INTO TABLE {rel} CHARACTER SET utf8mb4 ({cols})",
+                (path,),
+            )
+        except pymysql.err.OperationalError as exc:
+            if _errno(exc) not in _LOCAL_INFILE_REFUSED:
+                raise
+            self._load_data = False  # the server refuses LOCAL (MySQL 8's default): insert
+            self._load(cur, rel, columns, batch, path)
+            return
+        loaded = int(cur.rowcount)
+        cur.execute("SELECT @@warning_count")
+        found = cur.fetchone()
+        warnings = int(found[0]) if found else 0
+        if warnings or loaded != len(batch):
+            raise DponeError(
+                errors.SINK_FAILED,
+                f"{self.spec.display()}: the server loaded {loaded} of {len(batch)} rows with "
+                f"{warnings} warning(s) (a value that does not fit its column, or a duplicate "
+                "key); the chunk was rolled back",
+            )
+
+    def _modes(
+        self,
+        cur: Any,
+        window: ChunkWindow | None,
+        columns: tuple[str, ...],
+        fill: Callable[[str], int],
+        method: str,
+    ) -> ChunkWrite:
+        """The inner mode around a ``fill(relation)``.
+
+        replace deletes the window's rows (InnoDB's next-key locks keep concurrent writers out of
+        the range until commit); full_refresh deletes every row of the target (DELETE, not
+        TRUNCATE, which would commit implicitly). Merge and a checksummed append stage the rows in
+        a TEMPORARY table first.
+        """
+        mode = self.spec.inner_mode
+        cols = _columns_sql(columns)
+        checksum: str | None = None
+        if mode in ("replace", "full_refresh"):
+            replaced = window if mode == "replace" else None  # None: every row of the target
+            where = _where(replaced)
+            cur.execute(
+                f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{where}", _params(replaced)
+            )
+            rows = fill(self._table)
+            if self.options.checksum:
+                read = f"SELECT {cols} FROM {self._table} AS `dpone_src`{where}"
+                checksum = self._read_checksum(cur, columns, read, _params(replaced))
+            return ChunkWrite(rows, checksum, method)
+        if mode == "append" and not self.options.checksum:
+            return ChunkWrite(fill(self._table), None, method)
+        stage = self._stage_prefix + quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
+        cur.execute(
+            f"CREATE TEMPORARY TABLE {stage} ENGINE=InnoDB AS SELECT {cols} FROM {self._table} "
+            "WHERE 1 = 0"
+        )
+        try:
+            rows = fill(stage)
+            insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
+            if mode == "merge":
+                insert += " " + self._on_duplicate(columns)
+            cur.execute(insert)
+            if self.options.checksum:
+                checksum = self._read_checksum(cur, columns, f"SELECT {cols} FROM {stage}", None)
+        finally:
+            with contextlib.suppress(pymysql.err.Error):
+                cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
+        return ChunkWrite(rows, checksum, method)
+
+    def _on_duplicate(self, columns: Sequence[str]) -> str:
+        keys = self.spec.keys
+        updated = [c for c in columns if c not in keys] or [keys[0]]
+        sets = ", ".join(f"{quote(c, 'column')} = VALUES({quote(c, 'column')})" for c in updated)
+        return f"ON DUPLICATE KEY UPDATE {sets}"
+
+    @staticmethod
+    def _read_checksum(
+        cur: Any, columns: Sequence[str], query: str, params: Sequence[object] | None
+    ) -> str:
+        check = RowChecksum(columns)
+        cur.execute(query, params)
+        while batch := cur.fetchmany(10_000):
+            check.add_many(batch)
+        return check.value()
+
+
+def table_checksum(
+    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
+) -> str:
+    spec = SourceSpec(
+        connection="checksum", table=table, columns=tuple(columns) if columns else None
+    )
+    with MysqlSource(spec, dsn) as source:
+        return source.checksum(window)

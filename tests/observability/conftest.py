@@ -1,0 +1,5 @@
+"""Fixtures of the observability tests."""
+
+from .runproject import project
+
+__all__ = ["project"]
