@@ -9,6 +9,15 @@ import pytest
 DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_secret_registry() -> None:
+    """Each test starts with no registered secret: a short password one test registered (``p``)
+    must not mask another test's output, as a separate `dpone` process would not."""
+    from dpone.redaction import forget_registered_secrets
+
+    forget_registered_secrets()
+
+
 def postgres_dsn() -> str:
     return os.environ.get("DPONE_TEST_POSTGRES_DSN", DEFAULT_TEST_DSN)
 

@@ -102,10 +102,11 @@ PROVIDER_OWNED_ENV = _register(
 )
 ENV_CREDENTIAL = _register(
     "DPONE_AIRFLOW_ENV_CREDENTIAL",
-    "airflow.env (of a workload or of defaults) carries a connection credential.",
+    "airflow.env or airflow.pod (of a workload or of defaults) carries a connection credential.",
     "A DPONE_CONN_<NAME> key, or a value that reads as a connection string with a password "
-    "(user:password@, password=, PWD=). airflow.env is written in clear into the DAG file.",
-    "Remove it from airflow.env and project the DSN from a Kubernetes secret with airflow.secrets "
+    "(user:password@, password=, PWD=), in airflow.env or anywhere in airflow.pod (labels, "
+    "annotations, ...): both are written in clear into the DAG file.",
+    "Remove it and project the DSN from a Kubernetes secret with airflow.secrets "
     "(docs/security.md); dpone sets DPONE_CONN_<NAME> from there.",
 )
 GENERATED_FILE_CONFLICT = _register(

@@ -90,7 +90,19 @@ class _Registry:
             )
 
 
+    def clear(self) -> None:
+        with self.lock:
+            self.forms.clear()
+            self.pattern = None
+
+
 _REGISTRY = _Registry()
+
+
+def forget_registered_secrets() -> None:
+    """Forget every registered secret: for tests that run many commands in one process (a real
+    `dpone` process registers only its own connections)."""
+    _REGISTRY.clear()
 
 
 def _variants(value: str) -> set[str]:

@@ -346,6 +346,27 @@ def _env_credentials(
             )
 
 
+def _pod_credentials(
+    scope: str, value: Any, path: tuple[str | int, ...], doc: YamlDocument, out: ErrorCollector
+) -> None:
+    """airflow.pod (labels, annotations, every nested value) is written in clear into the DAG
+    file too: no string in it may carry a connection string with a password."""
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _pod_credentials(scope, value[key], (*path, key), doc, out)
+    elif isinstance(value, list):
+        for index, entry in enumerate(value):
+            _pod_credentials(scope, entry, (*path, index), doc, out)
+    elif isinstance(value, str) and has_credentials(value):
+        shown = ".".join(str(part) for part in path[path.index("airflow") :])
+        out.add(
+            errors.ENV_CREDENTIAL,
+            f"{scope}: {shown} holds a connection string with a password: the DAG file would "
+            "carry it in clear; project it from a Kubernetes secret with airflow.secrets instead",
+            doc.locate(path),
+        )
+
+
 def _airflow(
     name: str,
     raw: dict[str, Any],
@@ -419,6 +440,9 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
             defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out
         )
     _env_credentials("defaults", defaults_airflow.get("env"), ("defaults",), doc, out)
+    _pod_credentials(
+        "defaults", defaults_airflow.get("pod"), ("defaults", "airflow", "pod"), doc, out
+    )
     workloads: list[Workload] = []
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
@@ -439,6 +463,9 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
             )
         own_airflow = wraw.get("airflow", {})
         _env_credentials(f"workload {name!r}", own_airflow.get("env"), wpath, doc, out)
+        _pod_credentials(
+            f"workload {name!r}", own_airflow.get("pod"), (*wpath, "airflow", "pod"), doc, out
+        )
         airflow_raw = _merged_airflow(defaults_airflow, own_airflow)
         airflow = _airflow(name, airflow_raw, doc, wpath, out)
         if airflow.dag_id in dag_ids:
