@@ -558,3 +558,23 @@ def test_visible_task_limit_is_located_at_the_policy(tmp_path: Path) -> None:
         {"orders.yaml": BACKFILL_MANIFEST},
     )
     assert result.only_plan().mapping_plan is not None
+
+
+def test_one_workload_loads_without_reading_the_other_manifests(tmp_path: Path) -> None:
+    """What `dpone run` loads: its workload only; another workload's manifest is not parsed."""
+    catalog = catalog_with() + "  broken:\n    manifest: missing.yaml\n"
+    path = write_project(tmp_path, catalog, {"orders.yaml": BACKFILL_MANIFEST})
+    whole, problems = load_catalog(path)
+    assert whole is None and [p.code for p in problems] == [errors.FILE_NOT_FOUND]
+    one, problems = load_catalog(path, "orders")
+    assert problems == [] and one is not None
+    assert [w.name for w in one.workloads] == ["orders"]
+    none, problems = load_catalog(path, "absent")
+    assert problems == [] and none is not None and none.workloads == ()
+
+
+def test_one_workload_still_validates_the_whole_catalog(tmp_path: Path) -> None:
+    catalog = catalog_with() + "  other:\n    manifest: orders.yaml\n    airflow: {flavor: x}\n"
+    path = write_project(tmp_path, catalog, {"orders.yaml": BACKFILL_MANIFEST})
+    one, problems = load_catalog(path, "orders")
+    assert one is None and [p.code for p in problems] == [errors.CATALOG_INVALID]

@@ -215,11 +215,14 @@ def compile_catalog(catalog: Catalog) -> tuple[list[WorkloadPack], list[ErrorRec
     return packs, problems
 
 
-def load_and_compile(path: str) -> tuple[Catalog | None, list[WorkloadPack], list[ErrorRecord]]:
-    """The whole pure front half: load, validate, plan. Used by check, preview, generate, run."""
+def load_and_compile(
+    path: str, workload: str | None = None
+) -> tuple[Catalog | None, list[WorkloadPack], list[ErrorRecord]]:
+    """The whole pure front half: load, validate, plan. Used by check, preview, generate, run
+    (which loads and compiles its one ``workload`` only, see load_catalog)."""
     from dpone.authoring.loader import load_catalog
 
-    catalog, problems = load_catalog(path)
+    catalog, problems = load_catalog(path, workload)
     if catalog is None:
         return None, [], problems
     packs, problems = compile_catalog(catalog)

@@ -39,14 +39,16 @@ def read_env_inputs() -> tuple[ParsedItem | None, RunIdentity | None]:
 
 
 def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
-    loaded, packs, problems = load_and_compile(catalog)
+    """Load and compile the one workload this run needs (not the catalog's others)."""
+    loaded, packs, problems = load_and_compile(catalog, workload)
     if problems:
         raise DponeError.from_records(problems)
     assert loaded is not None
     for pack in packs:
         if pack.workload.name == workload:
             return pack
-    names = ", ".join(w.name for w in loaded.workloads)
+    everything, _, _ = load_and_compile(catalog)  # only to name what the catalog has
+    names = ", ".join(w.name for w in (everything or loaded).workloads)
     raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")
 
 

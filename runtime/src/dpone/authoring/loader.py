@@ -287,8 +287,16 @@ def _airflow(
     )
 
 
-def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
-    """Load a catalog and every manifest it names; (catalog, []) or (None, all errors)."""
+def load_catalog(
+    path: str | Path, workload: str | None = None
+) -> tuple[Catalog | None, list[ErrorRecord]]:
+    """Load a catalog and every manifest it names; (catalog, []) or (None, all errors).
+
+    With ``workload``, the catalog document is still validated whole, but only that workload is
+    loaded (its manifest, airflow section and policy): what `dpone run` needs, without parsing
+    every other workload's manifest in every pod. The catalog then holds that workload only (none
+    when the name is not in the catalog).
+    """
     display = str(path)
     catalog_path = Path(path)
     out = ErrorCollector()
@@ -309,6 +317,8 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
     for name in data["workloads"]:
+        if workload is not None and name != workload:
+            continue
         wraw = data["workloads"][name]
         wpath: tuple[str | int, ...] = ("workloads", name)
         manifest_rel = wraw["manifest"]
