@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +130,8 @@ def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
     """Write to a temp file in the same folder, fsync, then rename over the target."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    import tempfile  # only when a result is written: not on the import path of every run
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
