@@ -3,7 +3,8 @@
 
 Exit codes (docs/cli.md): 0 passed / clean; 1 the run failed or check found errors or generate
 --check found differences; 2 usage error; 3 refused before any data I/O (invalid input, plan or
-pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): retry; 5 cancelled.
+pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): retry; 5 cancelled;
+130 / 143 stopped by SIGINT / SIGTERM (the chunk in flight rolled back and its lease released).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ TRANSIENT_CODES = {
     errors.MAPPING_CAMPAIGN_BUSY,
     errors.CHUNK_LEASE_LOST,
     errors.CHUNK_BUSY,
+    errors.RUN_INTERRUPTED,
 }
 
 HELP = f"""dpone {__version__} — bounded Airflow backfills over a durable chunk ledger

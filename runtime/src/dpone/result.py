@@ -26,7 +26,9 @@ MESSAGE_MAX = 500
 @dataclass
 class ChunkTiming:
     index: int
-    status: str  # committed | failed | skipped_resume | busy | lease_lost | not_started
+    #: committed | failed | skipped_resume | busy | lease_lost | cancelled | interrupted |
+    #: not_started
+    status: str
     attempt: int | None = None
     rows: int | None = None
     checksum: str | None = None
@@ -59,6 +61,12 @@ class RunOutcome:
     chunks_skipped_resume: int = 0
     chunks_failed: int = 0
     chunks_not_started: int = 0
+    #: leased by another live attempt (not failed: that attempt is working on it)
+    chunks_busy: int = 0
+    #: refused by a campaign cancellation at lease time
+    chunks_cancelled: int = 0
+    #: rolled back and released by SIGTERM/SIGINT
+    chunks_interrupted: int = 0
     rows_written: int = 0
     duration_ms: int = 0
     cancelled: bool = False
@@ -75,7 +83,8 @@ class RunOutcome:
     def status(self) -> str:
         if self.cancelled:
             return "cancelled"
-        if self.error is not None or self.chunks_failed or self.chunks_not_started:
+        unfinished = self.chunks_not_started + self.chunks_busy + self.chunks_interrupted
+        if self.error is not None or self.chunks_failed or unfinished:
             return "failed"
         return "passed"
 
@@ -97,6 +106,9 @@ class RunOutcome:
             "chunks_skipped_resume": self.chunks_skipped_resume,
             "chunks_failed": self.chunks_failed,
             "chunks_not_started": self.chunks_not_started,
+            "chunks_busy": self.chunks_busy,
+            "chunks_cancelled": self.chunks_cancelled,
+            "chunks_interrupted": self.chunks_interrupted,
             "rows_written": self.rows_written,
             "campaign_complete": self.campaign_complete,
         }

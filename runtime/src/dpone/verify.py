@@ -30,7 +30,22 @@ class Selection:
         return self.item.mode if self.item else "internal"
 
 
+def expected_identity(pack: WorkloadPack, process: str) -> RunIdentity:
+    """The run identity the generated DAG passes to this workload's process task."""
+    airflow = pack.workload.airflow
+    return RunIdentity(
+        dag_id=airflow.dag_id,
+        workload=pack.workload.name,
+        process=process,
+        pack_fingerprint=pack.fingerprint,
+        flavour=airflow.flavour,
+        image=airflow.image if airflow.flavour == "kubernetes" else None,
+    )
+
+
 def verify_identity(pack: WorkloadPack, process: str, identity: RunIdentity | None) -> None:
+    """An internal run may come without an identity (a local run); a mapped item may not (the
+    caller refuses that before this)."""
     if identity is None:
         return
     if identity.workload != pack.workload.name or identity.process != process:
@@ -38,6 +53,13 @@ def verify_identity(pack: WorkloadPack, process: str, identity: RunIdentity | No
             errors.MAPPING_PLAN_MISMATCH,
             f"run identity names workload {identity.workload!r} process {identity.process!r}, "
             f"but this run is workload {pack.workload.name!r} process {process!r}",
+        )
+    airflow = pack.workload.airflow
+    if identity.dag_id != airflow.dag_id or identity.flavour != airflow.flavour:
+        raise DponeError(
+            errors.MAPPING_PLAN_MISMATCH,
+            f"run identity names dag {identity.dag_id!r} flavour {identity.flavour!r}, but the "
+            f"catalog in this image has dag {airflow.dag_id!r} flavour {airflow.flavour!r}",
         )
     if identity.pack_fingerprint != pack.fingerprint:
         raise DponeError(

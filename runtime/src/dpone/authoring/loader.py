@@ -36,7 +36,7 @@ CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"
 DEFAULT_UNITS = {"date": "day", "timestamp": "hour", "integer": "value"}
 DEFAULT_IMAGE_CATALOG_PATH = "/app/catalog/workloads.yaml"
-DEFAULT_LEASE_SECONDS = 600
+DEFAULT_LEASE_SECONDS = 60
 DEFAULT_START_DATE = "2024-01-01"
 
 

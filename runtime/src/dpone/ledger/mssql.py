@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from dpone import errors
 from dpone.connections import redact
 from dpone.errors import DponeError
+from dpone.ledger.port import ChunkState
 from dpone.ledger.sql import (
     CAMPAIGN_COLUMNS,
     INSERT_CAMPAIGN_COLUMNS,
@@ -162,7 +163,20 @@ def ddl_v1(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: ddl_v1}
+def ddl_v2(s: str) -> list[str]:
+    """Version 2: ``committed_chunk`` marks (written with each COMMITTED transition)."""
+    return [
+        f"""CREATE TABLE {s}.[committed_chunk] (
+            run_key NVARCHAR(200) NOT NULL,
+            chunk_index INT NOT NULL,
+            committed_at DATETIME2(6) NOT NULL DEFAULT SYSUTCDATETIME(),
+            CONSTRAINT [committed_chunk_pk] PRIMARY KEY (run_key, chunk_index))""",
+        f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) SELECT DISTINCT run_key, "
+        f"chunk_index FROM {s}.[chunk_transition] WHERE state = 'committed'",
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2}
 
 
 def _naive_utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -218,6 +232,10 @@ class MssqlStatements:
             f"FROM {s}.[chunk_transition] WHERE run_key = ?) AS ranked "
             "WHERE recency = 1 ORDER BY chunk_index"
         )
+        self.mark_committed = (
+            f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) VALUES (?, ?)"
+        )
+        self.committed_marks = f"SELECT chunk_index FROM {s}.[committed_chunk] WHERE run_key = ?"
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.[campaign] ORDER BY run_key"
         self.run_keys_of = (
             f"SELECT DISTINCT run_key FROM {s}.[campaign] WHERE workload = ? ORDER BY run_key"
@@ -298,6 +316,11 @@ class MssqlTx(ViewThenAppend):
         params[9] = _naive_utc(record.lease_expires_at)
         params[10] = _naive_utc(record.started_at)
         self.cursor.execute(self.sql.append_transition, *params)
+        if record.state is ChunkState.COMMITTED:  # a chunk commits once: no duplicate mark
+            self.cursor.execute(self.sql.mark_committed, run_key, record.chunk_index)
+
+    def committed_marks(self, run_key: str) -> set[int]:
+        return {int(row[0]) for row in self._all(self.sql.committed_marks, run_key)}
 
     def shape_rows(self, run_key: str) -> list[ShapeRow]:
         return rows_as_shape(self._all(self.sql.shape_rows, run_key))
