@@ -328,12 +328,14 @@ class PostgresTx:
             if row is not None and row[0]:
                 return
         else:
-            self._one(
-                "SELECT set_config('lock_timeout', %s, true)",
-                (f"{max(1, int(timeout_s * 1000))}ms",),
-            )
             try:
-                self._one("SELECT pg_advisory_xact_lock(%s)", (key,))
+                # one round trip: the subquery (OFFSET 0 keeps it a subquery) sets the timeout
+                # before the lock call that reads its row can wait
+                self._one(
+                    "SELECT pg_advisory_xact_lock(%s) FROM "
+                    "(SELECT set_config('lock_timeout', %s, true) OFFSET 0) AS timeout",
+                    (key, f"{max(1, int(timeout_s * 1000))}ms"),
+                )
                 return
             except pg_errors.LockNotAvailable:
                 pass
@@ -354,14 +356,10 @@ class PostgresTx:
         self.lock_wanted = None
         wait_ms, idle_ms = self._timeouts()
         self.store.pending_chunk_lock = (run_key, chunk_index)
-        self.connection.execute(
-            "SELECT set_config('lock_timeout', %s, true), "
-            "set_config('idle_in_transaction_session_timeout', %s, true)",
-            (wait_ms, idle_ms),
-        )
-        self.connection.execute(
-            "SELECT pg_advisory_xact_lock(%s, %s)",
-            (chunk_lock_class(self.store.schema, run_key), chunk_index),
+        self.connection.execute(  # one round trip, the timeouts set first (see lock_campaign)
+            "SELECT pg_advisory_xact_lock(%s, %s) FROM (SELECT set_config('lock_timeout', %s, "
+            "true), set_config('idle_in_transaction_session_timeout', %s, true) OFFSET 0) AS t",
+            (chunk_lock_class(self.store.schema, run_key), chunk_index, wait_ms, idle_ms),
         )
 
     def campaign_head(self, run_key: str) -> CampaignHead | None:
@@ -564,11 +562,14 @@ class PostgresLedger(SqlLedger):
         conn = self._connection()
         self.pending_chunk_lock = None
         try:
-            if True:
-                with conn.transaction():
-                    if mode is TxMode.READ:
-                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    yield PostgresTx(self, conn, mode)
+            read = mode is TxMode.READ
+            if conn.read_only is not (True if read else None):
+                # READ: the BEGIN itself says REPEATABLE READ, READ ONLY (no SET TRANSACTION
+                # round trip); set between transactions, where psycopg allows it
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if read else None
+                conn.read_only = True if read else None
+            with conn.transaction():
+                yield PostgresTx(self, conn, mode)
         except WriteFailed:
             raise
         except psycopg.Error as exc:
