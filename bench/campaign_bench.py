@@ -22,7 +22,7 @@ the per-chunk breakdown: milliseconds and round trips of lease, delete, copy out
 checksum and completion; and the phases of the no-op item.
 
     .venv/bin/python bench/campaign_bench.py [--rows 1000000] [--repeat 1] [--noop-repeat 5]
-        [--dsn DSN] [--keep] [--json]
+        [--dsn DSN] [--keep] [--json] [--runtime-src OLD_CHECKOUT/runtime/src]
 
 DSN: --dsn, else DPONE_TEST_POSTGRES_DSN, else postgresql://postgres@127.0.0.1:5432/postgres (any
 database of the server: the two bench databases are created there and dropped at the end unless
@@ -272,12 +272,12 @@ def run_dpone(command: list[str], env: dict[str, str]) -> None:
         raise SystemExit(f"dpone run failed ({done.returncode}):\n{done.stderr[-3000:]}")
 
 
-def compile_bytecode() -> None:
+def compile_bytecode(runtime_src: str | None) -> None:
     """Write the runtime's bytecode, as installing a wheel does (this environment may run with
     PYTHONDONTWRITEBYTECODE, and an editable install then compiles every module every run)."""
     spec = importlib.util.find_spec("dpone")
     assert spec is not None and spec.submodule_search_locations
-    for folder in spec.submodule_search_locations:
+    for folder in [*spec.submodule_search_locations, *([runtime_src] if runtime_src else [])]:
         compileall.compile_dir(folder, quiet=1)
 
 
@@ -352,6 +352,11 @@ def main() -> int:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the two bench databases")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument(
+        "--runtime-src",
+        help="run every `dpone run` with this runtime source tree (e.g. an older checkout's "
+        "runtime/src) first on PYTHONPATH, to measure it side by side with the same generator",
+    )
     args = parser.parse_args()
     base_dsn = args.dsn or os.environ.get("DPONE_TEST_POSTGRES_DSN") or DEFAULT_DSN
     src, dst = database_dsn(base_dsn, SRC_DB), database_dsn(base_dsn, DST_DB)
@@ -366,7 +371,7 @@ def main() -> int:
 
 
 def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
-    compile_bytecode()
+    compile_bytecode(args.runtime_src)
     seed_source(src, args.rows)
     prepare_target(dst)
     expected = table_facts(src)
@@ -385,6 +390,8 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     if len(envs) != ITEMS:
         raise SystemExit(f"the generated DAG has {len(envs)} items, not {ITEMS}")
     base = clean_env(src, dst)
+    if args.runtime_src:
+        base["PYTHONPATH"] = str(Path(args.runtime_src).resolve())
 
     runs: dict[str, Callable[[], None]] = {
         "pipe": lambda: run_pipe(src, dst),
