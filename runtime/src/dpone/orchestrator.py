@@ -206,7 +206,8 @@ class ChunkMover:
     ) -> ChunkResult:
         def write(connection: Any) -> ChunkResult:
             try:
-                written = sink.write_chunk(source, window, connection=connection)
+                # the ledger rolls the whole transaction back when this raises: no savepoint
+                written = sink.write_chunk(source, window, connection=connection, isolated=False)
             except DponeError as exc:
                 raise interrupted_or(exc, "the chunk's transaction was rolled back") from None
             fault_point("chunk_written")

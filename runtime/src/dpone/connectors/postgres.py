@@ -579,15 +579,24 @@ class PostgresSink(Sink):
         window: ChunkWindow | None,
         connection: object | None,
         fence: ChunkFence | None,
+        isolated: bool = True,
     ) -> ChunkWrite:
         external = self._external(connection)
         columns = self._moved_columns(source, window)
         conn = external or self._conn.get()
+        # Our own connection: a transaction. The caller's: a savepoint, unless it rolls back
+        # itself on failure (isolated=False, see Sink.write_chunk).
+        block = conn.transaction() if external is None or isolated else contextlib.nullcontext()
         try:
             if fence is not None:
                 self._ensure_fence_table(conn)
-            with conn.transaction():
-                saved = self._enter_settings(conn) if external is not None else None
+            with block:
+                saved = None
+                if external is not None and isolated:
+                    saved = self._enter_settings(conn)
+                elif external is not None:  # SET LOCAL ends with the caller's transaction
+                    with conn.cursor() as cur:
+                        _set_local(cur, [value for _, value in SESSION_SETTINGS])
                 if fence is not None:
                     self._claim_fence(conn, fence)
                 result = self._write(conn, source, window, columns)
