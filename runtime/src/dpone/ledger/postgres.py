@@ -241,7 +241,8 @@ class PostgresStatements:
     def __init__(self, schema: str) -> None:
         s = '"' + schema + '"'
         self.schema = s
-        self.campaign_head = f"SELECT {CAMPAIGN_COLUMNS} FROM {s}.campaign WHERE run_key = %s ORDER BY seq DESC LIMIT 1"
+        # clock_timestamp() rides along: a load's "now" without a statement of its own
+        self.campaign_head = f"SELECT {CAMPAIGN_COLUMNS}, clock_timestamp() FROM {s}.campaign WHERE run_key = %s ORDER BY seq DESC LIMIT 1"
         self.insert_campaign = (
             f"INSERT INTO {s}.campaign ({INSERT_CAMPAIGN_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -316,6 +317,7 @@ class PostgresTx:
         self.mode = mode
         self.sql = store.statements
         self.lock_wanted: tuple[str, int] | None = None
+        self.head_read_at: dt.datetime | None = None
 
     def _one(self, query: str, params: Any = None) -> tuple[Any, ...] | None:
         return self.connection.execute(query, params).fetchone()
@@ -364,7 +366,10 @@ class PostgresTx:
 
     def campaign_head(self, run_key: str) -> CampaignHead | None:
         row = self._one(self.sql.campaign_head, (run_key,))
-        return None if row is None else campaign_from_row(row)
+        if row is None:
+            return None
+        self.head_read_at = utc(row[-1])
+        return campaign_from_row(row)
 
     def insert_campaign(self, head: CampaignHead) -> None:
         self.connection.execute(self.sql.insert_campaign, campaign_params(head))
@@ -452,6 +457,11 @@ class PostgresTx:
         return {int(row[0]) for row in rows}
 
     def db_now(self) -> dt.datetime:
+        """The database clock: the time the campaign head was just read, once (no round trip),
+        else a fresh reading."""
+        if self.head_read_at is not None:
+            now, self.head_read_at = self.head_read_at, None
+            return now
         row = self._one("SELECT clock_timestamp()")
         assert row is not None
         return utc(row[0])
