@@ -12,6 +12,7 @@ import sys
 
 from dpone.cli import _Parser
 from dpone.pack import load_and_compile
+from dpone.redaction import redact_document, redact_text
 
 from .validate import validate_for_airflow
 
@@ -43,10 +44,11 @@ def main_check(argv: list[str]) -> int:
         # belong to check too: CI should not learn about them first from generate.
         problems = [*problems, *validate_for_airflow(catalog)]
     if args.format == "json":
-        print(json.dumps([p.to_json() for p in problems], indent=2, ensure_ascii=False))
+        docs = [redact_document(p.to_json()) for p in problems]
+        print(json.dumps(docs, indent=2, ensure_ascii=False))
     elif problems:
         for problem in problems:
-            print(str(problem), file=sys.stderr)
+            print(redact_text(str(problem)), file=sys.stderr)
         print(f"dpone check: {len(problems)} error(s) in {args.catalog}", file=sys.stderr)
     else:
         assert catalog is not None

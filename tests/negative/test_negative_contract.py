@@ -511,3 +511,42 @@ def test_one_failed_map_item_fails_alone(project: Project, neg_db: str, tmp_path
     )
     assert committed_twice == 0
     assert negkit.scalar(neg_db, "SELECT count(*) FROM neg.dst") == 240
+
+
+@pytest.mark.postgres
+def test_a_mapped_item_without_its_run_identity_is_refused_before_any_io(
+    project: Project, neg_db: str
+) -> None:
+    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.RUN_IDENTITY_INVALID
+    assert "missing" in record["message"]
+    assert_refused_before_io(neg_db)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("field", "value"), [("dag_id", "another_dag"), ("flavour", "kubernetes")])
+def test_a_run_identity_of_another_dag_or_flavour_is_refused_before_any_io(
+    project: Project, neg_db: str, field: str, value: str
+) -> None:
+    identity = json.loads(str(project.identity_env()[negkit.ENV_IDENTITY]))
+    identity[field] = value
+    env = {negkit.ENV_IDENTITY: json.dumps(identity), negkit.ENV_ITEM: project.item(1)}
+    result = run_cli(project.run_argv(), {**env, **conn_env(neg_db)})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.MAPPING_PLAN_MISMATCH
+    assert value in record["message"]
+    assert_refused_before_io(neg_db)
+
+
+@pytest.mark.postgres
+def test_an_unwritable_result_destination_is_refused_before_any_io(
+    project: Project, neg_db: str, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x")
+    env = {**project.identity_env(), negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)}
+    result = run_cli(project.run_argv(), {**env, "DPONE_XCOM_PATH": str(blocked / "xcom.json")})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.OUTPUT_UNWRITABLE
+    assert_refused_before_io(neg_db)

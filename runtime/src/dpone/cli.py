@@ -10,6 +10,7 @@ pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): r
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -17,8 +18,11 @@ from typing import Any, NoReturn
 
 from dpone import __version__, errors
 from dpone.errors import DponeError, ErrorRecord, error_json_line
+from dpone.redaction import redact_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
+#: the reader of stdout went away (``dpone preview | head``): the shell's status for SIGPIPE
+EXIT_BROKEN_PIPE = 141
 GENERATOR_COMMANDS = ("check", "preview", "generate")
 TRANSIENT_CODES = {
     errors.CONNECTION_FAILED,
@@ -59,8 +63,15 @@ def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> N
     """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
     red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
     for rec in (record, *extra):
-        print(f"{red}error{reset}: {rec}", file=sys.stderr)
-    print(error_json_line(record), file=sys.stderr, flush=True)
+        print(f"{red}error{reset}: {redact_text(str(rec))}", file=sys.stderr)
+    safe = ErrorRecord(record.code, redact_text(record.message), record.location)
+    print(error_json_line(safe), file=sys.stderr, flush=True)
+
+
+def debug_enabled() -> bool:
+    """DPONE_DEBUG shows tracebacks of internal errors; empty, 0, false, no and off mean off."""
+    value = os.environ.get("DPONE_DEBUG", "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
 
 
 def exit_code_for(code: str) -> int:
@@ -84,6 +95,22 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+LOCK_TIMEOUT_MAX = 86_400.0
+
+
+def lock_timeout(text: str) -> float:
+    """--lock-timeout: a finite number of seconds in [0, 86400] (nan, inf and negatives refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0.0 <= value <= LOCK_TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not between 0 and {LOCK_TIMEOUT_MAX:.0f} seconds"
+        )
+    return value
+
+
 def _run_parser() -> _Parser:
     parser = _Parser(
         prog="dpone run",
@@ -101,7 +128,10 @@ def _run_parser() -> _Parser:
     parser.add_argument("--workload", required=True, help="workload name in the catalog")
     parser.add_argument("--process", help="process name (default: every process, in order)")
     parser.add_argument(
-        "--lock-timeout", type=float, default=30.0, help="campaign lock wait, seconds (30)"
+        "--lock-timeout",
+        type=lock_timeout,
+        default=30.0,
+        help="campaign lock wait, seconds, 0..86400 (30)",
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar or progress lines"
@@ -142,7 +172,34 @@ def _generator(command: str, argv: Sequence[str]) -> int:
     return result
 
 
+def _tolerate_encoding() -> None:
+    """On a stream whose encoding cannot show a character (PYTHONIOENCODING=ascii), write an
+    escape instead of failing: dpone's own output falls back to ASCII where it matters."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "strict") == "strict":
+            reconfigure(errors="backslashreplace")
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader closed stdout: end quietly, and keep the interpreter's final flush silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        _tolerate_encoding()
+        return _main(argv)
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(HELP, end="")
@@ -166,9 +223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # a bug: still one structured line, traceback only on request
-        if os.environ.get("DPONE_DEBUG"):
-            raise
+        if debug_enabled():
+            import traceback
+
+            print(redact_text("".join(traceback.format_exception(exc))), file=sys.stderr)
         report_error(
             ErrorRecord(
                 errors.INTERNAL,

@@ -100,6 +100,14 @@ PROVIDER_OWNED_ENV = _register(
     "written by the generator.",
     "Remove that key from airflow.env; dpone sets it per task.",
 )
+ENV_CREDENTIAL = _register(
+    "DPONE_AIRFLOW_ENV_CREDENTIAL",
+    "airflow.env (of a workload or of defaults) carries a connection credential.",
+    "A DPONE_CONN_<NAME> key, or a value that reads as a connection string with a password "
+    "(user:password@, password=, PWD=). airflow.env is written in clear into the DAG file.",
+    "Remove it from airflow.env and project the DSN from a Kubernetes secret with airflow.secrets "
+    "(docs/security.md); dpone sets DPONE_CONN_<NAME> from there.",
+)
 GENERATED_FILE_CONFLICT = _register(
     "DPONE_GENERATE_CONFLICT",
     "An output file exists that dpone did not generate, or two workloads want the same file.",

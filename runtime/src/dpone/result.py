@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dpone.errors import ErrorRecord
 from dpone.ledger.port import ChunkRecord, Ledger
+from dpone.redaction import redact_document
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 EVIDENCE_SCHEMA = "dpone.backfill-evidence.v1"
@@ -139,11 +141,12 @@ class RunOutcome:
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    """Write to a temp file in the same folder, fsync, then rename over the target; every string
+    passes the redaction first (results become XCom, evidence is shared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    import tempfile  # only when a result is written: not on the import path of every run
-
+    data = (
+        json.dumps(redact_document(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    )
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -27,6 +27,7 @@ from dpone.orchestrator import (
 )
 from dpone.pack import WorkloadPack, load_and_compile
 from dpone.progress import NoProgressSink, choose_progress
+from dpone.redaction import redact_text
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
 from dpone.session_limits import session_limits
 from dpone.verify import select_chunks, verify_identity
@@ -179,7 +180,7 @@ def run_command(args: argparse.Namespace) -> int:
         settings = RunSettings(
             lock_timeout_s=args.lock_timeout,
             progress=progress,
-            warn=lambda message: print(f"dpone: warning: {message}", file=sys.stderr),
+            warn=lambda message: print(f"dpone: warning: {redact_text(message)}", file=sys.stderr),
         )
         outcome = RunOutcome(
             workload=pack.workload.name,

@@ -7,6 +7,7 @@ env) -> normalise to ``Catalog``. Nothing here touches a database or the network
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ from dpone.authoring.schema import load_schema, validate
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
 from dpone.errors import ErrorCollector, ErrorRecord, Location
 from dpone.item import PROVIDER_OWNED_ENV
+from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
 from dpone.plan.mapping import MappingPolicy, normalize_policy
+from dpone.redaction import has_credentials
 
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"
@@ -123,10 +126,26 @@ def _process(
             f"process {name!r}: state.backend audit_schema needs state.connection",
             doc.locate((*path, "state")),
         )
+    schema = st.get("schema", "dpone_audit")
+    if backend == "audit_schema" and not (isinstance(schema, str) and SCHEMA_NAME.match(schema)):
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: state.schema {schema!r} is not a plain identifier (letters, "
+            "digits, _; at most 63 characters, not starting with a digit)",
+            doc.locate((*path, "state", "schema")),
+        )
+    state_path = st.get("path")
+    if backend == "local_file" and isinstance(state_path, str) and _system_path(state_path):
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: state.path {state_path!r} is under a kernel file system "
+            "(/proc, /sys, /dev), where no ledger file can live",
+            doc.locate((*path, "state", "path")),
+        )
     state = StateConfig(
         backend=backend,
         connection=st.get("connection"),
-        schema=st.get("schema", "dpone_audit"),
+        schema=schema,
         path=st.get("path"),
         require_distributed_lock=bool(st.get("require_distributed_lock", False)),
     )
@@ -240,10 +259,35 @@ def load_manifest(path: Path, display: str, out: ErrorCollector) -> Manifest | N
     return Manifest(display, data.get("name"), tuple(processes), mapping, location)
 
 
+def _system_path(path: str) -> bool:
+    """A path under /proc, /sys or /dev (after normalising ``..`` and repeated slashes)."""
+    parts = Path("/" + os.path.normpath(path).lstrip("/") if path.startswith("/") else path).parts
+    return len(parts) > 1 and parts[0] == "/" and parts[1] in ("proc", "sys", "dev")
+
+
 def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
     merged = dict(defaults)
     merged.update(own)
     return merged
+
+
+def _env_credentials(
+    scope: str, env: Any, path: tuple[str | int, ...], doc: YamlDocument, out: ErrorCollector
+) -> None:
+    """airflow.env is written in clear into the DAG file: no DSN, no password may be in it."""
+    if not isinstance(env, dict):
+        return
+    for key in sorted(env):
+        value = env[key]
+        is_conn = str(key).upper().startswith("DPONE_CONN_")
+        if is_conn or (isinstance(value, str) and has_credentials(value)):
+            what = "is a connection DSN" if is_conn else "holds a connection string with a password"
+            out.add(
+                errors.ENV_CREDENTIAL,
+                f"{scope}: airflow.env.{key} {what}: the DAG file would carry it in clear; "
+                "project it from a Kubernetes secret with airflow.secrets instead",
+                doc.locate((*path, "airflow", "env", key), key=True),
+            )
 
 
 def _airflow(
@@ -255,10 +299,10 @@ def _airflow(
 ) -> AirflowConfig:
     env = raw.get("env", {})
     for key in sorted(env):
+        where = doc.locate((*wpath, "airflow", "env", key), key=True)
+        if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
+            where = doc.locate(("defaults", "airflow", "env", key), key=True)
         if key in PROVIDER_OWNED_ENV or key.startswith("DPONE_AIRFLOW_"):
-            where = doc.locate((*wpath, "airflow", "env", key), key=True)
-            if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
-                where = doc.locate(("defaults", "airflow", "env", key), key=True)
             out.add(
                 errors.PROVIDER_OWNED_ENV,
                 f"workload {name!r}: airflow.env.{key} is owned by dpone and cannot be set",
@@ -313,6 +357,7 @@ def load_catalog(
         default_policy = _policy(
             defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out
         )
+    _env_credentials("defaults", defaults_airflow.get("env"), ("defaults",), doc, out)
     workloads: list[Workload] = []
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
@@ -334,6 +379,7 @@ def load_catalog(
                 doc.locate((*wpath, "manifest")),
             )
         own_airflow = wraw.get("airflow", {})
+        _env_credentials(f"workload {name!r}", own_airflow.get("env"), wpath, doc, out)
         airflow_raw = _merged_airflow(defaults_airflow, own_airflow)
         airflow = _airflow(name, airflow_raw, doc, wpath, out)
         if airflow.dag_id in dag_ids:

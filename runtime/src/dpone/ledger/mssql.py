@@ -82,7 +82,12 @@ def _odbc_value(value: str) -> str:
 def odbc_connection_string(dsn: str, application_name: str = "dpone-ledger") -> str:
     """ODBC connection string from ``mssql://user:pass@host:port/db?driver=...&Key=value`` or
     ``odbc://?odbc_connect=<url-encoded connection string>``."""
-    parts = urlsplit(dsn)
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        raise DponeError(
+            errors.CONFIG_INVALID, "the MSSQL DSN is malformed (an invalid IPv6 host)"
+        ) from None
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     if "odbc_connect" in query:
         raw = unquote(query["odbc_connect"])
@@ -94,9 +99,15 @@ def odbc_connection_string(dsn: str, application_name: str = "dpone-ledger") -> 
             errors.CONFIG_INVALID,
             f"MSSQL DSN {redact(dsn)} names no host: use mssql://user:pass@host:1433/database",
         )
+    try:
+        port = parts.port
+    except ValueError:
+        raise DponeError(
+            errors.CONFIG_INVALID, "the MSSQL DSN is malformed (an invalid host or port)"
+        ) from None
     driver = query.pop("driver", DEFAULT_DRIVER)
     fields = {"DRIVER": "{" + driver.replace("}", "}}") + "}"}
-    fields["SERVER"] = parts.hostname + (f",{parts.port}" if parts.port else "")
+    fields["SERVER"] = parts.hostname + (f",{port}" if port else "")
     database = parts.path.lstrip("/")
     if database:
         fields["DATABASE"] = _odbc_value(unquote(database))

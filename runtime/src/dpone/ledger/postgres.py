@@ -20,7 +20,6 @@ from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, Lease
 from dpone.ledger.sql import (
     CAMPAIGN_COLUMNS,
-    ERROR_MESSAGE_LIMIT,
     INSERT_CAMPAIGN_COLUMNS,
     INSERT_TRANSITION_COLUMNS,
     SCHEMA_VERSION,
@@ -42,12 +41,14 @@ from dpone.ledger.sql import (
     first_line,
     rows_as_shape,
     schema_lock_key,
+    stored_text,
     transition_from_row,
     transition_params,
     utc,
     view_from_row,
 )
 from dpone.plan.chunks import Chunk
+from dpone.redaction import mask_quoted
 from dpone.session_limits import session_limits
 
 try:
@@ -299,7 +300,7 @@ def connection_info(dsn: str, application_name: str) -> str:
         given = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise DponeError(
-            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {exc}"
+            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {mask_quoted(str(exc))}"
         ) from None
     defaults = {**CONNECTION_DEFAULTS, **session_limits().libpq_client()}
     extra = {key: value for key, value in defaults.items() if key not in given}
@@ -440,7 +441,7 @@ class PostgresTx:
             result.rows,
             result.checksum,
             result.error_code,
-            None if message is None else message[:ERROR_MESSAGE_LIMIT],
+            stored_text(message),
             *self._timeouts(),
         ]
         return self._combined(self.sql.close_append, params)

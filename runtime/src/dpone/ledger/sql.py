@@ -39,6 +39,7 @@ from dpone.ledger.port import (
     Ledger,
 )
 from dpone.plan.chunks import Bound, Chunk, plan_hash
+from dpone.redaction import redact_text
 
 SCHEMA_VERSION = 2
 """The audit-schema version this release writes; a newer stored version is refused.
@@ -139,11 +140,17 @@ def first_line(text: str, limit: int = ERROR_MESSAGE_LIMIT) -> str:
     return line[:limit]
 
 
+def stored_text(text: str | None) -> str | None:
+    """Free text a ledger row keeps (error message, cancel reason): redacted, then bounded to
+    ERROR_MESSAGE_LIMIT characters."""
+    return None if text is None else redact_text(text)[:ERROR_MESSAGE_LIMIT]
+
+
 def failure_from_exception(exc: BaseException) -> tuple[str, str]:
     """The (error_code, error_message) a FAILED record stores for an exception of a chunk write."""
     if isinstance(exc, DponeError):
-        return exc.code, exc.message[:ERROR_MESSAGE_LIMIT]
-    return errors.SINK_FAILED, first_line(f"{type(exc).__name__}: {exc}")
+        return exc.code, redact_text(exc.message)[:ERROR_MESSAGE_LIMIT]
+    return errors.SINK_FAILED, first_line(redact_text(f"{type(exc).__name__}: {exc}"))
 
 
 @dataclass(frozen=True)
@@ -488,9 +495,7 @@ def completion_record(
         rows=result.rows,
         checksum=result.checksum,
         error_code=result.error_code,
-        error_message=(
-            None if result.error_message is None else result.error_message[:ERROR_MESSAGE_LIMIT]
-        ),
+        error_message=stored_text(result.error_message),
     )
 
 
@@ -741,7 +746,7 @@ class SqlLedger(ABC):
                     config_hash=head.config_hash,
                     chunk_count=head.chunk_count,
                     cancelled=not undo,
-                    cancel_reason=reason,
+                    cancel_reason=stored_text(reason),
                     created_by=head.created_by,
                 )
             )
