@@ -11,11 +11,10 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path as FilePath
+from importlib import resources
 from typing import Any
 
 Path = tuple[str | int, ...]
-SCHEMA_DIR = FilePath(__file__).resolve().parents[1] / "schemas"
 
 
 @dataclass(frozen=True)
@@ -26,11 +25,8 @@ class SchemaViolation:
 
 @cache
 def load_schema(name: str) -> dict[str, Any]:
-    """A schema by file name, from the package (``schemas/`` in the repository).
-
-    Read next to this package's files (a wheel installs them there): importlib.resources costs
-    more to import than every schema costs to read, in each `dpone run`."""
-    text = (SCHEMA_DIR / name).read_text(encoding="utf-8")
+    """A schema by file name, from the package (``schemas/`` in the repository)."""
+    text = resources.files("dpone").joinpath("schemas", name).read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 
