@@ -320,8 +320,11 @@ def timing_file(folder: Path, name: str) -> Iterator[Path]:
 
 
 def phase_totals(path: Path) -> dict[str, list[int]]:
-    """Phases of every process that reported to ``path``, summed."""
+    """Phases of every process that reported to ``path``, summed (none from a runtime that
+    predates DPONE_TIMING)."""
     totals: dict[str, list[int]] = {}
+    if not path.exists():
+        return totals
     for line in path.read_text(encoding="utf-8").splitlines():
         for name, values in json.loads(line)["phases"].items():
             row = totals.setdefault(name, [0, 0, 0, 0])
@@ -333,6 +336,8 @@ def phase_totals(path: Path) -> dict[str, list[int]]:
 def print_breakdown(title: str, totals: dict[str, list[int]], per: int) -> dict[str, Any]:
     """Per-chunk (or per-run) milliseconds (exclusive) and round trips of each phase."""
     print(f"\n{title}")
+    if not totals:
+        print("(no phases: this runtime does not know DPONE_TIMING)")
     print(f"{'phase':<14} {'calls':>7} {'ms each':>9} {'round trips':>12}")
     out: dict[str, Any] = {}
     names = [n for n in BREAKDOWN if n in totals] + sorted(set(totals) - set(BREAKDOWN))
