@@ -17,12 +17,15 @@ target are compared with the source after each. The repetitions are interleaved 
 summary, pipe, ...) and the medians reported, with the load average before each run: the
 machine may be shared, so the ratios, taken side by side, are the figures to quote.
 
+With --compare-src, w1, w4, the summary and the no-op also run with another runtime checkout
+(PYTHONPATH), interleaved with this one: a before/after taken under the same load.
+
 A last pass runs w1 once more with DPONE_TIMING set (see runtime/src/dpone/timing.py) and prints
 the per-chunk breakdown: milliseconds and round trips of lease, delete, copy out, copy in,
 checksum and completion; and the phases of the no-op item.
 
     .venv/bin/python bench/campaign_bench.py [--rows 1000000] [--repeat 1] [--noop-repeat 5]
-        [--dsn DSN] [--keep] [--json] [--runtime-src OLD_CHECKOUT/runtime/src]
+        [--dsn DSN] [--keep] [--json] [--compare-src OLD_CHECKOUT/runtime/src]
 
 DSN: --dsn, else DPONE_TEST_POSTGRES_DSN, else postgresql://postgres@127.0.0.1:5432/postgres (any
 database of the server: the two bench databases are created there and dropped at the end unless
@@ -36,6 +39,7 @@ import ast
 import compileall
 import concurrent.futures
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -282,14 +286,14 @@ def compile_bytecode(runtime_src: str | None) -> None:
 
 
 def timed_runs(
-    commands: dict[str, list[str]], env: dict[str, str], times: int
+    commands: dict[str, tuple[list[str], dict[str, str]]], times: int
 ) -> dict[str, tuple[float, float]]:
     """Median wall and median CPU seconds (user + system of the child) of each command, run
     ``times`` times interleaved (so load hits every command alike)."""
     walls: dict[str, list[float]] = {name: [] for name in commands}
     cpus: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(times):
-        for name, command in commands.items():
+        for name, (command, env) in commands.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             run_dpone(command, env)
@@ -358,9 +362,9 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the two bench databases")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     parser.add_argument(
-        "--runtime-src",
-        help="run every `dpone run` with this runtime source tree (e.g. an older checkout's "
-        "runtime/src) first on PYTHONPATH, to measure it side by side with the same generator",
+        "--compare-src",
+        help="also run w1, w4, summary and the no-op with this runtime source tree (an older "
+        "checkout's runtime/src) first on PYTHONPATH, interleaved with this one in the same run",
     )
     args = parser.parse_args()
     base_dsn = args.dsn or os.environ.get("DPONE_TEST_POSTGRES_DSN") or DEFAULT_DSN
@@ -376,7 +380,7 @@ def main() -> int:
 
 
 def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
-    compile_bytecode(args.runtime_src)
+    compile_bytecode(args.compare_src)
     seed_source(src, args.rows)
     prepare_target(dst)
     expected = table_facts(src)
@@ -395,15 +399,18 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     if len(envs) != ITEMS:
         raise SystemExit(f"the generated DAG has {len(envs)} items, not {ITEMS}")
     base = clean_env(src, dst)
-    if args.runtime_src:
-        base["PYTHONPATH"] = str(Path(args.runtime_src).resolve())
+    old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())} if args.compare_src else {}
 
-    runs: dict[str, Callable[[], None]] = {
-        "pipe": lambda: run_pipe(src, dst),
-        "w1": lambda: run_dpone(internal_command(catalog, "campaign_w1"), base),
-        "w4": lambda: run_dpone(internal_command(catalog, "campaign_w4"), base),
-        "summary": lambda: run_summary(command, envs, base),
-    }
+    runs: dict[str, Callable[[], None]] = {"pipe": lambda: run_pipe(src, dst)}
+    for name, workload in (("w1", "campaign_w1"), ("w4", "campaign_w4")):
+        if old:
+            runs[f"{name} (compared)"] = functools.partial(
+                run_dpone, internal_command(catalog, workload), old
+            )
+        runs[name] = functools.partial(run_dpone, internal_command(catalog, workload), base)
+    if old:
+        runs["summary (compared)"] = functools.partial(run_summary, command, envs, old)
+    runs["summary"] = functools.partial(run_summary, command, envs, base)  # last: see the no-op
     times: dict[str, list[float]] = {name: [] for name in runs}
     loads: dict[str, list[str]] = {name: [] for name in runs}
     for _ in range(args.repeat):
@@ -424,12 +431,12 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     run_dpone(command, noop_env)  # warm the page cache
     noop_load = load()
     python = [sys.executable, "-c", "pass"]
-    floors = {
-        "no-op item re-run (all chunks committed)": command,
-        "floor: python -c pass": python,
-        "floor: python -c 'import psycopg'": [*python[:2], "import psycopg"],
-    }
-    measured = timed_runs(floors, noop_env, args.noop_repeat)
+    floors = {"no-op item re-run (all chunks committed)": (command, noop_env)}
+    if old:
+        floors["no-op item re-run (compared)"] = (command, {**old, **envs[0]})
+    floors["floor: python -c pass"] = (python, noop_env)
+    floors["floor: python -c 'import psycopg'"] = ([*python[:2], "import psycopg"], noop_env)
+    measured = timed_runs(floors, args.noop_repeat)
 
     with psycopg.connect(src) as conn:
         server = conn.execute("SHOW server_version").fetchone()
@@ -440,22 +447,23 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
         f"Postgres {server[0] if server else '?'}, psycopg {psycopg.__version__}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
     )
-    print(f"{'run':<34} {'seconds':>8} {'x pipe':>7} {'goal':>6}  load (1/5/15 min) before")
+    print(f"{'run':<45} {'seconds':>8} {'x pipe':>7} {'goal':>6}  load (1/5/15 min) before")
     labels = {
         "pipe": "psql text pipe (baseline)",
         "w1": "dpone run internal, 1 worker",
         "w4": "dpone run internal, 4 workers",
         "summary": f"summary {ITEMS} items x {POOL} processes",
     }
+    labels.update({f"{k} (compared)": f"{v} [compared]" for k, v in list(labels.items())})
     report: dict[str, Any] = {"rows": args.rows, "repeat": args.repeat, "runs": {}}
     met = True
     for name, values in times.items():
         median = statistics.median(values)
         ratio = baseline / median
-        goal = GOALS.get(name)
+        goal = None if name.endswith("(compared)") else GOALS.get(name)
         met = met and (goal is None or ratio >= goal)
         shown = f">={goal:.2f}" if goal else ""
-        print(f"{labels[name]:<34} {median:>8.2f} {ratio:>7.2f} {shown:>6}  {loads[name][0]}")
+        print(f"{labels[name]:<45} {median:>8.2f} {ratio:>7.2f} {shown:>6}  {loads[name][0]}")
         report["runs"][name] = {
             "seconds": round(median, 3),
             "vs_pipe": round(ratio, 3),
