@@ -10,15 +10,15 @@ import argparse
 import json
 import sys
 
-from dpone.cli import _Parser
 from dpone.pack import load_and_compile
 from dpone.redaction import redact_document, redact_text
+from dpone.reporting import CommandParser
 
 from .validate import validate_for_airflow
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="dpone check",
         description="Validate a workload catalog, its manifests and every mapping plan.",
         epilog="example:\n  dpone check golden/summary_365_into_40/workloads.yaml --format json\n"

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from dpone import errors
-from dpone.cli import _Parser, report_error
 from dpone.errors import ErrorRecord
 from dpone.redaction import redact_document, redact_text
+from dpone.reporting import CommandParser, report_error
 
 from .build import build
 from .emit import EmitPlan, apply_emit, plan_emit, unified_diff
@@ -35,7 +35,7 @@ exit codes: 0 up to date / written, 1 --check found differences, 2 error."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="dpone generate",
         description="Render the frozen Airflow DAG file of every workload, and the pools file.",
         epilog=EPILOG,

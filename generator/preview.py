@@ -12,13 +12,13 @@ import json
 import sys
 from typing import Any
 
-from dpone.cli import _Parser
 from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
 from dpone.plan.mapping import MappingItem
+from dpone.reporting import CommandParser
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="dpone preview",
         description="Show the chunk and mapping plan of every workload (or one).",
         epilog="example:\n  dpone preview golden/summary_365_into_40/workloads.yaml --workload "

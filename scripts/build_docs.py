@@ -32,7 +32,7 @@ HEADER = (
 
 
 def _exit_code(code: str) -> int:
-    from dpone.cli import exit_code_for
+    from dpone.reporting import exit_code_for
 
     return exit_code_for(code)
 
@@ -146,7 +146,12 @@ def _notes() -> dict[tuple[str, str], str]:
         ("pipeline.v1", "processes[].backfill.chunk.end"): "Exclusive; must be after `start`.",
         ("pipeline.v1", "processes[].backfill.chunk.step"): "Default: 1 (units per chunk).",
         ("pipeline.v1", "processes[].backfill.chunk.unit"): (
-            f"Default by type ({units}); must fit the type."
+            f"Default by type ({units}); must fit the type: date takes day, week, month; "
+            "timestamp takes minute, hour, day, week, month; integer takes value. Timestamp "
+            "steps are counted in UTC from `start`: a day is 24 hours, a week 7 days, a month "
+            "moves the UTC date by whole months keeping the UTC time of day (the 31st becomes "
+            "the month's last day, always counted from `start`), so a `start` at 00:00Z gives "
+            "calendar days and months in UTC."
         ),
         ("pipeline.v1", "processes[].backfill.inner_mode"): (
             "Default: `replace` (delete the chunk's range, insert the chunk). `full_refresh` "

@@ -28,6 +28,8 @@ COMMANDS = [
     ["ledger"],
     ["ledger", "status"],
     ["ledger", "cancel"],
+    ["ledger", "list"],
+    ["verify"],
     ["check"],
     ["preview"],
     ["generate"],
@@ -108,7 +110,7 @@ def test_version(flag: str) -> None:
 def test_top_level_help_lists_every_command_with_examples() -> None:
     done = dpone_cli("--help")
     assert done.returncode == 0
-    for command in ("run", "ledger", "check", "preview", "generate"):
+    for command in ("run", "ledger", "verify", "check", "preview", "generate"):
         assert re.search(rf"^  {command} ", done.stdout, re.M), command
     assert "examples:" in done.stdout
     bare = dpone_cli()

@@ -11,8 +11,9 @@ import functools
 from pathlib import Path
 
 import pytest
+from dpone.task_env import Env
 from dpone_generator.build import build
-from dpone_generator.dagspec import DagFile, Env, HookTask, RuntimeTask
+from dpone_generator.dagspec import DagFile, HookTask, RuntimeTask
 from dpone_generator.format import format_python, format_rendered
 from dpone_generator.render import black_string, py_string, render_dag, render_source
 from generator_support import golden_cases

@@ -174,6 +174,8 @@ def test_a_failed_item_is_retried_without_moving_committed_chunks(project, monke
     code, result, err = _run_item(catalog, plan, 3, monkeypatch, capsys)
     assert code == 1
     assert result["status"] == "failed" and result["error"]["code"] == "DPONE_SINK_FAILED"
+    # a row the sink refuses is refused again by a new attempt: the DAG fails without retries
+    assert result["error"]["retryable"] is False
     assert result["backfill"]["chunks_committed"] == 1  # the first chunk, before the bad one
     last = json.loads(err.strip().splitlines()[-1])
     assert last["schema"] == "dpone.error.v1" and last["code"] == "DPONE_SINK_FAILED"

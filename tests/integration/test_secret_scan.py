@@ -312,11 +312,12 @@ class Scan:
                 self.text(f"{channel}:{path.name}", path.read_text(errors="replace"))
 
     def ledger(self) -> None:
+        """Every row of every audit-schema table, and the sink's fence table."""
         with psycopg.connect(self.pg_dsn) as conn:
             tables = conn.execute(
                 "SELECT table_schema, table_name FROM information_schema.tables "
-                "WHERE table_schema LIKE %s",
-                (self.project.schema + "\\_a\\_%",),
+                "WHERE table_schema LIKE %s OR (table_schema = %s AND table_name = %s)",
+                (self.project.schema + "\\_a\\_%", self.project.schema, "dpone_chunk_fence"),
             ).fetchall()
             assert tables, "no ledger table to scan"
             for schema, table in tables:
@@ -393,7 +394,7 @@ def test_secret_never_leaves_on_any_failure_path(form: str, pg_dsn: str, project
     assert codes == {
         "unreachable_port": "DPONE_CONNECTION_FAILED",
         "bad_database": "DPONE_CONNECTION_FAILED",
-        "bad_sql": "DPONE_SOURCE_FAILED",
+        "bad_sql": "DPONE_PREFLIGHT_FAILED",  # a missing source table, refused before any lease
         "permission_denied": "DPONE_SINK_FAILED",
         "killed_connection": "DPONE_CONNECTION_FAILED",
         "ledger_lost_mid_run": "DPONE_CONNECTION_FAILED",

@@ -8,6 +8,7 @@ a screenshot, and a small stdlib PNG decoder counts the pixels of each state col
 from __future__ import annotations
 
 import datetime as dt
+import html
 import os
 import re
 import shutil
@@ -18,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dpone.cli import use_colour
 from dpone.ledger.port import CampaignShape, ChunkRecord, ChunkState, Ledger
 from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone.reporting import use_colour
 from dpone.status import (
     ANSI,
     GLYPH,
@@ -235,6 +236,22 @@ def test_status_document_counts_and_groups(campaign: dict[str, Any]) -> None:
     assert [x["expired"] for x in campaign["running_leases"][:3]] == [True, True, False]
     assert len(campaign["failures"]) == COUNTS["failed"]
     assert campaign["as_of"] == NOW.isoformat()
+
+
+def test_status_names_the_failed_and_stuck_items_to_clear(campaign: dict[str, Any]) -> None:
+    """Chunks 121-122 hold expired leases (item 6), chunks 145-180 failed (items 7 and 8); the
+    chunks of items 6 still running on live leases need no retry."""
+    clear = campaign["airflow_clear"]
+    assert clear["failed_map_indexes"] == [7, 8] and clear["stuck_map_indexes"] == [6]
+    assert clear["command"] == (
+        "airflow tasks clear orders_history --task-regex '^run_orders$' --only-failed --yes"
+    )
+    text = render_text(campaign, colour=False)
+    assert (
+        "  retry in Airflow (failed map indexes 7, 8; stuck (lease expired) map indexes 6):\n"
+        f"    {clear['command']}\n" in text
+    )
+    assert html.escape(clear["command"]) in render_html(campaign)
 
 
 # --- HTML ---------------------------------------------------------------------------------------

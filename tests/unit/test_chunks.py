@@ -262,9 +262,9 @@ def test_exactly_100k_chunks_is_allowed() -> None:
         spec("integer", 0, 10, 0),
         spec("integer", 0, 10, -1),
         spec("date", "2024-01-01", "2024-02-01", 1, "hour"),
-        spec("timestamp", "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z", 1, "day"),
+        spec("timestamp", "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z", 1, "value"),
     ],
-    ids=["step-0", "step-negative", "date-hour", "ts-day"],
+    ids=["step-0", "step-negative", "date-hour", "ts-value"],
 )
 def test_bad_step_or_unit_is_invalid(chunk_spec: ChunkSpec) -> None:
     with pytest.raises(ChunkPlanError):
@@ -420,3 +420,85 @@ def test_single_chunk_full_refresh_is_allowed(tmp_path: Path) -> None:
         },
     )
     assert result.only_plan().chunks_total == 1
+
+
+# --- calendar units on timestamps (UTC) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("unit", "hours"), [("day", 24), ("week", 24 * 7)], ids=["day", "week"])
+@pytest.mark.parametrize("step", [1, 3])
+def test_timestamp_days_and_weeks_are_fixed_utc_hours(unit: str, hours: int, step: int) -> None:
+    """UTC has no daylight saving: a day is 24 hours, a week 168, from any start instant."""
+    for start in ("2024-03-30T00:00:00Z", "2024-10-26T05:30:00+02:00"):
+        calendar = ranges(spec("timestamp", start, "2025-01-01T00:00:00Z", step, unit))
+        as_hours = ranges(spec("timestamp", start, "2025-01-01T00:00:00Z", step * hours, "hour"))
+        assert calendar == as_hours
+
+
+def test_timestamp_days_of_a_leap_year() -> None:
+    got = ranges(spec("timestamp", "2024-01-01T00:00:00Z", "2025-01-01T00:00:00Z", 1, "day"))
+    assert len(got) == 366
+    assert got[59] == ("2024-02-29T00:00:00Z", "2024-03-01T00:00:00Z")
+    day = dt.date(2024, 1, 1)
+    for lower, upper in got:
+        assert (lower, upper) == (f"{day}T00:00:00Z", f"{day + dt.timedelta(days=1)}T00:00:00Z")
+        day += dt.timedelta(days=1)
+
+
+def test_timestamp_months_are_calendar_months_in_utc() -> None:
+    got = ranges(spec("timestamp", "2023-07-01T00:00:00Z", "2024-07-01T00:00:00Z", 1, "month"))
+    firsts = [dt.date(2023 + (6 + m) // 12, (6 + m) % 12 + 1, 1) for m in range(13)]
+    assert got == [(f"{a}T00:00:00Z", f"{b}T00:00:00Z") for a, b in itertools.pairwise(firsts)]
+
+
+def test_timestamp_months_keep_the_time_of_day_and_clip_to_month_ends() -> None:
+    assert ranges(
+        spec("timestamp", "2024-01-31T06:00:00+01:00", "2024-05-15T00:00:00Z", 1, "month")
+    ) == [
+        ("2024-01-31T05:00:00Z", "2024-02-29T05:00:00Z"),
+        ("2024-02-29T05:00:00Z", "2024-03-31T05:00:00Z"),
+        ("2024-03-31T05:00:00Z", "2024-04-30T05:00:00Z"),
+        ("2024-04-30T05:00:00Z", "2024-05-15T00:00:00Z"),
+    ]
+    quarterly = ranges(
+        spec("timestamp", "2023-11-30T00:00:00Z", "2024-12-01T00:00:00Z", 3, "month")
+    )
+    assert [lower for lower, _ in quarterly] == [
+        "2023-11-30T00:00:00Z",
+        "2024-02-29T00:00:00Z",
+        "2024-05-30T00:00:00Z",
+        "2024-08-30T00:00:00Z",
+        "2024-11-30T00:00:00Z",
+    ]
+
+
+def test_timestamp_calendar_units_near_the_end_of_time_are_clipped() -> None:
+    for unit in ("day", "week", "month"):
+        got = ranges(spec("timestamp", "9999-12-01T00:00:00Z", "9999-12-31T23:59:59Z", 1, unit))
+        assert got[-1][1] == "9999-12-31T23:59:59Z"
+
+
+def test_timestamp_calendar_units_respect_the_chunk_limit() -> None:
+    with pytest.raises(ChunkPlanError, match="more than"):
+        plan_chunks(
+            spec("timestamp", "0001-01-01T00:00:00Z", "9999-01-01T00:00:00Z", 1, "day"), "rk"
+        )
+    with pytest.raises(ChunkPlanError, match="more than"):
+        plan_chunks(
+            spec("timestamp", "0001-01-01T00:00:00Z", "9999-01-01T00:00:00Z", 1, "month"), "rk"
+        )
+
+
+def test_value_is_still_refused_for_timestamps() -> None:
+    with pytest.raises(ChunkPlanError, match="does not fit"):
+        plan_chunks(
+            spec("timestamp", "2024-01-01T00:00:00Z", "2024-02-01T00:00:00Z", 1, "value"), "rk"
+        )
+
+
+def test_month_chunks_in_december_9999_are_planned() -> None:
+    """The month arithmetic never builds a date past 9999-12-31 (it once returned no chunk)."""
+    assert ranges(spec("date", "9999-10-31", "9999-12-31", 1, "month")) == [
+        ("9999-10-31", "9999-11-30"),
+        ("9999-11-30", "9999-12-31"),
+    ]

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 from dpone import errors
-from dpone.cli import debug_enabled, main
+from dpone.cli import main
 from dpone.errors import DponeError
 from dpone.identity import parse_run_identity
+from dpone.reporting import debug_enabled
 
 ROOT = Path(__file__).resolve().parents[2]
 DPONE = ROOT / ".venv" / "bin" / "dpone"

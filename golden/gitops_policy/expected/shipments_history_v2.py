@@ -11,18 +11,56 @@ run_shipments: summary mode, 28 chunks in 12 mapped tasks (pool dpone_logistics,
 from __future__ import annotations
 
 import datetime
+import inspect
 
+import airflow
 from airflow import DAG
 from airflow.exceptions import AirflowException
-from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.providers.cncf.kubernetes.secret import Secret
+
+try:
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # Airflow 2.x
+    from airflow.exceptions import AirflowFailException
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 LABEL_ENV = "DPONE_AIRFLOW_MAPPING_LABEL"
+SUPPORTED_AIRFLOW = "2.10.5, 2.11.x, 3.2.x and 3.3.x"
+# retry_exponential_backoff=true means "double the delay": a flag on Airflow 2, a multiplier on 3.
+EXPONENTIAL_BACKOFF = 2.0 if int(airflow.__version__.split(".")[0]) >= 3 else True
+
+
+def _dpone_unsupported(missing):
+    """The import error (DPONE_AIRFLOW_MAPPING_UNSUPPORTED) of an Airflow this file cannot run on."""
+    return ImportError(
+        f"DPONE_AIRFLOW_MAPPING_UNSUPPORTED: this dpone DAG file needs {missing}, which Airflow "
+        f"{airflow.__version__} lacks; it runs on Airflow {SUPPORTED_AIRFLOW} "
+        "(dpone docs/compatibility.md)"
+    )
+
+
+try:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.providers.cncf.kubernetes.secret import Secret
+    from kubernetes.client import models as k8s
+except ImportError as exc:
+    raise _dpone_unsupported("the cncf.kubernetes provider's KubernetesPodOperator") from exc
+
+
+def _dpone_require_mapping(operator):
+    """Fail the import unless `operator` maps (partial/expand) and labels map indexes."""
+    base = next((c for c in operator.__mro__ if c.__name__ == "BaseOperator"), None)
+    if not callable(getattr(operator, "partial", None)):
+        raise _dpone_unsupported("dynamic task mapping (partial/expand)")
+    if base is None or "map_index_template" not in inspect.signature(base.__init__).parameters:
+        raise _dpone_unsupported("map_index_template")
 
 
 class DponeRunOutcomeError(AirflowException):
-    """The dpone run result is missing or its status is not "passed"."""
+    """The dpone run result is missing or its status is not "passed"; Airflow may retry."""
+
+
+class DponeRunNotRetryableError(AirflowFailException):
+    """The dpone run failed with an error another attempt cannot cure: no Airflow retry."""
 
 
 def _dpone_result_problem(result):
@@ -37,6 +75,14 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_failure(result, problem):
+    """The exception that fails the task: retries only when dpone does not say they cannot help."""
+    error = result.get("error") if isinstance(result, dict) else None
+    if isinstance(error, dict) and error.get("retryable") is False:
+        return DponeRunNotRetryableError(f"{problem} (not retryable)")
+    return DponeRunOutcomeError(problem)
+
+
 def _dpone_push_result(context, result):
     """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
     ti = context.get("ti") if context else None
@@ -44,13 +90,68 @@ def _dpone_push_result(context, result):
         ti.xcom_push(key="return_value", value=result)
 
 
-class DponeRuntimeOperator(KubernetesPodOperator):
+# The pod options dpone writes in a pod manifest's form, and the kubernetes.client model each
+# becomes: the pod operator takes these models (or, for some, dicts of the models' own names).
+POD_MODELS = {
+    "tolerations": "list[V1Toleration]",
+    "affinity": "V1Affinity",
+    "image_pull_secrets": "list[V1LocalObjectReference]",
+    "volumes": "list[V1Volume]",
+    "volume_mounts": "list[V1VolumeMount]",
+    "env_from": "list[V1EnvFromSource]",
+    "security_context": "V1PodSecurityContext",
+    "container_security_context": "V1SecurityContext",
+}
+
+
+def _dpone_k8s(value, kind):
+    """A pod-manifest value (camelCase keys) as the kubernetes.client model `kind` names.
+
+    Unknown keys fail the import: the API client would drop them silently.
+    """
+    if value is None or kind in ("str", "int", "bool", "float", "object", "date", "datetime"):
+        return value
+    if kind.startswith("list["):
+        return [_dpone_k8s(item, kind[5:-1]) for item in value]
+    if kind.startswith("dict("):
+        inner = kind[5:-1].split(", ", 1)[1]
+        return {key: _dpone_k8s(item, inner) for key, item in value.items()}
+    model = getattr(k8s, kind)
+    attrs = {key: attr for attr, key in model.attribute_map.items()}
+    unknown = sorted(set(value) - set(attrs))
+    if unknown:
+        raise ValueError(f"{kind} has no field {unknown[0]!r}")
+    return model(
+        **{attrs[k]: _dpone_k8s(v, model.openapi_types[attrs[k]]) for k, v in value.items()}
+    )
+
+
+class DponePodOperator(KubernetesPodOperator):
+    """A pod whose every argument reaches Kubernetes as written: nothing is rendered by Jinja.
+
+    dpone writes literal values only, so no template field is needed; without rendering no
+    catalog string (image, commands, env, labels, annotations, ...) can be altered at task time.
+    Pod options given in a pod manifest's form become the operator's kubernetes.client models.
+    """
+
+    template_fields = ()
+    template_ext = ()
+
+    def __init__(self, **kwargs):
+        for name, kind in POD_MODELS.items():
+            if isinstance(kwargs.get(name), (dict, list)):
+                kwargs[name] = _dpone_k8s(kwargs[name], kind)
+        super().__init__(**kwargs)
+
+
+class DponeRuntimeOperator(DponePodOperator):
     """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
 
     The result is the pod's XCom (dpone.run-result.v1). It is checked on the synchronous path
     (`execute`) and on the deferrable completion path (`trigger_reentry`, the method the pod operator
     defers to in cncf.kubernetes 10.10.0 and 10.25.0). Both paths read the XCom through
     `extract_xcom`, where it is captured: 10.10.0's `trigger_reentry` does not return it.
+    A result whose error is not retryable fails the task without Airflow retries.
     The item's label (DPONE_AIRFLOW_MAPPING_LABEL) goes to the context for `map_index_template`.
     """
 
@@ -92,16 +193,21 @@ class DponeRuntimeOperator(KubernetesPodOperator):
         problem = _dpone_result_problem(result)
         if problem:
             _dpone_push_result(self._dpone_context, result)
-            raise DponeRunOutcomeError(problem)
+            raise _dpone_failure(result, problem)
         return result
 
     def _dpone_reraise(self, exc):
-        if isinstance(exc, DponeRunOutcomeError) or self._dpone_result is None:
+        if isinstance(exc, (DponeRunOutcomeError, DponeRunNotRetryableError)):
+            return
+        if self._dpone_result is None:
             return
         problem = _dpone_result_problem(self._dpone_result)
         if problem:
             _dpone_push_result(self._dpone_context, self._dpone_result)
-            raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
+            raise _dpone_failure(self._dpone_result, f"{problem} ({exc})") from exc
+
+
+_dpone_require_mapping(DponeRuntimeOperator)
 
 
 with DAG(
@@ -112,7 +218,7 @@ with DAG(
     max_active_runs=1,
     tags=["backfill", "logistics"],
 ) as dag:
-    pre_check_tms = KubernetesPodOperator(
+    pre_check_tms = DponePodOperator(
         task_id="pre_check_tms",
         name="dpone-pre-check-tms",
         image="registry.example.com/dpone-runtime:0.1.0",
@@ -130,10 +236,10 @@ with DAG(
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
             "DPONE_LOG_FORMAT": "json",
-            "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-            "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-            "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-            "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+            "SHIPMENTS_BANNER": "line one\r\nline two\n",
+            "SHIPMENTS_MARKER": "{# not a comment",
+            "SHIPMENTS_NOTE": "{{ kept literally }}",
+            "SHIPMENTS_SETTINGS": "settings.yaml",
         },
     )
     run_shipments = DponeRuntimeOperator.partial(
@@ -169,126 +275,126 @@ with DAG(
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/12: chunks 1-3, 2024-04-01T00:00:00Z <= shipped_at < 2024-04-01T18:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/12: chunks 4-6, 2024-04-01T18:00:00Z <= shipped_at < 2024-04-02T12:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":7,"item_index":2,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/12: chunks 7-9, 2024-04-02T12:00:00Z <= shipped_at < 2024-04-03T06:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":3,"first_chunk_index":10,"item_index":3,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/12: chunks 10-12, 2024-04-03T06:00:00Z <= shipped_at < 2024-04-04T00:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":13,"item_index":4,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/12: chunks 13-14, 2024-04-04T00:00:00Z <= shipped_at < 2024-04-04T12:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":15,"item_index":5,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/12: chunks 15-16, 2024-04-04T12:00:00Z <= shipped_at < 2024-04-05T00:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":17,"item_index":6,"last_chunk_index":18,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/12: chunks 17-18, 2024-04-05T00:00:00Z <= shipped_at < 2024-04-05T12:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":19,"item_index":7,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/12: chunks 19-20, 2024-04-05T12:00:00Z <= shipped_at < 2024-04-06T00:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":21,"item_index":8,"last_chunk_index":22,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/12: chunks 21-22, 2024-04-06T00:00:00Z <= shipped_at < 2024-04-06T12:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":23,"item_index":9,"last_chunk_index":24,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/12: chunks 23-24, 2024-04-06T12:00:00Z <= shipped_at < 2024-04-07T00:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":25,"item_index":10,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/12: chunks 25-26, 2024-04-07T00:00:00Z <= shipped_at < 2024-04-07T12:00:00Z",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
                 "DPONE_LOG_FORMAT": "json",
-                "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-                "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-                "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-                "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+                "SHIPMENTS_BANNER": "line one\r\nline two\n",
+                "SHIPMENTS_MARKER": "{# not a comment",
+                "SHIPMENTS_NOTE": "{{ kept literally }}",
+                "SHIPMENTS_SETTINGS": "settings.yaml",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64","chunks_count":2,"first_chunk_index":27,"item_index":11,"last_chunk_index":28,"mapping_plan_fingerprint":"sha256:4ef55aad40ec031dd02ca78b12db3929d510d4444c39c4876c746cd6b50a6923","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/12: chunks 27-28, 2024-04-07T12:00:00Z <= shipped_at < 2024-04-08T00:00:00Z",
             },
         ]
     )
-    post_refresh_views = KubernetesPodOperator(
+    post_refresh_views = DponePodOperator(
         task_id="post_refresh_views",
         name="dpone-post-refresh-views",
         image="registry.example.com/dpone-runtime:0.1.0",
@@ -306,10 +412,10 @@ with DAG(
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
             "DPONE_LOG_FORMAT": "json",
-            "SHIPMENTS_BANNER": "{{ 'line one\\r\\nline two\\n' }}",
-            "SHIPMENTS_MARKER": "{{ '{# not a comment' }}",
-            "SHIPMENTS_NOTE": "{{ '{{ kept literally }}' }}",
-            "SHIPMENTS_SETTINGS": "{{ 'settings.yaml' }}",
+            "SHIPMENTS_BANNER": "line one\r\nline two\n",
+            "SHIPMENTS_MARKER": "{# not a comment",
+            "SHIPMENTS_NOTE": "{{ kept literally }}",
+            "SHIPMENTS_SETTINGS": "settings.yaml",
         },
     )
 

@@ -1,10 +1,8 @@
 """The one `dpone` command. The pod needs only `run` and `ledger`; `check`, `preview` and
 `generate` come with the `dpone` distribution (the generator) and say how to get it when absent.
 
-Exit codes (docs/cli.md): 0 passed / clean; 1 the run failed or check found errors or generate
---check found differences; 2 usage error; 3 refused before any data I/O (invalid input, plan or
-pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): retry; 5 cancelled;
-130 / 143 stopped by SIGINT / SIGTERM (the chunk in flight rolled back and its lease released).
+Exit codes and error reporting live in dpone.reporting; this module only dispatches. It imports
+`run` and `ledger` lazily so `dpone --help` stays fast.
 """
 
 from __future__ import annotations
@@ -14,23 +12,23 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from dpone import __version__, errors
-from dpone.errors import DponeError, ErrorRecord, error_json_line
+from dpone.errors import DponeError, ErrorRecord
 from dpone.redaction import redact_text
+from dpone.reporting import (
+    EXIT_BROKEN_PIPE,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CommandParser,
+    debug_enabled,
+    exit_code_for,
+    report_error,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
-#: the reader of stdout went away (``dpone preview | head``): the shell's status for SIGPIPE
-EXIT_BROKEN_PIPE = 141
 GENERATOR_COMMANDS = ("check", "preview", "generate")
-TRANSIENT_CODES = {
-    errors.CONNECTION_FAILED,
-    errors.MAPPING_CAMPAIGN_BUSY,
-    errors.CHUNK_LEASE_LOST,
-    errors.CHUNK_BUSY,
-    errors.RUN_INTERRUPTED,
-}
 
 HELP = f"""dpone {__version__} — bounded Airflow backfills over a durable chunk ledger
 
@@ -38,7 +36,8 @@ usage: dpone <command> [options]
 
 commands:
   run        move a backfill chunk by chunk under the ledger (what every pod runs)
-  ledger     show (status) or cancel a campaign's ledger
+  ledger     show (status), cancel or list (list) the campaigns of a ledger
+  verify     compare every chunk's source and target rows (count + checksum), read-only
   check      validate a catalog and its manifests             [dpone distribution]
   preview    show the chunk and mapping plans                 [dpone distribution]
   generate   write the frozen Airflow DAG files and pools     [dpone distribution]
@@ -48,51 +47,10 @@ examples:
   dpone preview golden/summary_365_into_40/workloads.yaml
   dpone run --catalog golden/internal_default/workloads.yaml --workload orders_history
   dpone ledger status --catalog golden/internal_default/workloads.yaml --workload orders_history
+  dpone verify --catalog golden/internal_default/workloads.yaml --workload orders_history
 
 `dpone <command> --help` shows each command's options; exit codes are in docs/cli.md.
 """
-
-
-def use_colour(stream: Any) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set to a non-empty value
-    (https://no-color.org)."""
-    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
-
-
-def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> None:
-    """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
-    red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
-    for rec in (record, *extra):
-        print(f"{red}error{reset}: {redact_text(str(rec))}", file=sys.stderr)
-    safe = ErrorRecord(record.code, redact_text(record.message), record.location)
-    print(error_json_line(safe), file=sys.stderr, flush=True)
-
-
-def debug_enabled() -> bool:
-    """DPONE_DEBUG shows tracebacks of internal errors; empty, 0, false, no and off mean off."""
-    value = os.environ.get("DPONE_DEBUG", "").strip().lower()
-    return value not in ("", "0", "false", "no", "off")
-
-
-def exit_code_for(code: str) -> int:
-    if code == errors.USAGE:
-        return EXIT_USAGE
-    if code in TRANSIENT_CODES:
-        return EXIT_TRANSIENT
-    if code == errors.CAMPAIGN_CANCELLED:
-        return EXIT_CANCELLED
-    if code in (errors.SINK_FAILED, errors.SOURCE_FAILED, errors.CHUNK_FAILED):
-        return EXIT_FAILED
-    return EXIT_REFUSED
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as dpone.error.v1 with exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        report_error(ErrorRecord(errors.USAGE, f"{self.prog}: {message}"))
-        raise SystemExit(EXIT_USAGE)
 
 
 LOCK_TIMEOUT_MAX = 86_400.0
@@ -111,22 +69,43 @@ def lock_timeout(text: str) -> float:
     return value
 
 
-def _run_parser() -> _Parser:
-    parser = _Parser(
+def _run_parser() -> CommandParser:
+    parser = CommandParser(
         prog="dpone run",
         description="Re-verify the plan, then move the selected chunks under the ledger.",
         epilog=(
-            "example: DPONE_CONN_DEMO=sqlite:///demo.db dpone run --catalog "
+            "examples:\n"
+            "  DPONE_CONN_DEMO=sqlite:///demo.db dpone run --catalog "
             "golden/internal_default/workloads.yaml --workload orders_history\n"
+            "  dpone run --catalog golden/summary_365_into_40/workloads.yaml "
+            "--workload orders_history --process orders --item 7\n"
             "env: DPONE_AIRFLOW_MAPPING_ITEM (one mapped item; absent = internal),\n"
             "     DPONE_AIRFLOW_RUN_IDENTITY (pack identity from the DAG), DPONE_CONN_<NAME>,\n"
-            "     DPONE_XCOM_PATH, DPONE_EVIDENCE_DIR"
+            "     DPONE_XCOM_PATH, DPONE_EVIDENCE_DIR\n"
+            "exit codes:\n"
+            "  0  passed\n"
+            "  1  a chunk failed (DPONE_BACKFILL_CHUNK_FAILED, DPONE_SINK_FAILED, ...)\n"
+            "  2  usage error (DPONE_USAGE)\n"
+            "  3  refused before any data moved (invalid catalog, plan or pack mismatch,\n"
+            "     missing connection, missing table or chunk column)\n"
+            "  4  transient: retry (database unreachable, campaign busy, lease lost)\n"
+            "  5  the campaign is cancelled (DPONE_BACKFILL_CANCELLED)\n"
+            "  130 / 143  stopped by SIGINT / SIGTERM: the chunk in flight rolled back and its\n"
+            "     lease released (DPONE_RUN_INTERRUPTED)\n"
+            "  every error code's exit code: docs/errors.md"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--catalog", required=True, help="path of the workload catalog")
     parser.add_argument("--workload", required=True, help="workload name in the catalog")
     parser.add_argument("--process", help="process name (default: every process, in order)")
+    parser.add_argument(
+        "--item",
+        type=int,
+        metavar="N",
+        help="re-run mapped item N (its Airflow map index) with exactly the env its generated "
+        "task passes, computed from the plan",
+    )
     parser.add_argument(
         "--lock-timeout",
         type=lock_timeout,
@@ -150,10 +129,45 @@ def cmd_run(argv: Sequence[str]) -> int:
     return run_command(args)
 
 
+def _verify_parser() -> CommandParser:
+    parser = CommandParser(
+        prog="dpone verify",
+        description=(
+            "Prove a backfill: per chunk, compare the source's and the target's row count and "
+            "order-independent checksum, computed read-only. Prints the mismatched chunks with "
+            "their ranges and a summary; exit 0 only when every checked chunk matches."
+        ),
+        epilog=(
+            "examples:\n"
+            "  DPONE_CONN_DEMO=sqlite:///demo.db dpone verify --catalog "
+            "golden/internal_default/workloads.yaml --workload orders_history\n"
+            "  dpone verify --catalog workloads.yaml --workload orders_history --chunks 1-40 "
+            "--format json\n"
+            "exit codes: 0 every chunk matches, 1 a chunk differs (DPONE_VERIFY_MISMATCH),\n"
+            "  2 usage, 3 refused (invalid catalog, missing connection), 4 database unreachable"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--catalog", required=True, help="path of the workload catalog")
+    parser.add_argument("--workload", required=True, help="workload name in the catalog")
+    parser.add_argument("--process", help="only this process (default: every process)")
+    parser.add_argument(
+        "--chunks", metavar="RANGES", help="only these chunks: 1-40, 7 or 1-5,9 (default: all)"
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output (text)")
+    return parser
+
+
+def cmd_verify(argv: Sequence[str]) -> int:
+    from dpone.reconcile import verify_command
+
+    return verify_command(_verify_parser().parse_args(argv))
+
+
 def cmd_ledger(argv: Sequence[str]) -> int:
     from dpone.status import ledger_command
 
-    return ledger_command(argv, _Parser)
+    return ledger_command(argv, CommandParser)
 
 
 def _generator(command: str, argv: Sequence[str]) -> int:
@@ -194,7 +208,9 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         _tolerate_encoding()
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's final flush
+        return code
     except BrokenPipeError:
         return _quiet_broken_pipe()
 
@@ -213,6 +229,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(rest)
         if command == "ledger":
             return cmd_ledger(rest)
+        if command == "verify":
+            return cmd_verify(rest)
         if command in GENERATOR_COMMANDS:
             return _generator(command, rest)
     except DponeError as exc:

@@ -200,9 +200,11 @@ CHUNK_BUSY = _register(
 )
 MAPPING_UNSUPPORTED = _register(
     "DPONE_AIRFLOW_MAPPING_UNSUPPORTED",
-    "The installed Airflow or provider cannot materialize the mapped operator.",
-    "An Airflow older than 2.10 or a cncf.kubernetes provider without partial/expand support.",
-    "Use a supported version pair (docs/compatibility.md).",
+    "A generated DAG file's import fails: the running Airflow lacks what the file uses.",
+    "No dynamic task mapping (partial/expand), no map_index_template, or no cncf.kubernetes "
+    "KubernetesPodOperator (kubernetes flavour); the import error names what is missing.",
+    "Run the DAG files on Airflow 2.10.5, 2.11.x, 3.2.x or 3.3.x with the cncf.kubernetes "
+    "provider (docs/compatibility.md).",
 )
 RUN_IDENTITY_INVALID = _register(
     "DPONE_AIRFLOW_RUN_IDENTITY_INVALID",
@@ -319,6 +321,24 @@ OUTPUT_UNWRITABLE = _register(
     "The XCom result file or the evidence folder cannot be written; nothing was moved.",
     "DPONE_XCOM_PATH or DPONE_EVIDENCE_DIR points to a read-only, missing or full location.",
     "Mount a writable volume there (docs/deploy-kubernetes.md) or unset the variable.",
+)
+PREFLIGHT_FAILED = _register(
+    "DPONE_PREFLIGHT_FAILED",
+    "Before any chunk was leased, a table or column the process needs was not found; nothing "
+    "was moved or recorded as failed.",
+    "The source or target table does not exist (yet), the chunk column is not in the source, or "
+    "the target lacks a column the source moves, so every chunk would fail.",
+    "Create or correct the table, or fix the process's source, sink or chunk column at the "
+    "reported manifest location, then run again.",
+)
+VERIFY_MISMATCH = _register(
+    "DPONE_VERIFY_MISMATCH",
+    "`dpone verify` found chunks whose target rows differ from the source rows.",
+    "The chunk has not run yet, the source changed after the chunk was moved, another writer "
+    "changed the target, or the sink's inner mode (append) keeps rows the source no longer has.",
+    "A chunk not yet committed has simply not run (see `dpone ledger status`); for a committed "
+    "one, find what changed the source or target, move that window again under a new backfill_id "
+    "and verify again.",
 )
 INTERNAL = _register(
     "DPONE_INTERNAL",

@@ -35,6 +35,7 @@ from dpone.ledger.port import (
 )
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Chunk
+from dpone.preflight import require_tables
 from dpone.progress import NoProgressSink
 from dpone.result import ChunkTiming, RunOutcome
 from dpone.verify import Selection
@@ -464,6 +465,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     movers: list[ChunkMover] = [ChunkMover(ctx, store)]
     try:
         if pending:
+            require_tables(plan, *connector_specs(plan), ctx.dsn)  # refuse before any lease
             for warning in movers[0].preflight():
                 settings.warn(warning)
         for _ in range(workers - 1):

@@ -12,7 +12,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.authoring.models import Catalog, ProcessConfig, Workload
-from dpone.errors import ErrorCollector, ErrorRecord, Location
+from dpone.errors import DponeError, ErrorCollector, ErrorRecord, Location
 from dpone.plan.canonical import fingerprint
 from dpone.plan.chunks import Chunk, ChunkPlanError, backfill_run_key, plan_chunks_hashed
 from dpone.plan.mapping import MappingPlan, MappingPlanError, MappingPolicy, plan_mapping
@@ -215,15 +215,26 @@ def compile_catalog(catalog: Catalog) -> tuple[list[WorkloadPack], list[ErrorRec
     return packs, problems
 
 
-def load_and_compile(
-    path: str, workload: str | None = None
-) -> tuple[Catalog | None, list[WorkloadPack], list[ErrorRecord]]:
-    """The whole pure front half: load, validate, plan. Used by check, preview, generate, run
-    (which loads and compiles its one ``workload`` only, see load_catalog)."""
+def load_and_compile(path: str) -> tuple[Catalog | None, list[WorkloadPack], list[ErrorRecord]]:
+    """The whole pure front half: load, validate, plan. Used by check, preview, generate, run."""
     from dpone.authoring.loader import load_catalog
 
-    catalog, problems = load_catalog(path, workload)
+    catalog, problems = load_catalog(path)
     if catalog is None:
         return None, [], problems
     packs, problems = compile_catalog(catalog)
     return catalog, packs, problems
+
+
+def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
+    """The compiled pack of one workload; any problem in the catalog refuses (a command acts on
+    a workload only when the whole catalog is valid, as `dpone check` would say)."""
+    loaded, packs, problems = load_and_compile(catalog)
+    if problems:
+        raise DponeError.from_records(problems)
+    assert loaded is not None
+    for pack in packs:
+        if pack.workload.name == workload:
+            return pack
+    names = ", ".join(w.name for w in loaded.workloads)
+    raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")

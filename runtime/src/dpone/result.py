@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpone.errors import ErrorRecord
+from dpone.errors import REGISTRY, ErrorRecord
 from dpone.ledger.port import ChunkRecord, Ledger
 from dpone.redaction import redact_document
 
@@ -100,7 +100,13 @@ class RunOutcome:
     def result_document(self) -> dict[str, Any]:
         error = None
         if self.error is not None:
-            error = {"code": self.error.code, "message": self.error.message[:MESSAGE_MAX]}
+            # retryable: whether another attempt can help; the DAG file fails the task without
+            # Airflow retries when it is false (a pack mismatch is not cured by a new pod).
+            error = {
+                "code": self.error.code,
+                "message": self.error.message[:MESSAGE_MAX],
+                "retryable": REGISTRY[self.error.code].retryable,
+            }
         backfill: dict[str, Any] = {
             "run_key": self.run_key,
             "chunks_selected": self.chunks_selected,

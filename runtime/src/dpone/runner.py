@@ -8,9 +8,11 @@ ledger and connectors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from dpone import errors
@@ -25,11 +27,13 @@ from dpone.orchestrator import (
     run_backfill,
     run_full_refresh,
 )
-from dpone.pack import WorkloadPack, load_and_compile
+from dpone.pack import WorkloadPack, load_workload_pack
 from dpone.progress import NoProgressSink, choose_progress
 from dpone.redaction import redact_text
+from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
 from dpone.session_limits import session_limits
+from dpone.task_env import Env, mapped_item_env, task_env
 from dpone.verify import select_chunks, verify_identity
 
 
@@ -40,20 +44,6 @@ def read_env_inputs() -> tuple[ParsedItem | None, RunIdentity | None]:
     item = parse_mapping_item(raw_item) if raw_item is not None else None
     identity = parse_run_identity(raw_identity) if raw_identity is not None else None
     return item, identity
-
-
-def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
-    """Load and compile the one workload this run needs (not the catalog's others)."""
-    loaded, packs, problems = load_and_compile(catalog, workload)
-    if problems:
-        raise DponeError.from_records(problems)
-    assert loaded is not None
-    for pack in packs:
-        if pack.workload.name == workload:
-            return pack
-    everything, _, _ = load_and_compile(catalog)  # only to name what the catalog has
-    names = ", ".join(w.name for w in (everything or loaded).workloads)
-    raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")
 
 
 def evidence_key(outcome: RunOutcome) -> str | None:
@@ -140,10 +130,80 @@ def _summary(outcome: RunOutcome) -> str:
     )
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from dpone.cli import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
+def mapped_task_env(pack: WorkloadPack, process: str | None, index: int) -> tuple[str, Env]:
+    """The process name and the env of mapped task ``index``, as its generated DAG passes it."""
+    if process is None:
+        if len(pack.processes) != 1:
+            names = ", ".join(p.name for p in pack.processes)
+            raise DponeError(errors.USAGE, f"--item needs --process (one of: {names})")
+        process = pack.processes[0].name
+    plan = pack.process(process)
+    if plan is None:
+        names = ", ".join(p.name for p in pack.processes)
+        raise DponeError(
+            errors.USAGE,
+            f"process {process!r} is not in workload {pack.workload.name!r} (has: {names})",
+        )
+    mapping = plan.mapping_plan
+    if mapping is None:
+        raise DponeError(
+            errors.USAGE,
+            f"process {process!r} runs in mode internal (one task, no map index): run it "
+            "without --item",
+        )
+    if not 0 <= index < mapping.items_total:
+        raise DponeError(
+            errors.USAGE,
+            f"--item {index}: process {process!r} has items 0-{mapping.items_total - 1} "
+            "(Airflow map indexes)",
+        )
+    env = mapped_item_env(task_env(pack, plan), plan, mapping, mapping.items[index])
+    return process, env
 
+
+@contextlib.contextmanager
+def environment(env: Env) -> Iterator[None]:
+    """``env`` set in os.environ for the duration, the previous values restored after."""
+    saved = {key: os.environ.get(key) for key, _ in env}
+    os.environ.update(dict(env))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_mapped_item(args: argparse.Namespace) -> int:
+    """`dpone run --item N`: mapped task N re-run locally with exactly its generated env; from
+    there on the same path as in the pod (the env is parsed and verified like any other)."""
+    present = [key for key in (ENV_ITEM, ENV_RUN_IDENTITY) if key in os.environ]
+    if present:
+        raise DponeError(
+            errors.USAGE,
+            f"--item computes {' and '.join(present)} from the plan: unset "
+            f"{'them' if len(present) > 1 else 'it'} first",
+        )
+    pack = load_workload_pack(args.catalog, args.workload)
+    process, env = mapped_task_env(pack, args.process, args.item)
+    keys = ", ".join(key for key, _ in env)
+    print(
+        f"dpone: {pack.workload.name}/{process}: re-running mapped item {args.item} with the env "
+        f"of its Airflow task ({keys})",
+        file=sys.stderr,
+    )
+    with environment(env):
+        item, identity = read_env_inputs()
+        return run_plans(args, pack, item, identity)
+
+
+def run_command(args: argparse.Namespace) -> int:
     install_handlers()
+    session_limits()  # a bad session limit variable is refused before any I/O
+    if getattr(args, "item", None) is not None:
+        return run_mapped_item(args)
     item, identity = read_env_inputs()
     if item is not None and identity is None:
         raise DponeError(
@@ -151,8 +211,17 @@ def run_command(args: argparse.Namespace) -> int:
             "DPONE_AIRFLOW_RUN_IDENTITY is missing: a mapped item runs only with the identity of "
             "the DAG it came from (the generated DAG sets both; use `dpone run --item N` locally)",
         )
-    session_limits()  # a bad session limit variable is refused before any I/O
     pack = load_workload_pack(args.catalog, args.workload)
+    return run_plans(args, pack, item, identity)
+
+
+def run_plans(
+    args: argparse.Namespace,
+    pack: WorkloadPack,
+    item: ParsedItem | None,
+    identity: RunIdentity | None,
+) -> int:
+    """Verify the env's item and identity against the plan, then run the selected processes."""
     if args.process is not None:
         plan = pack.process(args.process)
         if plan is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -19,9 +21,11 @@ from typing import Any
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.ledger.port import ChunkState, Ledger, LedgerStore
-from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
 from dpone.redaction import redact_document
+from dpone.reporting import use_colour
+from dpone.task_env import runtime_task_id
 
 STATUS_SCHEMA = "dpone.ledger-status.v1"
 STATE_COLOURS = {
@@ -119,6 +123,7 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
     document: dict[str, Any] = redact_document(
         {
             "schema": STATUS_SCHEMA,
+            "airflow_clear": airflow_clear(pack, plan, failures, leases),
             "workload": pack.workload.name,
             "process": plan.name,
             "run_key": plan.run_key,
@@ -142,6 +147,68 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
         }
     )
     return document
+
+
+def airflow_clear(
+    pack: WorkloadPack,
+    plan: ProcessPlan,
+    failures: Sequence[dict[str, Any]],
+    leases: Sequence[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """What to clear in Airflow to retry the failed and stuck (lease expired) chunks: the map
+    indexes of their items and the `airflow tasks clear` command that restarts them.
+
+    Airflow's CLI clears by task and state, not by map index (2.10 and 3.x), so the command
+    clears every failed instance of the runtime task; a pod that died holding a lease is failed
+    by Airflow too. Clearing more than needed is safe: committed chunks are skipped. None when
+    nothing needs a retry.
+    """
+    failed = {x["chunk_index"] for x in failures}
+    stuck = {x["chunk_index"] for x in leases if x["expired"]}
+    if not failed and not stuck:
+        return None
+    task_id = runtime_task_id(plan)
+    command = " ".join(
+        [
+            "airflow tasks clear",
+            shlex.quote(pack.workload.airflow.dag_id),
+            "--task-regex",
+            shlex.quote(f"^{re.escape(task_id)}$"),
+            "--only-failed",
+            "--yes",
+        ]
+    )
+
+    def items_of(chunks: set[int]) -> list[int]:
+        mapping = plan.mapping_plan
+        if mapping is None:
+            return []
+        return [
+            item.item_index
+            for item in mapping.items
+            if any(item.first_chunk_index <= c <= item.last_chunk_index for c in chunks)
+        ]
+
+    return {
+        "task_id": task_id,
+        "failed_map_indexes": items_of(failed),
+        "stuck_map_indexes": items_of(stuck),
+        "command": command,
+    }
+
+
+def _clear_lines(clear: dict[str, Any] | None) -> list[str]:
+    if clear is None:
+        return []
+    parts = []
+    if clear["failed_map_indexes"]:
+        parts.append("failed map indexes " + ", ".join(map(str, clear["failed_map_indexes"])))
+    if clear["stuck_map_indexes"]:
+        parts.append(
+            "stuck (lease expired) map indexes " + ", ".join(map(str, clear["stuck_map_indexes"]))
+        )
+    what = "; ".join(parts) if parts else f"task {clear['task_id']}"
+    return [f"  retry in Airflow ({what}):", f"    {clear['command']}"]
 
 
 def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH) -> str:
@@ -172,6 +239,7 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
             f"  failed: chunk {failure['chunk_index']} attempt {failure['attempt']} "
             f"{failure['error_code']}: {failure['error_message']}"
         )
+    lines.extend(_clear_lines(doc.get("airflow_clear")))
     legend = "  legend: " + "  ".join(f"{paint(s, glyph[s])} {s}" for s in STATE_COLOURS)
     lines.append(legend)
     return "\n".join(lines) + "\n"
@@ -257,6 +325,13 @@ def _html_section(doc: dict[str, Any]) -> str:
         )
     elif not doc["exists"]:
         banner = '<p class="meta">No ledger yet: nothing has run for this campaign.</p>'
+    clear = doc.get("airflow_clear")
+    retry = (
+        f'<h3>Retry in Airflow</h3><p class="meta">{e(_clear_lines(clear)[0].strip())}</p>'
+        f"<pre>{e(clear['command'])}</pre>"
+        if clear
+        else ""
+    )
     as_of = f", as of {e(doc['as_of'])}" if doc.get("as_of") else ""
     return f"""<section>
 <h1>{e(doc['workload'])} / {e(doc['process'])}</h1>
@@ -268,7 +343,7 @@ def _html_section(doc: dict[str, Any]) -> str:
 {lease_table}
 <h3>Failures ({len(doc['failures'])})</h3>
 {failure_table}
-</section>"""
+{retry}</section>"""
 
 
 def render_html_page(docs: Sequence[dict[str, Any]]) -> str:
@@ -348,18 +423,67 @@ LEDGER_ACTIONS = (
         "dpone ledger cancel --catalog golden/internal_default/workloads.yaml "
         "--workload orders_history --reason 'wrong source table'",
     ),
+    (
+        "list",
+        "list every campaign in a ledger: workload, process, mode, chunks by state, last activity",
+        "dpone ledger list --connection warehouse --schema dpone_audit",
+    ),
 )
 
 
-def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
-    from dpone.runner import load_workload_pack
+def _list_campaigns(args: argparse.Namespace) -> int:
+    from dpone.campaigns import list_document
+    from dpone.campaigns import render_text as render_list
+    from dpone.connections import resolve_dsn
+    from dpone.ledger.factory import DEFAULT_SCHEMA, open_store
 
+    if (args.connection is None) == (args.path is None):
+        raise DponeError(
+            errors.USAGE,
+            "dpone ledger list needs exactly one of --connection (audit_schema) or --path "
+            "(local_file)",
+        )
+    modes: dict[str, str] = {}
+    if args.catalog is not None:
+        from dpone.pack import load_and_compile
+
+        _, packs, problems = load_and_compile(args.catalog)
+        if problems:
+            raise DponeError.from_records(problems)
+        modes = {
+            p.run_key: p.mapping_policy.mode
+            for pack in packs
+            for p in pack.processes
+            if p.run_key is not None
+        }
+    if args.connection is not None:
+        schema = args.schema or DEFAULT_SCHEMA
+        store = open_store("audit_schema", resolve_dsn(args.connection), schema, None)
+        where = f"{args.connection} schema {schema}"
+    else:
+        if not Path(args.path + ".journal").exists() and not Path(args.path).exists():
+            raise DponeError(errors.USAGE, f"no local_file ledger at {args.path!r}")
+        store = open_store("local_file", None, None, args.path)
+        where = args.path
+    try:
+        doc = list_document(store, where, args.workload, modes)
+    finally:
+        store.close()
+    if args.format == "json":
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(render_list(doc), end="")
+    return 0
+
+
+def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
     parser = parser_class(
         prog="dpone ledger",
-        description="Show or cancel a campaign's ledger.",
+        description="Show, cancel or list the campaigns of a ledger.",
         epilog="examples:\n  dpone ledger status --catalog workloads.yaml --workload orders_history\n"
         "  dpone ledger status --catalog workloads.yaml --workload orders_history --html campaign.html\n"
-        "  dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad source'",
+        "  dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad source'\n"
+        "  dpone ledger list --connection warehouse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="action", required=True)
@@ -371,6 +495,16 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             epilog=f"example:\n  {example}\nexit codes: docs/cli.md",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        if name == "list":
+            p.add_argument("--connection", help="the audit_schema ledger's connection name")
+            p.add_argument("--schema", help="its audit schema (default dpone_audit)")
+            p.add_argument("--path", help="or: the path of a local_file ledger")
+            p.add_argument("--catalog", help="a catalog, to show each campaign's mode")
+            p.add_argument("--workload", help="only this workload's campaigns")
+            p.add_argument(
+                "--format", choices=("text", "json"), default="text", help="output (text)"
+            )
+            continue
         p.add_argument("--catalog", required=True, help="path of the workload catalog")
         p.add_argument("--workload", required=True, help="workload name in the catalog")
         p.add_argument("--process", help="only this process (default: every chunked process)")
@@ -388,6 +522,8 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             )
             p.add_argument("--undo", action="store_true", help="lift a cancellation")
     args = parser.parse_args(list(argv))
+    if args.action == "list":
+        return _list_campaigns(args)
     pack = load_workload_pack(args.catalog, args.workload)
     plans = _plans(pack, args.process)
     if args.action == "cancel":
@@ -413,8 +549,6 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:
-        from dpone.cli import use_colour
-
         colour = use_colour(sys.stdout)
         glyph = glyphs_for(sys.stdout)
         print("".join(render_text(doc, colour, glyph) for doc in docs), end="")

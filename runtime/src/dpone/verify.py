@@ -15,6 +15,7 @@ from dpone.item import ParsedItem
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Chunk
 from dpone.plan.mapping import MappingItem
+from dpone.task_env import run_identity
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,12 @@ class Selection:
 
 def expected_identity(pack: WorkloadPack, process: str) -> RunIdentity:
     """The run identity the generated DAG passes to this workload's process task."""
-    airflow = pack.workload.airflow
-    return RunIdentity(
-        dag_id=airflow.dag_id,
-        workload=pack.workload.name,
-        process=process,
-        pack_fingerprint=pack.fingerprint,
-        flavour=airflow.flavour,
-        image=airflow.image if airflow.flavour == "kubernetes" else None,
-    )
+    plan = pack.process(process)
+    if plan is None:
+        raise DponeError(
+            errors.USAGE, f"process {process!r} is not in workload {pack.workload.name!r}"
+        )
+    return run_identity(pack, plan)
 
 
 def verify_identity(pack: WorkloadPack, process: str, identity: RunIdentity | None) -> None:

@@ -41,6 +41,53 @@ DEFAULT_UNITS = {"date": "day", "timestamp": "hour", "integer": "value"}
 DEFAULT_IMAGE_CATALOG_PATH = "/app/catalog/workloads.yaml"
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_START_DATE = "2024-01-01"
+# Airflow task arguments the catalog may set beside ``retries``, in the order the DAG file writes them.
+TASK_OPTIONS = (
+    "retry_delay",
+    "retry_exponential_backoff",
+    "max_retry_delay",
+    "execution_timeout",
+    "owner",
+    "queue",
+    "priority_weight",
+)
+# Operator arguments dpone writes itself: the catalog sets them through its own fields (image,
+# namespace, env, secrets, resources, retries, mapping) or never (the item env and the expand list).
+OWNED_ARGUMENTS = frozenset(
+    {
+        "arguments",
+        "cmds",
+        "command",
+        "container_resources",
+        "do_xcom_push",
+        "env_vars",
+        "expand",
+        "image",
+        "map_index_template",
+        "max_active_tis_per_dag",
+        "name",
+        "namespace",
+        "partial",
+        "pool",
+        "pool_slots",
+        "retries",
+        "secrets",
+        "task_id",
+        "validate_result",
+    }
+)
+
+
+def pod_option_names() -> tuple[str, ...]:
+    """The ``airflow.pod`` keys in the order the DAG file writes them: the schema's order."""
+    return tuple(load_schema(CATALOG_SCHEMA)["$defs"]["pod"]["properties"])
+
+
+def _owned_argument(path: tuple[str | int, ...]) -> bool:
+    """An unknown key directly under ``airflow`` or ``airflow.pod`` that dpone itself writes."""
+    if len(path) < 2 or path[-1] not in OWNED_ARGUMENTS:
+        return False
+    return path[-2] == "pod" or (path[-2] == "airflow" and path[-1] not in ("image", "namespace"))
 
 
 def _in_mapping_policy(path: tuple[str | int, ...]) -> bool:
@@ -64,7 +111,13 @@ def _schema_errors(doc: YamlDocument, schema_name: str, code: str, out: ErrorCol
         unknown = violation.message.startswith("unknown field")
         where = doc.locate(violation.path, key=unknown)
         shown = ".".join(str(p) for p in violation.path) or "document"
-        out.add(code, f"{shown}: {violation.message}", where)
+        message = violation.message
+        if unknown and _owned_argument(violation.path):
+            message = (
+                f"{violation.path[-1]!r} is written by dpone, not set in the catalog (use the "
+                "airflow fields image, namespace, env, secrets, resources, retries, mapping)"
+            )
+        out.add(code, f"{shown}: {message}", where)
     return clean
 
 
@@ -266,8 +319,11 @@ def _system_path(path: str) -> bool:
 
 
 def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """The workload's airflow fields over the defaults; ``pod`` is merged key by key."""
     merged = dict(defaults)
     merged.update(own)
+    if "pod" in defaults and "pod" in own:
+        merged["pod"] = {**defaults["pod"], **own["pod"]}
     return merged
 
 
@@ -309,6 +365,17 @@ def _airflow(
                 where,
             )
     resources = raw.get("resources", {})
+    flavour = raw.get("flavour", "kubernetes")
+    pod = raw.get("pod", {})
+    if flavour != "kubernetes":
+        if (*wpath, "airflow", "pod", "__key__") in doc.positions:
+            out.add(
+                errors.CATALOG_INVALID,
+                f"workload {name!r}: airflow.pod applies to the kubernetes flavour only "
+                f"(this workload's flavour is {flavour!r})",
+                doc.locate((*wpath, "airflow", "pod"), key=True),
+            )
+        pod = {}  # defaults.airflow.pod applies to the kubernetes workloads of the catalog
     return AirflowConfig(
         dag_id=raw.get("dag_id", name),
         schedule=raw.get("schedule"),
@@ -316,7 +383,7 @@ def _airflow(
         tags=tuple(raw.get("tags", ("dpone",))),
         image=raw.get("image"),
         namespace=raw.get("namespace", "default"),
-        flavour=raw.get("flavour", "kubernetes"),
+        flavour=flavour,
         catalog_path=raw.get("catalog_path", DEFAULT_IMAGE_CATALOG_PATH),
         command=tuple(raw.get("command", ("dpone",))),
         requests=tuple(sorted(resources.get("requests", {}).items())),
@@ -328,19 +395,13 @@ def _airflow(
         retries=raw.get("retries", 0),
         pre_hooks=tuple(Hook(h["name"], tuple(h["command"])) for h in raw.get("pre_hooks", ())),
         post_hooks=tuple(Hook(h["name"], tuple(h["command"])) for h in raw.get("post_hooks", ())),
+        task_options=tuple((key, raw[key]) for key in TASK_OPTIONS if key in raw),
+        pod_options=tuple((key, pod[key]) for key in pod_option_names() if key in pod),
     )
 
 
-def load_catalog(
-    path: str | Path, workload: str | None = None
-) -> tuple[Catalog | None, list[ErrorRecord]]:
-    """Load a catalog and every manifest it names; (catalog, []) or (None, all errors).
-
-    With ``workload``, the catalog document is still validated whole, but only that workload is
-    loaded (its manifest, airflow section and policy): what `dpone run` needs, without parsing
-    every other workload's manifest in every pod. The catalog then holds that workload only (none
-    when the name is not in the catalog).
-    """
+def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
+    """Load a catalog and every manifest it names; (catalog, []) or (None, all errors)."""
     display = str(path)
     catalog_path = Path(path)
     out = ErrorCollector()
@@ -362,8 +423,6 @@ def load_catalog(
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
     for name in data["workloads"]:
-        if workload is not None and name != workload:
-            continue
         wraw = data["workloads"][name]
         wpath: tuple[str | int, ...] = ("workloads", name)
         manifest_rel = wraw["manifest"]

@@ -250,6 +250,12 @@ class Source(ABC):
         """The checksum of the chunk's rows (every row when ``window`` is None) as the source
         holds them."""
 
+    def read_only(self) -> Self:
+        """Open this source's connections so that the database refuses writes, where it can
+        (Postgres: read-only transactions; SQLite: the file opened read-only). Call it before
+        the first read; the default (MSSQL, which has no read-only session) changes nothing."""
+        return self
+
     @abstractmethod
     def close(self) -> None:
         """Close owned connections (idempotent)."""

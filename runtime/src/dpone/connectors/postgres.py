@@ -17,7 +17,7 @@ import selectors
 import uuid
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg import pq, sql
@@ -197,6 +197,7 @@ class PgConnection:
         self._dsn = dsn
         self._label = label
         self.current: Connection | None = None
+        self.read_only = False
 
     def get(self) -> Connection:
         conn = self.current
@@ -215,6 +216,8 @@ class PgConnection:
         try:
             conn = psycopg.connect(make_conninfo(self._dsn, **extra), autocommit=True)
             settings = SESSION_SETTINGS + limits.postgres_settings(conn.info.server_version)
+            if self.read_only:
+                settings = (*settings, ("default_transaction_read_only", "on"))
             conn.execute(
                 sql.SQL("SELECT {}").format(
                     sql.SQL(", ").join(sql.SQL("set_config(%s, %s, false)") for _ in settings)
@@ -429,6 +432,11 @@ class PostgresSource(Source):
 
     def columns(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.describe())
+
+    def read_only(self) -> Self:
+        self._conn.discard()
+        self._conn.read_only = True
+        return self
 
     def select_sql(
         self,

@@ -18,6 +18,7 @@ import re
 import sqlite3
 import uuid
 from collections.abc import Callable, Generator, Sequence
+from typing import Self
 
 from dpone import errors
 from dpone.connections import sqlite_path
@@ -129,10 +130,11 @@ class SqliteConnection:
         self.path = os.path.realpath(sqlite_path(dsn))
         self._label = label
         self.current: sqlite3.Connection | None = None
+        self.read_only = False
 
     def get(self) -> sqlite3.Connection:
         if self.current is None:
-            uri = pathlib.Path(self.path).as_uri() + "?mode=rw"
+            uri = pathlib.Path(self.path).as_uri() + ("?mode=ro" if self.read_only else "?mode=rw")
             try:
                 self.current = sqlite3.connect(
                     uri, uri=True, isolation_level=None, timeout=30, check_same_thread=False
@@ -207,6 +209,11 @@ class SqliteSource(Source):
         for batch in self.rows(window, 10_000):
             total.add_many(batch)
         return total.value()
+
+    def read_only(self) -> Self:
+        self.db.close()
+        self.db.read_only = True
+        return self
 
     def same_file(self, path: str) -> bool:
         return self.db.path == path

@@ -7,6 +7,7 @@ the last chunk is clipped to ``end``. Bounds are canonical strings (dates ``YYYY
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from dpone.plan.canonical import fingerprint, fingerprint_text, json_scalar
 CHUNK_TYPES = ("date", "timestamp", "integer")
 UNITS_BY_TYPE: dict[str, tuple[str, ...]] = {
     "date": ("day", "week", "month"),
-    "timestamp": ("hour", "minute"),
+    "timestamp": ("hour", "minute", "day", "week", "month"),
     "integer": ("value",),
 }
 MAX_CHUNKS = 100_000
@@ -124,8 +125,36 @@ def _add_months(day: dt.date, months: int) -> dt.date:
     month0 = day.month - 1 + months
     year = day.year + month0 // 12
     month = month0 % 12 + 1
-    last = (dt.date(year + month // 12, month % 12 + 1, 1) - dt.timedelta(days=1)).day
+    last = calendar.monthrange(year, month)[1]  # no date of the next month: December 9999 works
     return dt.date(year, month, min(day.day, last))
+
+
+_TIMEDELTA_UNIT = {"minute": "minutes", "hour": "hours", "day": "days", "week": "weeks"}
+
+
+def _month_stamps(begin: dt.datetime, finish: dt.datetime, step: int) -> list[tuple[Bound, Bound]]:
+    """Timestamp chunks of ``step`` calendar months in UTC: each boundary is ``begin`` moved by
+    whole months with its UTC time of day kept (the day clipped to the month's last day, always
+    counted from ``begin`` so a 31st never drifts)."""
+    out: list[tuple[Bound, Bound]] = []
+
+    def shifted(steps: int) -> dt.datetime | None:
+        try:
+            day = _add_months(begin.date(), steps * step)
+        except (OverflowError, ValueError):
+            return None
+        return dt.datetime.combine(day, begin.timetz())
+
+    k = 0
+    while True:
+        lower = shifted(k)
+        if lower is None or lower >= finish:
+            return out
+        upper = shifted(k + 1) or finish
+        out.append((format_timestamp(lower), format_timestamp(min(upper, finish))))
+        k += 1
+        if k > MAX_CHUNKS:
+            raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
 
 
 def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
@@ -173,9 +202,9 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
     begin, finish = parse_timestamp(spec.start), parse_timestamp(spec.end)
     if begin >= finish:
         raise ChunkPlanError(f"zero-length window: start {spec.start} is not before end {spec.end}")
-    delta = (
-        dt.timedelta(hours=spec.step) if spec.unit == "hour" else dt.timedelta(minutes=spec.step)
-    )
+    if spec.unit == "month":
+        return _month_stamps(begin, finish, spec.step)
+    delta = dt.timedelta(**{_TIMEDELTA_UNIT[spec.unit]: spec.step})
     if (finish - begin) / delta > MAX_CHUNKS:
         raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
     seconds = delta // dt.timedelta(seconds=1)

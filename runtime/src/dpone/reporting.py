@@ -1,0 +1,83 @@
+"""How a `dpone` command reports its outcome: exit codes, error lines on stderr, and the argparse
+that reports usage errors the same way.
+
+Every command (the `dpone` entry point, `run`, `ledger`, and the generator's `check`, `preview`
+and `generate`) depends on this module; it depends on nothing but the error registry, so the
+composition roots only ever import downward.
+
+Exit codes (docs/cli.md): 0 passed / clean; 1 the run failed or check found errors or generate
+--check found differences; 2 usage error; 3 refused before any data I/O (invalid input, plan or
+pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): retry; 5 cancelled;
+130 / 143 stopped by SIGINT / SIGTERM (the chunk in flight rolled back and its lease released);
+141 stdout closed by its reader (``dpone preview | head``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from dpone import errors
+from dpone.errors import ErrorRecord, error_json_line
+from dpone.redaction import redact_text
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
+#: the reader of stdout went away (``dpone preview | head``): the shell's status for SIGPIPE
+EXIT_BROKEN_PIPE = 141
+TRANSIENT_CODES = {
+    errors.CONNECTION_FAILED,
+    errors.MAPPING_CAMPAIGN_BUSY,
+    errors.CHUNK_LEASE_LOST,
+    errors.CHUNK_BUSY,
+    errors.RUN_INTERRUPTED,
+}
+
+
+def use_colour(stream: Any) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set to a non-empty value
+    (https://no-color.org)."""
+    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+
+
+def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> None:
+    """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
+    red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
+    for rec in (record, *extra):
+        print(f"{red}error{reset}: {redact_text(str(rec))}", file=sys.stderr)
+    safe = ErrorRecord(record.code, redact_text(record.message), record.location)
+    print(error_json_line(safe), file=sys.stderr, flush=True)
+
+
+def debug_enabled() -> bool:
+    """DPONE_DEBUG shows tracebacks of internal errors; empty, 0, false, no and off mean off."""
+    value = os.environ.get("DPONE_DEBUG", "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
+
+
+def exit_code_for(code: str) -> int:
+    if code == errors.USAGE:
+        return EXIT_USAGE
+    if code in TRANSIENT_CODES:
+        return EXIT_TRANSIENT
+    if code == errors.CAMPAIGN_CANCELLED:
+        return EXIT_CANCELLED
+    if code in (
+        errors.SINK_FAILED,
+        errors.SOURCE_FAILED,
+        errors.CHUNK_FAILED,
+        errors.VERIFY_MISMATCH,
+    ):
+        return EXIT_FAILED
+    return EXIT_REFUSED
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as dpone.error.v1 with exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        report_error(ErrorRecord(errors.USAGE, f"{self.prog}: {message}"))
+        raise SystemExit(EXIT_USAGE)

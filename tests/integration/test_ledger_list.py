@@ -1,0 +1,143 @@
+"""`dpone ledger list` on the real Postgres ledger (two campaigns of two workloads, one complete,
+one with a failed item) and on a local_file ledger."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from dpone.cli import main
+
+CATALOG = """\
+schema: dpone.workload-catalog.v1
+workloads:
+  orders:
+    manifest: orders.yaml
+    airflow:
+      image: example/dpone:1
+      mapping: {mode: summary, max_items: 6, max_active: 3, pool: dpone_test}
+  returns:
+    manifest: returns.yaml
+"""
+MANIFEST = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: {name}
+    source: {{connection: wh, table: {{schema: {s}, name: raw_orders}}}}
+    sink:
+      connection: wh
+      table: {{schema: {s}, name: {name}}}
+      keys: [order_id]
+      strategy: {{mode: backfill}}
+    backfill:
+      chunk: {{column: order_date, type: date, start: 2023-01-01, end: {end}}}
+      inner_mode: replace
+    state: {{backend: audit_schema, connection: wh, schema: {s}_audit, require_distributed_lock: true}}
+"""
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, str]]:
+    schema = "t_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(
+            f"CREATE TABLE {schema}.raw_orders (order_id bigint PRIMARY KEY, "
+            "order_date date NOT NULL, amount integer NOT NULL)"
+        )
+        for table in ("orders", "returns"):
+            conn.execute(
+                f"CREATE TABLE {schema}.{table} (order_id bigint PRIMARY KEY, "
+                "order_date date NOT NULL, amount integer NOT NULL CHECK (amount >= 0))"
+            )
+        conn.execute(
+            f"INSERT INTO {schema}.raw_orders SELECT g, date '2023-01-01' + (g % 30), g % 1000 "
+            "FROM generate_series(1, 3000) g"
+        )
+        conn.execute(f"INSERT INTO {schema}.raw_orders VALUES (99999, '2023-01-23', -1)")
+    monkeypatch.setenv("DPONE_CONN_WH", pg_dsn)
+    for key in ("DPONE_AIRFLOW_MAPPING_ITEM", "DPONE_AIRFLOW_RUN_IDENTITY", "DPONE_EVIDENCE_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("DPONE_XCOM_PATH", str(tmp_path / "xcom.json"))
+    (tmp_path / "workloads.yaml").write_text(CATALOG)
+    (tmp_path / "orders.yaml").write_text(
+        MANIFEST.format(s=schema, name="orders", end="2023-01-31")
+    )
+    (tmp_path / "returns.yaml").write_text(
+        MANIFEST.format(s=schema, name="returns", end="2023-01-11")
+    )
+    yield str(tmp_path / "workloads.yaml"), schema
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema}_audit CASCADE")
+
+
+@pytest.mark.postgres
+def test_ledger_list_shows_every_campaign(
+    project: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog, schema = project
+    run = ["run", "--catalog", catalog, "--no-progress"]
+    assert main([*run, "--workload", "returns"]) == 0
+    assert main([*run, "--workload", "orders", "--process", "orders", "--item", "4"]) == 1
+    capsys.readouterr()
+    base = ["ledger", "list", "--connection", "wh", "--schema", f"{schema}_audit"]
+    assert main([*base, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "dpone.ledger-list.v1"
+    by_workload = {c["workload"]: c for c in doc["campaigns"]}
+    assert set(by_workload) == {"orders", "returns"}
+    returns, orders = by_workload["returns"], by_workload["orders"]
+    assert returns["counts"] == {"committed": 10, "running": 0, "failed": 0, "pending": 0}
+    assert returns["complete"] is True and returns["mode"] is None
+    # item 4 = chunks 21-25: 21 and 22 committed, 23 failed (the CHECK), 24-25 not started
+    assert orders["counts"] == {"committed": 2, "running": 0, "failed": 1, "pending": 27}
+    assert orders["chunks_total"] == 30 and orders["complete"] is False
+    assert doc["campaigns"][0]["workload"] == "orders"  # most recent activity first
+    assert orders["last_activity"] > returns["last_activity"]
+
+    assert main([*base, "--catalog", catalog, "--workload", "orders"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "campaign", "workload/process", "mode", "chunks", "committed", "running", "failed",
+        "pending", "last", "activity",
+    ]  # fmt: skip
+    assert lines[1].split()[1:8] == ["orders/orders", "summary", "30", "2", "0", "1", "27"]
+    assert lines[-1] == f"1 campaign(s) in ledger wh schema {schema}_audit"
+
+
+def test_ledger_list_needs_one_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["ledger", "list"]) == 2
+    assert main(["ledger", "list", "--connection", "x", "--path", "y"]) == 2
+    assert main(["ledger", "list", "--path", "nowhere/ledger"]) == 2
+    assert "no local_file ledger at 'nowhere/ledger'" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists(), "listing must not create a ledger"
+
+
+def test_ledger_list_reads_a_local_file_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runpy
+
+    root = Path(__file__).resolve().parents[2]
+    catalog = str(root / "golden" / "internal_default" / "workloads.yaml")
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(root / "scripts" / "demo_seed.py"))["seed"](tmp_path / "demo.db")
+    monkeypatch.setenv("DPONE_CONN_DEMO", "sqlite:///demo.db")
+    monkeypatch.setenv("DPONE_XCOM_PATH", str(tmp_path / "xcom.json"))
+    assert main(["run", "--catalog", catalog, "--workload", "orders_history", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["ledger", "list", "--path", ".dpone-demo/ledger", "--catalog", catalog]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[1:8] == ["orders_history/orders", "internal", "9", "9", "0", "0", "0"]
+    assert out[1].endswith("complete")
