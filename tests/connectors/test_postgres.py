@@ -300,6 +300,44 @@ def test_failure_inside_external_transaction_keeps_caller_usable(route: Route) -
         caller.close()
 
 
+def test_not_isolated_joins_the_caller_with_the_same_rows_and_checksum(route: Route) -> None:
+    """isolated=False (dpone's own ledger transaction): same rows and checksum; dpone's settings
+    are SET LOCAL, so they end with the caller's transaction."""
+    window = WINDOWS["timestamp"]
+    create_pg(route.sink, route.sink_schema, rows=[])
+    caller = psycopg.connect(route.sink.dsn)
+    try:
+        caller.execute("SET TimeZone = 'America/New_York'")
+        caller.commit()
+        with route.source() as source, route.open_sink("replace") as sink:
+            caller.execute("SELECT 1")
+            result = sink.write_chunk(source, window, connection=caller, isolated=False)
+            assert caller.execute("SHOW TimeZone").fetchone() == ("UTC",)  # until commit
+            caller.commit()
+        assert pg_rows(route.sink, route.sink_schema) == expected(window)
+        assert result.checksum == route.source_checksum(window)
+        assert caller.execute("SHOW TimeZone").fetchone() == ("America/New_York",)
+        caller.rollback()
+    finally:
+        caller.close()
+
+
+def test_not_isolated_failure_leaves_the_caller_to_roll_back(route: Route) -> None:
+    create_pg(route.sink, route.sink_schema, rows=[r for r in ROWS if r[0] == 33])
+    caller = psycopg.connect(route.sink.dsn)
+    try:
+        with route.source() as source, route.open_sink("append", keys=()) as sink:
+            caller.execute("SELECT 1")
+            with pytest.raises(DponeError):
+                sink.write_chunk(source, WINDOWS["integer"], connection=caller, isolated=False)
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            caller.execute("SELECT 42")  # no savepoint was rolled back for the caller
+        caller.rollback()
+        assert len(pg_rows(route.sink, route.sink_schema)) == 1
+    finally:
+        caller.close()
+
+
 HOSTILE_SCHEMA = 'we"ird; DROP SCHEMA public --'
 HOSTILE_TABLE = "or\"ders'; DROP TABLE canary; --"
 HOSTILE_COLUMNS = ('i"d', "da;te", "Amount Total", "x'); DROP TABLE canary; --")

@@ -5,13 +5,24 @@ that fall back to the generic path."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import json
 from typing import Any
 
 import pytest
 from dpone.plan.canonical import canonical_text, fingerprint, fingerprint_text, json_scalar
-from dpone.plan.chunks import Chunk, ChunkSpec, idempotency_key, plan_chunks, plan_hash
+from dpone.plan.chunks import (
+    Chunk,
+    ChunkSpec,
+    _bounds,
+    format_timestamp,
+    idempotency_key,
+    parse_timestamp,
+    plan_chunks,
+    plan_chunks_hashed,
+    plan_hash,
+)
 from dpone.plan.mapping import MappingItem, MappingPolicy, plan_mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -79,6 +90,52 @@ def test_chunk_keys_and_plan_hash_equal_the_generic_form(spec: ChunkSpec, run_ke
             Chunk(chunk.index, chunk.start, chunk.end, chunk.idempotency_key)
         )
     assert plan_hash(chunks) == independent_fingerprint([c.canonical() for c in chunks])
+    assert plan_chunks_hashed(spec, run_key) == (chunks, plan_hash(chunks))
+
+
+def _datetime_bounds(spec: ChunkSpec) -> list[tuple[str, str]]:
+    """The timestamp bounds the way they were first written: datetimes and strftime."""
+    begin, finish = parse_timestamp(spec.start), parse_timestamp(spec.end)
+    delta = dt.timedelta(**{spec.unit + "s": spec.step})
+    out, lower = [], begin
+    while lower < finish:
+        try:
+            upper = min(lower + delta, finish)
+        except OverflowError:
+            upper = finish
+        out.append((format_timestamp(lower), format_timestamp(upper)))
+        lower = upper
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.datetimes(dt.datetime(900, 1, 1), dt.datetime(9999, 12, 30)),
+    minutes=st.integers(1, 3_000),
+    whole=st.booleans(),
+    unit=st.sampled_from(["hour", "minute"]),
+    step=st.integers(1, 90),
+)
+def test_timestamp_bounds_equal_the_datetime_form(
+    start: dt.datetime, minutes: int, whole: bool, unit: str, step: int
+) -> None:
+    if whole:
+        start = start.replace(microsecond=0)
+    begin = start.replace(tzinfo=dt.UTC)
+    try:
+        end = begin + dt.timedelta(minutes=minutes, seconds=minutes % 7)
+    except OverflowError:
+        end = dt.datetime.max.replace(tzinfo=dt.UTC)
+    spec = ChunkSpec("c", "timestamp", begin.isoformat(), end.isoformat(), step, unit)
+    assert _bounds(spec) == _datetime_bounds(spec)
+
+
+def test_a_year_of_hours_has_8760_chunks_and_the_generic_hash() -> None:
+    spec = ChunkSpec("ts", "timestamp", "2023-01-01T00:00:00Z", "2024-01-01T00:00:00Z", 1, "hour")
+    chunks, hashed = plan_chunks_hashed(spec, "bf-year")
+    assert len(chunks) == 8_760 and chunks[-1].end == "2024-01-01T00:00:00Z"
+    assert chunks[24].start == "2023-01-02T00:00:00Z" and chunks[24].end == "2023-01-02T01:00:00Z"
+    assert hashed == independent_fingerprint([c.canonical() for c in chunks])
 
 
 def test_fast_chunks_are_ordinary_frozen_chunks() -> None:

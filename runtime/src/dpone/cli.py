@@ -122,6 +122,10 @@ def cmd_run(argv: Sequence[str]) -> int:
     from dpone.runner import run_command
 
     args = _run_parser().parse_args(argv)
+    if os.environ.get("DPONE_TIMING"):  # opt-in phase timing (bench/campaign_bench.py)
+        from dpone.timing import install
+
+        install(os.environ["DPONE_TIMING"])
     return run_command(args)
 
 

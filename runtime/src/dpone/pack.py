@@ -14,7 +14,7 @@ from dpone import errors
 from dpone.authoring.models import Catalog, ProcessConfig, Workload
 from dpone.errors import DponeError, ErrorCollector, ErrorRecord, Location
 from dpone.plan.canonical import fingerprint
-from dpone.plan.chunks import Chunk, ChunkPlanError, backfill_run_key, plan_chunks, plan_hash
+from dpone.plan.chunks import Chunk, ChunkPlanError, backfill_run_key, plan_chunks_hashed
 from dpone.plan.mapping import MappingPlan, MappingPlanError, MappingPolicy, plan_mapping
 
 PACK_SCHEMA = "dpone.workload-pack.v1"
@@ -148,7 +148,7 @@ def compile_process(
         dataset = config.sink.table.dotted
         run_key = bf.backfill_id or backfill_run_key(dataset, bf.chunk, bf.inner_mode)
         try:
-            chunks = plan_chunks(bf.chunk, run_key)
+            chunks, hash_ = plan_chunks_hashed(bf.chunk, run_key)
         except ChunkPlanError as exc:
             out.add(
                 errors.BACKFILL_PLAN_INVALID, f"process {config.name!r}: {exc}", config.location
@@ -162,7 +162,6 @@ def compile_process(
                 config.location,
             )
             return None
-        hash_ = plan_hash(chunks)
     mapping_plan = None
     if policy.mapped and mapped_ok and hash_ is not None:
         try:

@@ -89,7 +89,6 @@ class _Registry:
                 )
             )
 
-
     def clear(self) -> None:
         with self.lock:
             self.forms.clear()

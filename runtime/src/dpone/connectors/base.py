@@ -292,18 +292,24 @@ class Sink(ABC):
         window: ChunkWindow,
         connection: object | None = None,
         fence: ChunkFence | None = None,
+        *,
+        isolated: bool = True,
     ) -> ChunkWrite:
         """Move exactly the rows of ``window`` from ``source`` and write them atomically.
 
         With ``connection`` (Postgres only: a psycopg connection inside an open transaction) the
-        write joins that transaction and is not committed here. Inner mode ``full_refresh``
+        write joins that transaction and is not committed here; it runs in a savepoint and puts
+        the caller's session settings back, so the caller's transaction goes on as it was after a
+        failure too. ``isolated=False`` drops both (three round trips a chunk): for a caller that
+        rolls its transaction back whenever the write raises and whose later statements do not
+        depend on the session settings (dpone's own ledger, see complete_in_transaction). Inner mode ``full_refresh``
         deletes every row of the target (not only the window's) before inserting the chunk.
         With ``fence`` the transaction first claims the chunk's fence row (see
         :class:`ChunkFence`): DponeError(CHUNK_LEASE_LOST) when a newer attempt claimed it,
         DponeError(CHUNK_BUSY) when another transaction holds it past the lock wait; either way
         nothing is written.
         """
-        return self._transfer(source, window, connection, fence)
+        return self._transfer(source, window, connection, fence, isolated)
 
     def write_all(self, source: Source, connection: object | None = None) -> ChunkWrite:
         """Move every row of ``source`` (no chunk predicate) and write them atomically.
@@ -322,6 +328,7 @@ class Sink(ABC):
         window: ChunkWindow | None,
         connection: object | None,
         fence: ChunkFence | None,
+        isolated: bool = True,
     ) -> ChunkWrite:
         """The one write path behind write_chunk (a window) and write_all (None: every row)."""
 

@@ -338,6 +338,7 @@ class MssqlSink(Sink):
         window: ChunkWindow | None,
         connection: object | None,
         fence: ChunkFence | None,
+        isolated: bool = True,
     ) -> ChunkWrite:
         self._no_external_connection(connection)
         columns = self._moved_columns(source, window)

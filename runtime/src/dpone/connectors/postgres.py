@@ -587,15 +587,24 @@ class PostgresSink(Sink):
         window: ChunkWindow | None,
         connection: object | None,
         fence: ChunkFence | None,
+        isolated: bool = True,
     ) -> ChunkWrite:
         external = self._external(connection)
         columns = self._moved_columns(source, window)
         conn = external or self._conn.get()
+        # Our own connection: a transaction. The caller's: a savepoint, unless it rolls back
+        # itself on failure (isolated=False, see Sink.write_chunk).
+        block = conn.transaction() if external is None or isolated else contextlib.nullcontext()
         try:
             if fence is not None:
                 self._ensure_fence_table(conn)
-            with conn.transaction():
-                saved = self._enter_settings(conn) if external is not None else None
+            with block:
+                saved = None
+                if external is not None and isolated:
+                    saved = self._enter_settings(conn)
+                elif external is not None:  # SET LOCAL ends with the caller's transaction
+                    with conn.cursor() as cur:
+                        _set_local(cur, [value for _, value in SESSION_SETTINGS])
                 if fence is not None:
                     self._claim_fence(conn, fence)
                 result = self._write(conn, source, window, columns)
@@ -694,17 +703,20 @@ class PostgresSink(Sink):
         """Raise the chunk's fence row to this attempt under its row lock (held to commit)."""
         limits = session_limits()
         with conn.cursor() as cur:
-            cur.execute("SELECT set_config('lock_timeout', %s, true)", (limits.fence_lock_ms,))
             try:
+                # One round trip: the row inserted is built from the subquery (OFFSET 0 keeps it
+                # one) that sets lock_timeout, so the timeout holds before any row-lock wait.
                 cur.execute(
                     sql.SQL(
-                        "INSERT INTO {} AS f (campaign, chunk_index, attempt) VALUES (%s, %s, %s) "
+                        "INSERT INTO {} AS f (campaign, chunk_index, attempt) "
+                        "SELECT %s::varchar, %s::bigint, %s::bigint "
+                        "FROM (SELECT set_config('lock_timeout', %s, true) OFFSET 0) AS t "
                         "ON CONFLICT (campaign, chunk_index) DO UPDATE SET "
                         "attempt = GREATEST(f.attempt, EXCLUDED.attempt), claimed_at = CASE "
                         "WHEN EXCLUDED.attempt > f.attempt THEN clock_timestamp() "
                         "ELSE f.claimed_at END RETURNING attempt"
                     ).format(self._fence_table()),
-                    (fence.campaign, fence.chunk_index, fence.attempt),
+                    (fence.campaign, fence.chunk_index, fence.attempt, limits.fence_lock_ms),
                 )
             except psycopg.errors.LockNotAvailable:
                 raise DponeError(
@@ -902,17 +914,24 @@ class PostgresSink(Sink):
 
     @staticmethod
     def _enter_settings(conn: Connection) -> tuple[object, ...]:
-        """SET LOCAL dpone's settings inside the caller's transaction; returns the old values."""
+        """SET LOCAL dpone's settings inside the caller's transaction; returns the old values.
+
+        One round trip: the subquery (OFFSET 0 keeps it one) reads the old values before the
+        set_config calls of the row built from it run."""
+        n = len(SESSION_SETTINGS)
         with conn.cursor() as cur:
             cur.execute(
-                sql.SQL("SELECT {}").format(
-                    sql.SQL(", ").join(sql.SQL("current_setting(%s)") for _ in SESSION_SETTINGS)
+                sql.SQL("SELECT old.*, {} FROM (SELECT {} OFFSET 0) AS old").format(
+                    sql.SQL(", ").join(sql.SQL("set_config(%s, %s, true)") for _ in range(n)),
+                    sql.SQL(", ").join(sql.SQL("current_setting(%s)") for _ in range(n)),
                 ),
-                [name for name, _ in SESSION_SETTINGS],
+                [
+                    *(v for pair in SESSION_SETTINGS for v in pair),
+                    *(name for name, _ in SESSION_SETTINGS),
+                ],
             )
-            saved = cur.fetchone() or ()
-            _set_local(cur, [value for _, value in SESSION_SETTINGS])
-        return tuple(saved)
+            row = cur.fetchone() or ()
+        return tuple(row[:n])
 
     @staticmethod
     def _restore_settings(conn: Connection, saved: Sequence[object]) -> None:

@@ -244,6 +244,7 @@ class SqliteSink(Sink):
         window: ChunkWindow | None,
         connection: object | None,
         fence: ChunkFence | None,
+        isolated: bool = True,
     ) -> ChunkWrite:
         self._no_external_connection(connection)
         columns = self._moved_columns(source, window)

@@ -242,7 +242,8 @@ class PostgresStatements:
     def __init__(self, schema: str) -> None:
         s = '"' + schema + '"'
         self.schema = s
-        self.campaign_head = f"SELECT {CAMPAIGN_COLUMNS} FROM {s}.campaign WHERE run_key = %s ORDER BY seq DESC LIMIT 1"
+        # clock_timestamp() rides along: a load's "now" without a statement of its own
+        self.campaign_head = f"SELECT {CAMPAIGN_COLUMNS}, clock_timestamp() FROM {s}.campaign WHERE run_key = %s ORDER BY seq DESC LIMIT 1"
         self.insert_campaign = (
             f"INSERT INTO {s}.campaign ({INSERT_CAMPAIGN_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -317,6 +318,7 @@ class PostgresTx:
         self.mode = mode
         self.sql = store.statements
         self.lock_wanted: tuple[str, int] | None = None
+        self.head_read_at: dt.datetime | None = None
 
     def _one(self, query: str, params: Any = None) -> tuple[Any, ...] | None:
         return self.connection.execute(query, params).fetchone()
@@ -329,12 +331,14 @@ class PostgresTx:
             if row is not None and row[0]:
                 return
         else:
-            self._one(
-                "SELECT set_config('lock_timeout', %s, true)",
-                (f"{max(1, int(timeout_s * 1000))}ms",),
-            )
             try:
-                self._one("SELECT pg_advisory_xact_lock(%s)", (key,))
+                # one round trip: the subquery (OFFSET 0 keeps it a subquery) sets the timeout
+                # before the lock call that reads its row can wait
+                self._one(
+                    "SELECT pg_advisory_xact_lock(%s) FROM "
+                    "(SELECT set_config('lock_timeout', %s, true) OFFSET 0) AS timeout",
+                    (key, f"{max(1, int(timeout_s * 1000))}ms"),
+                )
                 return
             except pg_errors.LockNotAvailable:
                 pass
@@ -355,19 +359,18 @@ class PostgresTx:
         self.lock_wanted = None
         wait_ms, idle_ms = self._timeouts()
         self.store.pending_chunk_lock = (run_key, chunk_index)
-        self.connection.execute(
-            "SELECT set_config('lock_timeout', %s, true), "
-            "set_config('idle_in_transaction_session_timeout', %s, true)",
-            (wait_ms, idle_ms),
-        )
-        self.connection.execute(
-            "SELECT pg_advisory_xact_lock(%s, %s)",
-            (chunk_lock_class(self.store.schema, run_key), chunk_index),
+        self.connection.execute(  # one round trip, the timeouts set first (see lock_campaign)
+            "SELECT pg_advisory_xact_lock(%s, %s) FROM (SELECT set_config('lock_timeout', %s, "
+            "true), set_config('idle_in_transaction_session_timeout', %s, true) OFFSET 0) AS t",
+            (chunk_lock_class(self.store.schema, run_key), chunk_index, wait_ms, idle_ms),
         )
 
     def campaign_head(self, run_key: str) -> CampaignHead | None:
         row = self._one(self.sql.campaign_head, (run_key,))
-        return None if row is None else campaign_from_row(row)
+        if row is None:
+            return None
+        self.head_read_at = utc(row[-1])
+        return campaign_from_row(row)
 
     def insert_campaign(self, head: CampaignHead) -> None:
         self.connection.execute(self.sql.insert_campaign, campaign_params(head))
@@ -455,6 +458,11 @@ class PostgresTx:
         return {int(row[0]) for row in rows}
 
     def db_now(self) -> dt.datetime:
+        """The database clock: the time the campaign head was just read, once (no round trip),
+        else a fresh reading."""
+        if self.head_read_at is not None:
+            now, self.head_read_at = self.head_read_at, None
+            return now
         row = self._one("SELECT clock_timestamp()")
         assert row is not None
         return utc(row[0])
@@ -565,11 +573,14 @@ class PostgresLedger(SqlLedger):
         conn = self._connection()
         self.pending_chunk_lock = None
         try:
-            if True:
-                with conn.transaction():
-                    if mode is TxMode.READ:
-                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    yield PostgresTx(self, conn, mode)
+            read = mode is TxMode.READ
+            if conn.read_only is not (True if read else None):
+                # READ: the BEGIN itself says REPEATABLE READ, READ ONLY (no SET TRANSACTION
+                # round trip); set between transactions, where psycopg allows it
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if read else None
+                conn.read_only = True if read else None
+            with conn.transaction():
+                yield PostgresTx(self, conn, mode)
         except WriteFailed:
             raise
         except psycopg.Error as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import hashlib
 from dataclasses import dataclass
 
 from dpone.plan.canonical import fingerprint, fingerprint_text, json_scalar
@@ -206,6 +207,9 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
     delta = dt.timedelta(**{_TIMEDELTA_UNIT[spec.unit]: spec.step})
     if (finish - begin) / delta > MAX_CHUNKS:
         raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
+    seconds = delta // dt.timedelta(seconds=1)
+    if begin.microsecond == 0 and finish.microsecond == 0 and begin.year >= 1000:
+        return _whole_second_bounds(_epoch_seconds(begin), _epoch_seconds(finish), seconds)
     lower_ts = begin
     while lower_ts < finish:
         try:
@@ -217,38 +221,95 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
     return out
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_ORDINAL = _EPOCH.date().toordinal()
+
+
+def _epoch_seconds(value: dt.datetime) -> int:
+    since = value - _EPOCH
+    return since.days * 86_400 + since.seconds
+
+
+def _whole_second_bounds(first: int, last: int, step: int) -> list[tuple[Bound, Bound]]:
+    """The timestamp bounds of [first, last) epoch seconds in steps of ``step`` seconds, as
+    format_timestamp writes them, without a datetime or strftime per bound (8,760 hourly chunks
+    in about 2 ms instead of 20): each day's date text and each time of day's text are built
+    once. Only for years of four digits (strftime writes year 999 as "999")."""
+    days: dict[int, str] = {}
+    times: dict[int, str] = {}
+
+    def text(moment: int) -> str:
+        day, second = divmod(moment, 86_400)
+        date = days.get(day)
+        if date is None:
+            date = days[day] = dt.date.fromordinal(_EPOCH_ORDINAL + day).isoformat()
+        clock = times.get(second)
+        if clock is None:
+            hours, rest = divmod(second, 3_600)
+            clock = times[second] = f"T{hours:02d}:{rest // 60:02d}:{rest % 60:02d}Z"
+        return date + clock
+
+    out: list[tuple[Bound, Bound]] = []
+    lower, lower_text = first, text(first)
+    while lower < last:
+        upper = min(lower + step, last)
+        upper_text = text(upper)
+        out.append((lower_text, upper_text))
+        lower, lower_text = upper, upper_text
+    return out
+
+
 def idempotency_key(run_key: str, index: int, start: Bound, end: Bound) -> str:
     return fingerprint({"run_key": run_key, "index": index, "start": start, "end": end})
 
 
-def _new_chunk(index: int, start: Bound, end: Bound, key: str) -> Chunk:
-    """``Chunk(index, start, end, key)`` without the frozen dataclass's four object.__setattr__
-    calls (a third of a 1,000-chunk plan's time); the object is the same in every respect."""
-    chunk = object.__new__(Chunk)
-    chunk.__dict__.update(index=index, start=start, end=end, idempotency_key=key)
-    return chunk
-
-
 def plan_chunks(spec: ChunkSpec, run_key: str) -> tuple[Chunk, ...]:
     """Split the window into its chunks; ChunkPlanError on a zero-length or oversized plan."""
+    return plan_chunks_hashed(spec, run_key)[0]
+
+
+def plan_chunks_hashed(spec: ChunkSpec, run_key: str) -> tuple[tuple[Chunk, ...], str]:
+    """``plan_chunks`` and its ``plan_hash`` in one pass: the canonical text of each chunk is
+    written next to its key's, from the same encoded bounds (what a pod recompiles)."""
     bounds = _bounds(spec)
     run_key_json = json_scalar(run_key)
     if type(run_key) is not str or run_key_json is None:
-        return tuple(
+        chunks = tuple(
             Chunk(index, lower, upper, idempotency_key(run_key, index, lower, upper))
             for index, (lower, upper) in enumerate(bounds, start=1)
         )
-    chunks: list[Chunk] = []
+        return chunks, plan_hash(chunks)
+    sha256, new = hashlib.sha256, object.__new__
+    chunk_list: list[Chunk] = []
+    append = chunk_list.append
+    parts: list[str] = []
+    generic = False
+    previous: object = None
+    previous_json: str | None = None
     for index, (lower, upper) in enumerate(bounds, start=1):
-        low, high = json_scalar(lower), json_scalar(upper)
+        # a bound is usually the previous chunk's upper bound, the same object: encode it once
+        low = previous_json if lower is previous else json_scalar(lower)
+        high = json_scalar(upper)
+        previous, previous_json = upper, high
         if low is None or high is None:
             key = idempotency_key(run_key, index, lower, upper)
+            generic = True
         else:  # the canonical text of idempotency_key's dict, keys in sorted order
-            key = fingerprint_text(
-                f'{{"end":{high},"index":{index},"run_key":{run_key_json},"start":{low}}}'
+            text = f'{{"end":{high},"index":{index},"run_key":{run_key_json},"start":{low}}}'
+            key = "sha256:" + sha256(text.encode("utf-8")).hexdigest()
+            # the canonical text of chunk.canonical(), keys in sorted order
+            parts.append(
+                f'{{"end":{high},"idempotency_key":"{key}","index":{index},"start":{low}}}'
             )
-        chunks.append(_new_chunk(index, lower, upper, key))
-    return tuple(chunks)
+        # Chunk(index, lower, upper, key) without the frozen dataclass's four object.__setattr__
+        # calls (a third of the loop's time); the object is the same in every respect
+        chunk = new(Chunk)
+        chunk.__dict__.update(index=index, start=lower, end=upper, idempotency_key=key)
+        append(chunk)
+    chunks = tuple(chunk_list)
+    if generic:
+        return chunks, plan_hash(chunks)
+    return chunks, fingerprint_text("[" + ",".join(parts) + "]")
 
 
 def backfill_run_key(dataset: str, spec: ChunkSpec, inner_mode: str) -> str:

@@ -1,0 +1,190 @@
+"""Opt-in phase timing of `dpone run` (``DPONE_TIMING=<file>``), read by bench/campaign_bench.py.
+
+Off (the default) this module is never imported and nothing on the chunk path changes: the CLI
+imports it only when the variable is set. On, :func:`install` wraps a fixed list of functions
+(``PHASES``) with a timer and counts psycopg's ``Connection.wait`` calls, one per request/response
+exchange with the server (a round trip), charging each to the innermost running phase of its
+thread. A phase's time excludes the phases nested in it, so the phases of a chunk add up to its
+wall time. At exit the process appends one JSON line to the file: per phase the calls, the
+exclusive and inclusive nanoseconds and the round trips. It measures; it never changes a result.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+ENV_TIMING = "DPONE_TIMING"
+
+#: phase name -> (module, attribute path) of the function timed as that phase.
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("pack", "dpone.runner", "load_workload_pack"),
+    ("ledger_open", "dpone.orchestrator", "RunContext.open_store"),
+    ("initialize", "dpone.ledger.sql", "SqlLedger.initialize"),
+    ("load", "dpone.ledger.sql", "SqlLedger.load"),
+    ("preflight", "dpone.orchestrator", "ChunkMover.preflight"),
+    ("connect", "dpone.connectors.postgres", "PgConnection.get"),
+    ("chunk", "dpone.orchestrator", "_run_chunk"),
+    ("lease", "dpone.ledger.sql", "SqlLedger.acquire_lease"),
+    ("cas", "dpone.ledger.sql", "SqlLedger._view"),
+    ("completion", "dpone.ledger.sql", "SqlLedger.complete_in_transaction"),
+    ("completion", "dpone.ledger.sql", "SqlLedger.complete"),
+    ("sink_other", "dpone.connectors.base", "Sink.write_chunk"),
+    ("delete", "dpone.connectors.postgres", "PostgresSink._delete"),
+    ("copy_in", "dpone.connectors.postgres", "PostgresSource.copy_into"),
+    ("copy_out", "dpone.connectors.postgres", "raw_copy_blocks"),
+    ("checksum", "dpone.connectors.postgres", "relation_checksum"),
+)
+
+_local = threading.local()
+_lock = threading.Lock()
+#: name -> [calls, exclusive ns, inclusive ns, round trips]
+_totals: dict[str, list[int]] = {}
+_source_connections: set[int] = set()
+_state: dict[str, int] = {"started": time.perf_counter_ns(), "installed": 0}
+
+
+def _stack() -> list[list[Any]]:
+    stack: list[list[Any]] | None = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def _add(name: str, calls: int, own: int, total: int, trips: int) -> None:
+    with _lock:
+        row = _totals.setdefault(name, [0, 0, 0, 0])
+        row[0] += calls
+        row[1] += own
+        row[2] += total
+        row[3] += trips
+
+
+def _enter(name: str) -> None:
+    _stack().append([name, time.perf_counter_ns(), 0, 0])  # name, start, child ns, round trips
+
+
+def _leave() -> None:
+    stack = _stack()
+    name, start, child, trips = stack.pop()
+    elapsed = time.perf_counter_ns() - start
+    if stack:
+        stack[-1][2] += elapsed
+    _add(name, 1, elapsed - child, elapsed, trips)
+
+
+def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        _enter(name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _leave()
+
+    return timed
+
+
+def _timed_generator(name: str, fn: Callable[..., Iterator[Any]]) -> Callable[..., Any]:
+    """Times each step of a generator (the time its consumer waits for the next item)."""
+
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Generator[Any, None, None]:
+        inner = fn(*args, **kwargs)
+        try:
+            while True:
+                _enter(name)
+                try:
+                    item = next(inner)
+                except StopIteration:
+                    return
+                finally:
+                    _leave()
+                yield item
+        finally:
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()
+
+    return timed
+
+
+def _count_round_trip(conn: object) -> None:
+    stack = _stack()
+    if not stack:
+        return
+    frame = stack[-1]
+    if frame[0] == "copy_in" and id(conn) in _source_connections:
+        _add("copy_out", 0, 0, 0, 1)  # the source's COPY TO statement, started inside copy_into
+        return
+    frame[3] += 1
+
+
+def _patch_wait() -> None:
+    import psycopg
+
+    wait = psycopg.Connection.wait
+
+    @functools.wraps(wait)
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _count_round_trip(self)
+        return wait(self, *args, **kwargs)
+
+    psycopg.Connection.wait = counted  # type: ignore[method-assign]
+
+
+def _patch_source_tagging() -> None:
+    """Remember the source's connections, so its COPY TO round trip is charged to copy_out."""
+    from dpone.connectors import postgres
+
+    get = postgres.PgConnection.get
+
+    @functools.wraps(get)
+    def tagged(self: Any) -> Any:
+        conn = get(self)
+        if self._label.startswith("source"):
+            _source_connections.add(id(conn))
+        return conn
+
+    postgres.PgConnection.get = tagged  # type: ignore[method-assign]
+
+
+def _report(path: str) -> None:
+    with _lock:
+        phases = {name: list(row) for name, row in sorted(_totals.items())}
+    line = json.dumps(
+        {
+            "pid": os.getpid(),
+            "wall_ns": time.perf_counter_ns() - _state["started"],
+            "phases": phases,
+        },
+        sort_keys=True,
+    )
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+def install(path: str) -> None:
+    """Wrap every phase of ``PHASES`` and report to ``path`` at exit (idempotent per process)."""
+    if _state["installed"]:
+        return
+    _state.update(installed=1, started=time.perf_counter_ns())
+    _patch_wait()
+    _patch_source_tagging()
+    for name, module_name, attribute in PHASES:
+        module = importlib.import_module(module_name)
+        owner: Any = module
+        *parents, leaf = attribute.split(".")
+        for part in parents:
+            owner = getattr(owner, part)
+        fn = getattr(owner, leaf)
+        wrap = _timed_generator if name == "copy_out" else _timed
+        setattr(owner, leaf, wrap(name, fn))
+    atexit.register(_report, path)

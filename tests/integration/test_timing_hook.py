@@ -1,0 +1,110 @@
+"""DPONE_TIMING: `dpone run` reports per-phase times and round trips when asked, and is untouched
+(the module is not even imported) when not. Real `dpone` processes, real Postgres: the hook wraps
+functions process-wide, so it never runs inside the test interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+DPONE = Path(sys.executable).with_name("dpone")
+CHUNKS = 5
+
+MANIFEST = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: orders
+    source: {{connection: src, table: {{schema: {s}, name: raw_orders}}}}
+    sink:
+      connection: wh
+      table: {{schema: {s}, name: orders}}
+      keys: [order_id]
+      strategy: {{mode: backfill}}
+    backfill:
+      chunk: {{column: order_date, type: date, start: 2023-01-01, end: 2023-01-06}}
+      inner_mode: replace
+    state: {{backend: audit_schema, connection: wh, schema: {s}_audit}}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, pg_dsn: str) -> Iterator[tuple[str, dict[str, str]]]:
+    schema = "t_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        for table in ("raw_orders", "orders"):
+            conn.execute(
+                f"CREATE TABLE {schema}.{table} (order_id bigint PRIMARY KEY, order_date date,"
+                f" amount integer)"
+            )
+        conn.execute(f"CREATE INDEX ON {schema}.orders (order_date)")
+        conn.execute(
+            f"INSERT INTO {schema}.raw_orders SELECT g, date '2023-01-01' + (g % {CHUNKS}), g"
+            f" FROM generate_series(1, 500) g"
+        )
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\nworkloads:\n  orders: {manifest: orders.yaml}\n"
+    )
+    (tmp_path / "orders.yaml").write_text(MANIFEST.format(s=schema))
+    # The source's DSN differs in text from the sink's, so the chunk takes the COPY path.
+    separator = "&" if "?" in pg_dsn else "?"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
+    env.update(
+        DPONE_CONN_WH=pg_dsn,
+        DPONE_CONN_SRC=f"{pg_dsn}{separator}application_name=dpone_timing_src",
+    )
+    yield str(tmp_path / "workloads.yaml"), env
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema}_audit CASCADE")
+
+
+def run(catalog: str, env: dict[str, str], *python_flags: str) -> subprocess.CompletedProcess[str]:
+    args = ["run", "--catalog", catalog, "--workload", "orders", "--no-progress"]
+    return subprocess.run(
+        [sys.executable, *python_flags, "-m", "dpone", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_timing_reports_every_phase_of_every_chunk(
+    project: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    catalog, env = project
+    report = tmp_path / "timing.jsonl"
+    done = run(catalog, {**env, "DPONE_TIMING": str(report)})
+    assert done.returncode == 0, done.stderr
+    [line] = report.read_text().splitlines()
+    phases = json.loads(line)["phases"]
+    for name in ("chunk", "lease", "cas", "delete", "copy_in", "checksum", "completion"):
+        calls, own_ns, total_ns, trips = phases[name]
+        assert calls == CHUNKS, (name, phases[name])
+        assert 0 < own_ns <= total_ns, (name, phases[name])
+        if name != "chunk":
+            assert trips >= CHUNKS, (name, phases[name])  # every phase talks to the server
+    assert phases["copy_out"][3] == CHUNKS  # the source's COPY TO, one per chunk
+    assert phases["chunk"][2] >= sum(phases[n][1] for n in ("lease", "cas", "completion"))
+
+
+def test_without_the_variable_the_hook_is_not_even_imported(
+    project: tuple[str, dict[str, str]],
+) -> None:
+    catalog, env = project
+    done = run(catalog, env, "-X", "importtime")
+    assert done.returncode == 0, done.stderr
+    assert "dpone.orchestrator" in done.stderr  # importtime lists what was imported ...
+    assert "dpone.timing" not in done.stderr  # ... and the hook is not among it
