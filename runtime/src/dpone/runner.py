@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dpone import errors
+from dpone.connections import require_connections
 from dpone.errors import DponeError
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
@@ -25,7 +26,7 @@ from dpone.orchestrator import (
     run_backfill,
     run_full_refresh,
 )
-from dpone.pack import WorkloadPack, load_workload_pack
+from dpone.pack import WorkloadPack, load_workload_pack, select_process
 from dpone.progress import NoProgressSink, choose_progress
 from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
@@ -89,13 +90,7 @@ def mapped_task_env(pack: WorkloadPack, process: str | None, index: int) -> tupl
             names = ", ".join(p.name for p in pack.processes)
             raise DponeError(errors.USAGE, f"--item needs --process (one of: {names})")
         process = pack.processes[0].name
-    plan = pack.process(process)
-    if plan is None:
-        names = ", ".join(p.name for p in pack.processes)
-        raise DponeError(
-            errors.USAGE,
-            f"process {process!r} is not in workload {pack.workload.name!r} (has: {names})",
-        )
+    plan = select_process(pack, process)
     mapping = plan.mapping_plan
     if mapping is None:
         raise DponeError(
@@ -167,20 +162,19 @@ def run_plans(
 ) -> int:
     """Verify the env's item and identity against the plan, then run the selected processes."""
     if args.process is not None:
-        plan = pack.process(args.process)
-        if plan is None:
-            names = ", ".join(p.name for p in pack.processes)
-            raise DponeError(
-                errors.USAGE,
-                f"process {args.process!r} is not in workload {args.workload!r} " f"(has: {names})",
-            )
-        plans = [plan]
+        plans = [select_process(pack, args.process)]
     else:
         if item is not None and len(pack.processes) > 1:
             raise DponeError(errors.USAGE, "a mapped item needs --process")
         plans = list(pack.processes)
     for plan in plans:
         verify_identity(pack, plan.name, identity)
+    require_connections(
+        name
+        for plan in plans
+        for name in (plan.config.source.connection, plan.config.sink.connection)
+        + ((plan.config.state.connection,) if plan.config.backfill is not None else ())
+    )
     selections = [select_chunks(plan, item) for plan in plans]
     worst = EXIT_OK
     for plan, selection in zip(plans, selections, strict=True):
