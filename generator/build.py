@@ -18,7 +18,7 @@ from dpone.errors import ErrorRecord
 from dpone.pack import WorkloadPack, load_and_compile
 
 from .dagspec import POOLS_FILE_NAME, DagFile, dag_file
-from .emit import OutputFile
+from .emit import OWNER_FILE_NAME, OutputFile, owner_document
 from .format import FormatError, format_rendered
 from .pools import PoolSpec, plan_pools, pools_document
 from .render import comment_text, render_dag
@@ -39,6 +39,20 @@ class Build:
     def owner(self) -> str:
         """The catalog as a header's ``# catalog:`` line spells it (how emit recognises ours)."""
         return comment_text(self.catalog)
+
+
+def catalog_identity(path: str) -> str:
+    """Which catalog owns an output folder: its path relative to the repository root (the nearest
+    folder above the catalog that holds ``.git``), so neither the working directory nor an
+    absolute or relative spelling changes it. Outside a git checkout: ``display_path``."""
+    try:
+        real = Path(path).resolve()
+    except (OSError, RuntimeError):
+        return display_path(path)
+    for parent in real.parents:
+        if (parent / ".git").exists():
+            return real.relative_to(parent).as_posix()
+    return display_path(path)
 
 
 def display_path(path: str) -> str:
@@ -93,7 +107,7 @@ def render_files(dags: tuple[DagFile, ...]) -> list[OutputFile]:
 
 def build(catalog_path: str) -> Build:
     """Run every step up to the files' bytes; all errors of all steps are collected."""
-    display = display_path(catalog_path)
+    display = catalog_identity(catalog_path)
     catalog, packs, problems = load_and_compile(catalog_path)
     if catalog is None or problems:
         return Build(display, (), (), (), tuple(problems))
@@ -113,4 +127,5 @@ def build_from_packs(display: str, packs: list[WorkloadPack]) -> Build:
         record = ErrorRecord(errors.INTERNAL, f"generated DAG did not format: {exc}")
         return Build(display, dags, pools, (), (record,))
     files.append(OutputFile(POOLS_FILE_NAME, pools_document(pools)))
+    files.append(OutputFile(OWNER_FILE_NAME, owner_document(display)))
     return Build(display, dags, pools, tuple(files), ())

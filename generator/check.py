@@ -12,6 +12,7 @@ import sys
 
 from dpone.errors import ErrorRecord
 from dpone.pack import WorkloadPack, load_and_compile
+from dpone.redaction import redact_document, redact_text
 from dpone.reporting import CommandParser
 
 from .validate import validate_for_airflow
@@ -52,10 +53,11 @@ def main_check(argv: list[str]) -> int:
     args.catalog = parser.catalog_of(args)
     packs, problems = catalog_problems(args.catalog)
     if args.format == "json":
-        print(json.dumps([p.to_json() for p in problems], indent=2, ensure_ascii=False))
+        docs = [redact_document(p.to_json()) for p in problems]
+        print(json.dumps(docs, indent=2, ensure_ascii=False))
     elif problems:
         for problem in problems:
-            print(str(problem), file=sys.stderr)
+            print(redact_text(str(problem)), file=sys.stderr)
         print(f"dpone check: {len(problems)} error(s) in {args.catalog}", file=sys.stderr)
     else:
         processes = sum(len(p.processes) for p in packs)

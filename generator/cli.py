@@ -12,8 +12,10 @@ import json
 import sys
 from pathlib import Path
 
+from dpone import errors
 from dpone.errors import ErrorRecord
-from dpone.reporting import CommandParser
+from dpone.redaction import redact_document, redact_text
+from dpone.reporting import CommandParser, report_error
 
 from .build import build
 from .emit import EmitPlan, apply_emit, plan_emit, unified_diff
@@ -55,10 +57,11 @@ def _parser() -> CommandParser:
 
 def _report_errors(problems: list[ErrorRecord], output_format: str) -> int:
     if output_format == "json":
-        print(json.dumps([p.to_json() for p in problems], indent=2, ensure_ascii=False))
+        docs = [redact_document(p.to_json()) for p in problems]
+        print(json.dumps(docs, indent=2, ensure_ascii=False))
     else:
         for problem in problems:
-            print(str(problem), file=sys.stderr)
+            print(redact_text(str(problem)), file=sys.stderr)
         print(f"dpone generate: {len(problems)} error(s); nothing was written", file=sys.stderr)
     return EXIT_ERROR
 
@@ -108,6 +111,9 @@ def _report_written(plan: EmitPlan, out_display: str, output_format: str) -> int
 
 def generate_command(catalog: str, out: str, check: bool, output_format: str = "text") -> int:
     """Generate (or with ``check`` compare) the DAG files of ``catalog`` in ``out``."""
+    if not out.strip():
+        report_error(ErrorRecord(errors.USAGE, "dpone generate: --out needs a folder, not ''"))
+        return EXIT_ERROR
     result = build(catalog)
     if result.errors:
         return _report_errors(list(result.errors), output_format)

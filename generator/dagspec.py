@@ -2,14 +2,15 @@
 
 This is the last planning step before rendering: every value a template prints is decided here,
 in the order the pack gives (processes in manifest order, items in plan order, env keys sorted),
-so templates only lay text out. Env values are kept as the ORIGINAL strings; the templates' one
-env macro encodes each of them (envcodec) on the way out.
+so templates only lay text out. Every value is kept as the original: the generated operators render
+no template field, so the file's literals are what the pod or process receives.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from dpone.authoring.models import AirflowConfig, Hook
 from dpone.pack import ProcessPlan, WorkloadPack
@@ -85,6 +86,8 @@ class DagFile:
     pre_hooks: tuple[HookTask, ...]
     runtime_tasks: tuple[RuntimeTask, ...]
     post_hooks: tuple[HookTask, ...]
+    task_options: tuple[tuple[str, Any], ...] = ()  # retry_delay, owner, ... (every task)
+    pod_options: tuple[tuple[str, Any], ...] = ()  # airflow.pod, manifest form (every pod)
 
     @property
     def has_resources(self) -> bool:
@@ -217,4 +220,6 @@ def dag_file(pack: WorkloadPack, catalog_display: str) -> DagFile:
         pre_hooks=_hooks("pre", airflow.pre_hooks, tasks[0].env),
         runtime_tasks=tasks,
         post_hooks=_hooks("post", airflow.post_hooks, tasks[-1].env),
+        task_options=airflow.task_options,
+        pod_options=airflow.pod_options if airflow.flavour == "kubernetes" else (),
     )

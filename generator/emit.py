@@ -5,6 +5,10 @@ generated marker; it belongs to a catalog when its ``# catalog:`` header line na
 replaces its own files, removes the ones of the same catalog that are no longer produced (stale),
 and never overwrites or removes a file it did not write (DPONE_GENERATE_CONFLICT). The pools file
 is recognised by its shape (see pools.is_pools_document).
+
+One catalog owns a folder: the owner file (``.dpone-owner``) names it by its repository-relative
+path (build.catalog_identity). A second catalog is refused before anything is written, so its
+run can neither remove the first one's DAG files as stale nor replace its pools file.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from .dagspec import GENERATED_MARKER, POOLS_FILE_NAME
 from .pools import is_pools_document
 
 CATALOG_LINE = "# catalog: "
+OWNER_FILE_NAME = ".dpone-owner"
+OWNER_LINE = "catalog: "
 HEADER_LINES = 8
 NEW_FILE_MODE = 0o644
 
@@ -70,6 +76,23 @@ def header_catalog(text: str) -> str | None:
     return None
 
 
+def owner_document(catalog: str) -> str:
+    """The owner file's text: which catalog generates every file of this folder."""
+    return (
+        "# Written by dpone generate: the DAG files and the pools file of this folder are\n"
+        "# generated from one catalog. Another catalog needs another --out folder.\n"
+        f"{OWNER_LINE}{catalog}\n"
+    )
+
+
+def owner_of(text: str) -> str | None:
+    """The catalog an owner file names, or None when the text is not an owner file."""
+    for line in text.splitlines():
+        if line.startswith(OWNER_LINE):
+            return line[len(OWNER_LINE) :]
+    return None
+
+
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_bytes().decode("utf-8")
@@ -99,7 +122,21 @@ def plan_emit(
             where = Location(out_display)
             message = f"--out {out_display} is a file, not a folder"
             return None, [ErrorRecord(errors.GENERATE_OUTPUT_FAILED, message, where)]
-        for output in files:
+        if out_dir.is_dir() and not (out_dir / OWNER_FILE_NAME).exists():
+            for path in sorted(out_dir.glob("*.py")):
+                old = _read_text(path) if path.is_file() and not path.is_symlink() else None
+                other = header_catalog(old) if old is not None else None
+                if other is not None and other != catalog:
+                    problems.append(
+                        _conflict(
+                            f"{out_display}/{path.name}",
+                            f"was generated from another catalog ({other}): this folder "
+                            "belongs to it; give each catalog its own --out folder",
+                        )
+                    )
+            if problems:
+                return None, problems
+        for output in sorted(files, key=lambda f: f.name != OWNER_FILE_NAME):
             path = out_dir / output.name
             display = f"{out_display}/{output.name}"
             if not path.exists() and not path.is_symlink():
@@ -112,7 +149,26 @@ def plan_emit(
             if old is None:
                 problems.append(_conflict(display, "exists and is not UTF-8 text"))
                 continue
-            if output.name == POOLS_FILE_NAME:
+            if output.name == OWNER_FILE_NAME:
+                owner = owner_of(old)
+                if owner != catalog:
+                    line = next(
+                        (
+                            i
+                            for i, text in enumerate(old.splitlines(), 1)
+                            if text.startswith(OWNER_LINE)
+                        ),
+                        1,
+                    )
+                    return None, [
+                        ErrorRecord(
+                            errors.GENERATED_FILE_CONFLICT,
+                            f"{display}: this folder belongs to catalog {owner!r}, not "
+                            f"{catalog!r}; give each catalog its own --out folder",
+                            Location(display, line, 1),
+                        )
+                    ]
+            elif output.name == POOLS_FILE_NAME:
                 if not is_pools_document(old):
                     problems.append(_conflict(display, "exists and is not a dpone pools file"))
                     continue

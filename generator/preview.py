@@ -16,6 +16,7 @@ from dpone import errors
 from dpone.errors import DponeError
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.mapping import MappingItem
+from dpone.redaction import redact_text
 from dpone.reporting import CommandParser
 from dpone.suggest import not_in
 
@@ -134,7 +135,7 @@ def main_preview(argv: list[str]) -> int:
     packs, problems = catalog_problems(catalog)
     if problems:
         for problem in problems:
-            print(str(problem), file=sys.stderr)
+            print(redact_text(str(problem)), file=sys.stderr)
         print(
             f"dpone preview: {len(problems)} error(s) in {catalog}, as dpone check reports them",
             file=sys.stderr,

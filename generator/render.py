@@ -4,7 +4,7 @@ One Environment, created once: StrictUndefined (a missing value is a bug, never 
 trim_blocks + lstrip_blocks (template tags leave no stray whitespace), keep_trailing_newline. Every
 filter is registered from the one FILTERS dict. Values reach the source only as literals: ``py``
 (one line), ``kwarg`` (a keyword argument laid out as black does) or the ``place`` object's env
-dicts (envcodec, then a literal).
+dicts. A literal is the exact value: the generated operators render no template field.
 
 Two renderings of the same templates exist. ``render_source`` writes everything inline: black then
 formats the whole file (the reference path). ``render_dag`` leaves the bulky, regular parts as
@@ -27,7 +27,6 @@ from black.strings import str_width
 from dpone.task_env import Env
 
 from .dagspec import GENERATED_MARKER, DagFile, SecretEnv
-from .envcodec import encode_env_value
 
 LINE_LENGTH = 100  # black's line length (format.MODE uses the same)
 # The templates ship as the package ``dpone_generator.templates`` (the repository's templates/).
@@ -164,8 +163,22 @@ def utc_datetime(day: tuple[int, int, int]) -> PyCall:
 
 @functools.lru_cache(maxsize=8192)
 def env_literal(value: str) -> str:
-    """An env value as it must appear in the file: render-proof (envcodec), then a literal."""
-    return black_string(encode_env_value(value))
+    """An env value as it appears in the file: the literal black writes for it."""
+    return black_string(value)
+
+
+# Task arguments given in seconds in the catalog; Airflow takes a timedelta.
+_SECONDS_OPTIONS = frozenset({"retry_delay", "max_retry_delay", "execution_timeout"})
+
+
+def task_option(value: Any, name: str) -> Any:
+    """A catalog task argument as the operator takes it (``datetime.timedelta`` for seconds;
+    ``EXPONENTIAL_BACKOFF``, the flag or multiplier this Airflow reads, for a true backoff)."""
+    if name in _SECONDS_OPTIONS:
+        return PyCall("datetime.timedelta", kwargs=(("seconds", value),))
+    if name == "retry_exponential_backoff" and value is True:
+        return PyExpr("EXPONENTIAL_BACKOFF")
+    return value
 
 
 def comment_text(value: str) -> str:
@@ -186,6 +199,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "utc_datetime": utc_datetime,
     "comment": comment_text,
     "pod_name": pod_name,
+    "task_option": task_option,
 }
 
 
@@ -245,8 +259,8 @@ class Placer(Protocol):
 
 
 def raw_env_literal(value: str) -> str:
-    """envcodec then a plain literal, leaving the quote choice to black (the inline path)."""
-    return py_string(encode_env_value(value))
+    """A plain literal, leaving the quote choice to black (the inline path)."""
+    return py_string(value)
 
 
 def env_dict_lines(env: Env, indent: str, literal: Callable[[str], str] = env_literal) -> list[str]:

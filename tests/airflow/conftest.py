@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "airflow" / "harness"
 REFERENCE = ROOT / "tests" / "airflow" / "reference"
 
-sys.path.insert(0, str(HARNESS))  # envcodec, reference_data (standard library only)
+sys.path.insert(0, str(HARNESS))  # hostile_values, reference_data (standard library only)
 
 from reference_data import AIRFLOW_VERSIONS, SMOKES, smoke_versions  # noqa: E402
 

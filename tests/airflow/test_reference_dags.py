@@ -5,8 +5,10 @@ venv, see conftest.py) the harness proves: the file parses with no import error 
 no I/O; the runtime task is a MappedOperator with one input per literal env dict, the pool,
 max_active_tis_per_dag and map_index_template are kept (also through serialization); hooks are wired
 around it; the pod (or process env) built for map index k carries exactly the ORIGINAL values of
-literal dict k, hostile values included, after Airflow's task-time Jinja rendering; the runtime
-operator's inline outcome validation fails the task on the sync and the deferrable path. A dag.test()
+literal dict k, hostile values included (the operators render no template field; a control with
+rendering on shows what Jinja would have altered); the runtime operator's inline outcome
+validation fails the task on the sync and the deferrable path, without Airflow retries when the
+result's error is not retryable. A dag.test()
 smoke runs the subprocess flavour (and the kubernetes flavour with the pod launch stubbed) on 2.10.5
 and 3.3.2: one failing mapped item fails alone, the Grid labels are rendered.
 
@@ -16,15 +18,12 @@ Run: .venv/bin/python -m pytest tests/airflow -m airflow
 from __future__ import annotations
 
 import ast
-import re
 import sys
 from pathlib import Path
 
 import pytest
 import reference_data as rd
-from envcodec import HOSTILE_CORPUS, PLAIN_CORPUS, encode_env_value, needs_encoding
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hostile_values import HOSTILE_CORPUS, PLAIN_CORPUS
 from reference_data import AIRFLOW_VERSIONS, EXPECTED_PROVIDER, SMOKES
 
 REF = rd.REFERENCE_DAGS
@@ -36,6 +35,7 @@ AIRFLOW_CORE_IMPORTS = {
     "airflow",
     "airflow.exceptions",
     "airflow.sdk",
+    "airflow.sdk.exceptions",
     "airflow.models.baseoperator",
 }
 
@@ -101,63 +101,29 @@ def test_reference_imports_only_airflow_kubernetes_and_stdlib(name):
                 top in STDLIB
                 or mod in AIRFLOW_CORE_IMPORTS
                 or mod.startswith("airflow.providers.cncf.kubernetes.")
+                or mod == "kubernetes.client"  # the provider's own dependency (pod models)
             )
             assert ok, f"{name} imports {mod}"
 
 
 @pytest.mark.parametrize("name", sorted(REF))
-def test_reference_literals_are_encoded_originals(name):
-    """Each literal env dict (and templated argument) is encode_env_value() of the original."""
+def test_reference_literals_are_the_originals(name):
+    """Each literal env dict and argument is the original value: nothing is encoded for Jinja."""
     spec = REF[name]
     tasks = _tasks_in_source(REFERENCE / name)
     assert sorted(tasks) == sorted(spec["tasks"])
     runtime = tasks["dpone_run"]
     assert runtime["mapped"] is spec["mapped"]
     if spec["mapped"]:
-        assert runtime["env_vars"] == [rd.encoded(e) for e in spec["runtime_envs"]]
+        assert runtime["env_vars"] == spec["runtime_envs"]
     else:
-        assert runtime["env_vars"] == rd.encoded(spec["runtime_envs"][0])
+        assert runtime["env_vars"] == spec["runtime_envs"][0]
     for hook, env in spec["hook_envs"].items():
-        assert tasks[hook]["env_vars"] == rd.encoded(env)
+        assert tasks[hook]["env_vars"] == env
     if spec["flavour"] == "kubernetes":
-        assert runtime["kwargs"]["arguments"] == [encode_env_value(a) for a in rd.KPO_RUN_ARGS]
+        assert runtime["kwargs"]["arguments"] == rd.KPO_RUN_ARGS
     else:
         assert runtime["kwargs"]["command"] == rd.SUBPROCESS_RUN_COMMAND
-
-
-def test_envcodec_round_trips_through_plain_jinja():
-    """Quick check with the project's own jinja2 (the real proof is per Airflow version below)."""
-    import jinja2.sandbox
-
-    env = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
-    for name, value in HOSTILE_CORPUS:
-        encoded = encode_env_value(value)
-        assert env.from_string(encoded).render({}) == value, name
-        assert needs_encoding(value) == (encoded != value)
-    for value in PLAIN_CORPUS:
-        assert encode_env_value(value) == value
-        assert env.from_string(value).render({}) == value
-    for ch in map(chr, range(0x250)):
-        v = f"a{ch}{{{{{ch}}}}}{ch}"
-        assert env.from_string(encode_env_value(v)).render({}) == v, repr(ch)
-
-
-_JINJA_PIECES = st.sampled_from(
-    ["{{", "}}", "{%", "%}", "{#", "#}", "{", "}", "%", "#", "\r", "\n", "\r\n", "'", '"', "\\",
-     "raw", "endraw", " ", "-", ".json", ".yaml", "x", "ü", "✓", "$(", "$$", "\t", "\x00"]
-)  # fmt: skip
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.one_of(st.text(), st.lists(_JINJA_PIECES).map("".join)))
-def test_envcodec_property_plain_jinja(value):
-    """Any text round-trips; and a value left unencoded renders to itself (the rule is sound)."""
-    import jinja2.sandbox
-
-    env = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
-    assert env.from_string(encode_env_value(value)).render({}) == value
-    if not needs_encoding(value):
-        assert env.from_string(value).render({}) == value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,11 +191,7 @@ def test_dag_shape_and_serialization(reference_facts, version):
             assert run["map_index_template"] == "{{ dpone_item_label }}"
         for tid in spec["hook_envs"]:
             assert tasks[tid]["is_mapped"] is False
-            want = (
-                "KubernetesPodOperator"
-                if spec["flavour"] == "kubernetes"
-                else spec["runtime_class"]
-            )
+            want = "DponePodOperator" if spec["flavour"] == "kubernetes" else spec["runtime_class"]
             assert tasks[tid]["task_type"] == want
         assert "serialized_error" not in dag, dag.get("serialized_error")
         keys = (
@@ -288,25 +250,23 @@ def _diff(want: dict, got: dict) -> dict:
 
 @pytest.mark.airflow
 @pytest.mark.parametrize("version", AIRFLOW_VERSIONS)
-def test_raw_rendering_alters_exactly_what_envcodec_encodes(reference_facts, version):
-    """Negative control: UN-encoded values through the same operators. Whatever rendering alters
-    (or breaks) must be flagged by needs_encoding; only the conservative file-suffix rule may flag a
-    value that this version happens to leave alone."""
+def test_no_value_is_rendered_and_the_control_shows_why(reference_facts, version):
+    """Every hostile value reaches the pod / process unchanged through dpone's operators; the same
+    operator with ``env_vars`` rendered (the control) alters or breaks the Jinja-looking ones."""
     facts = _facts(reference_facts, version)
     corpus = dict(HOSTILE_CORPUS) | {f"PLAIN_{i:02d}": v for i, v in enumerate(PLAIN_CORPUS)}
-    suffix = re.compile(r"\.[A-Za-z0-9_]*[A-Za-z][A-Za-z0-9_]*\Z")
     for name in ("kubernetes_env_fidelity.py", "subprocess_env_fidelity.py"):
         probe = _dag(facts, name)["tasks"]["dpone_run"]["raw_probe"]
         assert sorted(probe) == sorted(corpus)
         for var, result in probe.items():
-            value = corpus[var]
-            if not needs_encoding(value):
-                assert result["unchanged"], (name, var, result)
-            elif result["unchanged"]:
-                assert suffix.search(value), (name, var, "flagged but unaltered")
-        assert probe["DPONE_T_CRLF"]["rendered"] == "line1\nline2"
-        assert probe["DPONE_T_TRAILING_NL"]["rendered"] == "trailing"
-        assert "TemplateSyntaxError" in probe["DPONE_T_JINJA_COMMENT"]["error"]
+            assert result["dpone"] == {"unchanged": True, "rendered": None}, (name, var, result)
+        for i in range(len(PLAIN_CORPUS)):
+            assert probe[f"PLAIN_{i:02d}"]["control"]["unchanged"], (name, i)
+        control = {var: r["control"] for var, r in probe.items()}
+        assert control["DPONE_T_JINJA_EXPR"]["unchanged"] is False
+        assert control["DPONE_T_CRLF"]["rendered"] == "line1\nline2"
+        assert control["DPONE_T_TRAILING_NL"]["rendered"] == "trailing"
+        assert "TemplateSyntaxError" in control["DPONE_T_JINJA_COMMENT"]["error"]
 
 
 @pytest.mark.airflow
@@ -315,9 +275,11 @@ def test_runtime_outcome_validation(reference_facts, version):
     facts = _facts(reference_facts, version)
     label0 = rd.mapping_items()[0][1]
 
-    def failed(check, *needles):
-        assert check.get("raised") == "DponeRunOutcomeError", check
+    def failed(check, *needles, final=False):
+        want = "DponeRunNotRetryableError" if final else "DponeRunOutcomeError"
+        assert check.get("raised") == want, check
         assert check["is_airflow_exception"] is True
+        assert check["is_fail_exception"] is final, check
         for needle in needles:
             assert needle in check["message"], (needle, check["message"])
 
@@ -336,10 +298,18 @@ def test_runtime_outcome_validation(reference_facts, version):
         ):
             failed(oc[case], "'failed'", "DPONE_BACKFILL_CHUNK_LEASE_LOST")
         failed(oc["sync_no_result"], "no dpone.run-result.v1 result")
+        for case in (
+            "sync_failed_final",
+            "sync_pod_failed_final",
+            "deferred_failed_final",
+            "deferred_pod_failed_final",
+        ):
+            failed(oc[case], "DPONE_PACK_MISMATCH", "not retryable", final=True)
 
     oc = _dag(facts, "subprocess_summary.py")["tasks"]["dpone_run"]["outcome_checks"]
     assert oc["passed"]["returned"]["status"] == "passed" and oc["passed"]["label"] == label0
     failed(oc["failed"], "'failed'", "DPONE_STUB", "exit code 0")
+    failed(oc["failed_final"], "DPONE_STUB", "not retryable", final=True)
     failed(oc["nonzero_exit"], "exit code 3")
     failed(oc["no_result"], "no dpone.run-result.v1 result")
     assert oc["hook_ok"] == {"returned": None, "label": label0}

@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 from dpone import errors
 from dpone.pack import ProcessPlan, load_and_compile
+from dpone.verify import expected_identity
 from psycopg import sql
 
 HERE = Path(__file__).resolve().parent
@@ -73,7 +74,14 @@ SPLIT = Variant(
     "dst_split",
     "chaos_audit_split",
     True,
-    ("campaign_locked", "lease_locked", "data_committed", "close_locked"),
+    (
+        "campaign_locked",
+        "lease_locked",
+        "chunk_leased",
+        "sink_written",
+        "data_committed",
+        "close_locked",
+    ),
     stalls=True,
 )
 
@@ -144,8 +152,8 @@ def as_url(dsn: str) -> str:
 
 
 def seed(data_dsn: str, rows_per_day: int = ROWS_PER_DAY, days: int = DAYS) -> None:
-    """chaos.src, deterministic rows over ``days`` days; dst_same has no unique key (so an
-    append duplicate would show), dst_split has the primary key."""
+    """chaos.src, deterministic rows over ``days`` days; neither target has a unique key, so a
+    duplicate (an append twice, or a stale replace committing next to its successor) shows."""
     with psycopg.connect(data_dsn, autocommit=True) as conn:
         conn.execute("DROP SCHEMA IF EXISTS chaos CASCADE")
         conn.execute("CREATE SCHEMA chaos")
@@ -165,7 +173,7 @@ def seed(data_dsn: str, rows_per_day: int = ROWS_PER_DAY, days: int = DAYS) -> N
         )
         conn.execute("CREATE INDEX ON chaos.dst_same (d)")
         conn.execute(
-            "CREATE TABLE chaos.dst_split (id bigint PRIMARY KEY, d date NOT NULL, "
+            "CREATE TABLE chaos.dst_split (id bigint NOT NULL, d date NOT NULL, "
             "amount numeric(12,2) NOT NULL, note text)"
         )
         conn.execute("CREATE INDEX ON chaos.dst_split (d)")
@@ -241,6 +249,15 @@ def plan_of(workload: str) -> ProcessPlan:
     assert not problems, problems
     (pack,) = [p for p in packs if p.workload.name == workload]
     return pack.processes[0]
+
+
+def item_env(workload: str, item: str) -> dict[str, str]:
+    """The provider-owned env of one mapped item, as the generated DAG passes it."""
+    _, packs, problems = load_and_compile(str(CATALOG))
+    assert not problems, problems
+    (pack,) = [p for p in packs if p.workload.name == workload]
+    identity = expected_identity(pack, pack.processes[0].name).env_value()
+    return {"DPONE_AIRFLOW_MAPPING_ITEM": item, "DPONE_AIRFLOW_RUN_IDENTITY": identity}
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -343,7 +360,10 @@ class Campaign:
         # also stalls once right after a data commit, the classic stale-owner moment.
         self.forced = [f"{p}:1" for p in variant.points]
         if variant.stalls:
-            self.forced.append("data_committed:1:stop")
+            # Stale owners at the three moments of the split placement: leased but not yet in
+            # the sink, inside the open sink transaction (the fence's case), and committed
+            # without a completion record.
+            self.forced += ["chunk_leased:1:stop", "sink_written:1:stop", "data_committed:1:stop"]
         self.rng.shuffle(self.forced)
 
     def _fault_spec(self, twin: bool) -> str:
@@ -356,7 +376,7 @@ class Campaign:
     def _launch(self, item: int, twin: bool = False) -> Launch:
         fault = self._fault_spec(twin)
         fd, path = tempfile.mkstemp(prefix=f"item{item}-", suffix=".err", dir=self.workdir)
-        env = {**self.env, "DPONE_AIRFLOW_MAPPING_ITEM": self.items[item]}
+        env = {**self.env, **item_env(self.variant.workload, self.items[item])}
         if fault:
             env["DPONE_TEST_FAULT"] = fault
         argv = [str(DPONE), "run", "--catalog", str(CATALOG), "--workload", self.variant.workload]

@@ -101,7 +101,7 @@ def _launch(env: dict[str, str], item: str, stderr_path: Path) -> subprocess.Pop
     with stderr_path.open("wb") as err:
         return subprocess.Popen(
             argv,
-            env={**env, "DPONE_AIRFLOW_MAPPING_ITEM": item},
+            env={**env, **chaoskit.item_env(SAME.workload, item)},
             stdout=subprocess.DEVNULL,
             stderr=err,
         )

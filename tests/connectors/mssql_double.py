@@ -131,6 +131,36 @@ class Engine:
             return [], []
         if isinstance(tree, exp.Merge):
             return self.merge(tree)
+        if isinstance(tree, exp.Create):
+            schema = tree.this
+            kinds = {
+                "NVARCHAR": "nvarchar",
+                "BIGINT": "int",
+                "INT": "int",
+                "DATETIME2": "datetime2",
+            }
+            columns = {
+                c.name: kinds.get(c.args["kind"].this.name, "nvarchar")
+                for c in schema.expressions
+                if isinstance(c, exp.ColumnDef)
+            }
+            self.tables[table_key(schema.this)] = Table(columns)
+            return [], []
+        if isinstance(tree, exp.Update):
+            target = self.tables[table_key(tree.this)]
+            queue = list(params)
+            assignments: list[tuple[str, Any]] = []
+            for eq in tree.expressions:  # SET parameters come first, then the WHERE ones
+                if isinstance(eq.expression, exp.Placeholder):
+                    assignments.append((eq.this.name, queue.pop(0)))
+            count = 0
+            for row in target.rows:
+                if self.matches(tree.args.get("where"), row, list(queue)):
+                    for name, value in assignments:
+                        row[name] = target.coerce(name, value)
+                    count += 1
+            self.rowcount = count
+            return [], []
         if isinstance(tree, exp.Drop):
             for table in tree.expressions:
                 del self.tables[table_key(table)]
@@ -165,6 +195,12 @@ class Engine:
     def matches(self, where: exp.Where | None, row: dict[str, Any], params: list[Any]) -> bool:
         if where is None:
             return True
+        equalities = list(where.find_all(exp.EQ))
+        if equalities and all(isinstance(eq.expression, exp.Placeholder) for eq in equalities):
+            # WHERE a = ? AND b = ? (the fence row), parameters in order
+            return all(
+                row.get(eq.this.name) == value for eq, value in zip(equalities, params, strict=True)
+            )
         if isinstance(where.this, exp.EQ):  # WHERE 1 = 0
             return False
         lower, upper = where.this.this, where.this.expression

@@ -22,6 +22,7 @@ import pytest
 from dpone.ledger.factory import open_store
 from dpone.ledger.port import CampaignShape, LeaseStatus
 from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 
@@ -65,6 +66,7 @@ class Project:
         (self.root / "orders.yaml").write_text(MANIFEST.format(s=self.schema), encoding="utf-8")
         _, packs, problems = load_and_compile(str(self.root / "workloads.yaml"))
         assert not problems, problems
+        self.identity = expected_identity(packs[0], packs[0].processes[0].name).env_value()
         return packs[0], packs[0].processes[0]
 
     def dpone(self, *args: str, item: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -76,6 +78,7 @@ class Project:
         )
         if item is not None:
             env["DPONE_AIRFLOW_MAPPING_ITEM"] = item
+            env["DPONE_AIRFLOW_RUN_IDENTITY"] = self.identity
         return subprocess.run(
             [str(DPONE), *args],
             cwd=self.root,
@@ -198,14 +201,14 @@ def test_a_stale_lease_is_taken_over_after_expiry_by_the_database_clock(project:
     try:
         store.initialize(shape, "crashed-pod", 10)
         first = plan.chunks[plan.mapping_plan.items[2].first_chunk_index - 1]
-        taken = store.acquire_lease(shape, first, "crashed-pod:1:dead", 3)  # then it "dies"
+        taken = store.acquire_lease(shape, first, "crashed-pod:1:dead", 8)  # then it "dies"
         assert taken.status is LeaseStatus.ACQUIRED
     finally:
         store.close()
     busy = project.run(_item(plan, 2))
     assert busy.returncode == 4, busy.stderr
     assert json.loads(busy.stderr.strip().splitlines()[-1])["code"] == "DPONE_BACKFILL_CHUNK_BUSY"
-    time.sleep(3.5)
+    time.sleep(8.5)
     status = project.dpone(
         "ledger", "status", "--catalog", "workloads.yaml", "--workload", "orders_history"
     )

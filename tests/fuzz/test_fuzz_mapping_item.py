@@ -14,6 +14,7 @@ from functools import cache
 import fuzzkit
 from dpone import errors
 from dpone.pack import ProcessPlan, load_and_compile
+from dpone.verify import expected_identity
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,15 @@ def plan_of(kind: str) -> ProcessPlan:
 
 
 @cache
+def identity_of(kind: str) -> str:
+    """The run identity the generated DAG passes beside the project's items."""
+    catalog, workload = PROJECTS[kind]
+    _, packs, _ = load_and_compile(str(catalog))
+    (pack,) = [p for p in packs if p.workload.name == workload]
+    return expected_identity(pack, pack.processes[0].name).env_value()
+
+
+@cache
 def valid_items(kind: str) -> tuple[str, ...]:
     plan = plan_of(kind)
     assert plan.mapping_plan is not None
@@ -72,7 +82,8 @@ def run_with_item(kind: str, raw: str) -> fuzzkit.CliResult:
     catalog, workload = PROJECTS[kind]
     plan = plan_of(kind)
     argv = ["run", "--catalog", str(catalog), "--workload", workload, "--process", plan.name]
-    return fuzzkit.run_cli(argv, {**CLEAN_ENV, ENV_ITEM: raw})
+    env = {**CLEAN_ENV, "DPONE_AIRFLOW_RUN_IDENTITY": identity_of(kind), ENV_ITEM: raw}
+    return fuzzkit.run_cli(argv, env)
 
 
 def check_item_case(kind: str, raw: str, allowed: set[str], target: str) -> dict[str, object]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import fuzzkit
 from dpone import errors
-from test_fuzz_mapping_item import CLEAN_ENV, PROJECTS, plan_of, valid_items
+from test_fuzz_mapping_item import CLEAN_ENV, PROJECTS, identity_of, plan_of, valid_items
 
 SEED = 20260717
 DPONE = Path(sys.executable).with_name("dpone")
@@ -72,6 +72,7 @@ def run_case(kind: str, value: bytes) -> tuple[int, bytes, bytes]:
         k.encode(): v.encode() for k, v in os.environ.items() if k not in CLEAN_ENV
     }
     env[b"DPONE_AIRFLOW_MAPPING_ITEM"] = value
+    env[b"DPONE_AIRFLOW_RUN_IDENTITY"] = identity_of(kind).encode()
     argv = [str(DPONE), "run", "--catalog", str(catalog), "--workload", workload]
     argv += ["--process", plan_of(kind).name]
     proc = subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False)  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ INVALID = ROOT / "tests" / "invalid_catalogs"
 UPDATE_GOLDENS = "python -m dpone_generator.update_goldens"
 HARNESS = ROOT / "tests" / "airflow" / "harness"
 if str(HARNESS) not in sys.path:
-    sys.path.append(str(HARNESS))  # the reference envcodec (standard library only)
+    sys.path.append(str(HARNESS))  # hostile_values, the harness (standard library only)
 
 
 def golden_cases() -> list[str]:

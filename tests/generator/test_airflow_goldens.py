@@ -5,8 +5,9 @@ Per version, in the cached venvs of scripts/airflow_envs.py: the reference harne
 tasks are wired pre-hooks >> processes >> post-hooks, mapped tasks keep their inputs, pool,
 max_active_tis_per_dag and label template (also after serialization), and the runtime operator's
 inline outcome validation works; airflow_probe.py proves that the pod (or process) of EVERY map
-index receives exactly the original env values the generator planned, with the catalog's
-resources and retries. Run: .venv/bin/pytest tests/generator -m airflow
+index, and of every hook, receives exactly the original env values the generator planned, with the
+catalog's resources, retries, task arguments and every pod option (airflow.pod) where Kubernetes
+reads it. Run: .venv/bin/pytest tests/generator -m airflow
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from dpone.pack import load_and_compile
 from dpone_generator.dagspec import DagFile, dag_file
 from generator_support import GOLDEN, HARNESS, ROOT
+from pod_expectations import pod_option_problems, task_option_problems
 
 VERSIONS = ("2.10.5", "2.11.2", "3.2.2", "3.3.2")
 PROBE = ROOT / "tests" / "generator" / "airflow_probe.py"
@@ -145,21 +147,40 @@ def test_parse_is_clean_wired_and_serializable(airflow_facts: dict[str, Any], ve
                     assert got["map_index_template"] == "{{ dpone_item_label }}"
 
 
+def _check_options(dag: DagFile, one: dict[str, Any], major: int, where: tuple[str, ...]) -> int:
+    """Retries, task arguments and pod options of one concrete task; how many options were held."""
+    pod_options, task_options = dict(dag.pod_options), dict(dag.task_options)
+    assert one["retries"] == dag.retries, where
+    assert task_option_problems(task_options, one["task_options"], major) == [], where
+    if dag.flavour == "kubernetes":
+        assert pod_option_problems(pod_options, one["pod"], one["operator"]) == [], where
+        return len(task_options) + len(pod_options)
+    return len(task_options)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_map_index_gets_the_planned_env_resources_and_retries(
+def test_every_map_index_gets_the_planned_env_options_and_retries(
     airflow_facts: dict[str, Any], version: str
 ) -> None:
     probe = airflow_facts[version]["probe"]
+    major = int(version.split(".", 1)[0])
     assert probe["import_errors"] == {}
+    options_checked = 0
     for name, (_, dag) in PLANNED.items():
         got = probe["dags"][dag.dag_id]
         assert (got["max_active_runs"], got["catchup"]) == (1, False), name
         year, month, day = dag.start_date
         assert got["start_date"].startswith(f"{year:04d}-{month:02d}-{day:02d}T00:00:00")
-        hooks = {h.task_id: h.env for h in (*dag.pre_hooks, *dag.post_hooks)}
-        for task_id, env in hooks.items():
+
+        hooks = {h.task_id: h for h in (*dag.pre_hooks, *dag.post_hooks)}
+        for task_id, hook in hooks.items():
             concrete = got["tasks"][task_id]["concrete"]["-"]
-            assert concrete["env"] == dict(env), (name, task_id)
+            assert concrete["env"] == dict(hook.env), (name, task_id)
+            options_checked += _check_options(dag, concrete, major, (name, task_id))
+            if dag.flavour == "kubernetes":
+                assert concrete["pod"]["spec"]["containers"][0]["command"] == list(hook.command)
+            else:
+                assert concrete["command"] == list(hook.command)
         for task in dag.runtime_tasks:
             concrete = got["tasks"][task.task_id]["concrete"]
             envs = task.mapped_envs if task.mapped else (task.env,)
@@ -168,11 +189,19 @@ def test_every_map_index_gets_the_planned_env_resources_and_retries(
             for key, env in zip(keys, envs, strict=True):
                 one = concrete[key]
                 assert one["env"] == dict(env), (name, task.task_id, key)
-                assert one["retries"] == dag.retries
+                options_checked += _check_options(dag, one, major, (name, task.task_id, key))
                 if dag.flavour == "kubernetes":
                     assert one["resources"] == (dag.resources or None), (name, key)
+                    container = one["pod"]["spec"]["containers"][0]
+                    assert container["image"] == dag.image
+                    assert [*container["command"], *container["args"]] == [
+                        *dag.command,
+                        *task.arguments,
+                    ]
                 else:
                     assert one["command"] == [*dag.command, *task.arguments]
+    # the pod_options golden alone: (19 pod options + 7 task arguments) x (1 hook + 12 map indexes)
+    assert options_checked >= 26 * 13
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -188,10 +217,21 @@ def test_runtime_tasks_validate_their_outcome(airflow_facts: dict[str, Any], ver
                 assert checks["deferred_passed_returns_none"]["returned"]["status"] == "passed"
                 for case in ("sync_failed", "deferred_failed", "sync_no_result"):
                     assert checks[case]["raised"] == "DponeRunOutcomeError", (name, case)
+                    assert checks[case]["is_fail_exception"] is False, (name, case)
+                for case in (
+                    "sync_failed_final",
+                    "deferred_failed_final",
+                    "deferred_pod_failed_final",
+                ):
+                    assert checks[case]["raised"] == "DponeRunNotRetryableError", (name, case)
+                    assert checks[case]["is_fail_exception"] is True, (name, case)
             else:
                 assert checks["passed"]["returned"]["status"] == "passed"
                 for case in ("failed", "nonzero_exit", "no_result"):
                     assert checks[case]["raised"] == "DponeRunOutcomeError", (name, case)
+                    assert checks[case]["is_fail_exception"] is False, (name, case)
+                assert checks["failed_final"]["raised"] == "DponeRunNotRetryableError", name
+                assert checks["failed_final"]["is_fail_exception"] is True, name
 
 
 @pytest.mark.parametrize("version", ("2.10.5", "3.3.2"))

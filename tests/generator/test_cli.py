@@ -22,7 +22,7 @@ def test_dpone_entry_point_dispatches_generate(
 ) -> None:
     project(here / "p", {"alpha": ""})
     assert dpone_main(["generate", "p/workloads.yaml", "--out", "dags"]) == 0
-    assert "dpone generate: dags: 2 written, 0 unchanged, 0 removed" in capsys.readouterr().out
+    assert "dpone generate: dags: 3 written, 0 unchanged, 0 removed" in capsys.readouterr().out
     assert dpone_main(["generate", "p/workloads.yaml", "--out", "dags", "--check"]) == 0
 
 
@@ -92,10 +92,12 @@ def test_provider_owned_env_is_rejected_before_anything_is_written(
 def test_json_format_on_success_lists_files(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project(here / "p", {"alpha": ""})
     assert main_generate(["p/workloads.yaml", "--out", "dags", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["written"] == ["alpha.py", "dpone_pools.json"]
+    written = json.loads(capsys.readouterr().out)["written"]
+    assert written == [".dpone-owner", "alpha.py", "dpone_pools.json"]
     assert main_generate(["p/workloads.yaml", "--out", "dags", "--check", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["up_to_date"] is True and doc["unchanged"] == ["alpha.py", "dpone_pools.json"]
+    assert doc["up_to_date"] is True
+    assert doc["unchanged"] == [".dpone-owner", "alpha.py", "dpone_pools.json"]
 
 
 def test_kubernetes_workload_needs_a_secret_for_every_connection(

@@ -124,4 +124,4 @@ def test_parallel_rendering_gives_the_serial_bytes(
     serial = build(catalog).files
     monkeypatch.setenv("DPONE_GENERATE_JOBS", "2")
     parallel = build(catalog).files
-    assert serial == parallel and len(serial) == 7
+    assert serial == parallel and len(serial) == 8  # 6 DAG files, pools, owner

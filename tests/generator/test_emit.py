@@ -31,7 +31,9 @@ def _gen(*, check: bool = False, out: str = "dags", catalog: str = CATALOG) -> i
 def test_first_run_writes_dag_files_and_pools_file(proj: Path) -> None:
     assert _gen() == 0
     names = sorted(p.name for p in (proj / "dags").iterdir())
-    assert names == ["alpha.py", "beta.py", "dpone_pools.json"]
+    assert names == [".dpone-owner", "alpha.py", "beta.py", "dpone_pools.json"]
+    owner = (proj / "dags" / ".dpone-owner").read_text(encoding="utf-8")
+    assert owner.endswith("\ncatalog: repo/workloads.yaml\n")
     for path in (proj / "dags").iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert _gen(check=True) == 0
@@ -51,14 +53,12 @@ def test_stale_generated_file_of_this_catalog_is_removed_others_are_kept(proj: P
     assert _gen() == 0
     hand = proj / "dags" / "hand_written.py"
     hand.write_text("from airflow import DAG\n", encoding="utf-8")
-    project(proj / "other", {"gamma": ""})
-    assert _gen(catalog="other/workloads.yaml", out="dags") == 0  # another catalog, same folder
     project(proj / "repo", {"alpha": MAPPED})  # beta removed from the catalog
     assert _gen(check=True) == 1
     assert (proj / "dags" / "beta.py").exists()  # --check writes and removes nothing
     assert _gen() == 0
     names = sorted(p.name for p in (proj / "dags").iterdir())
-    assert names == ["alpha.py", "dpone_pools.json", "gamma.py", "hand_written.py"]
+    assert names == [".dpone-owner", "alpha.py", "dpone_pools.json", "hand_written.py"]
     assert hand.read_text(encoding="utf-8") == "from airflow import DAG\n"
 
 
@@ -80,10 +80,55 @@ def test_hand_written_file_with_a_generated_name_is_a_conflict(
 def test_file_generated_from_another_catalog_is_a_conflict(
     proj: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A folder written by an older dpone (no owner file) still belongs to its catalog."""
     project(proj / "other", {"alpha": ""})
     assert _gen(catalog="other/workloads.yaml") == 0
+    (proj / "dags" / ".dpone-owner").unlink()
     assert _gen() == 2
     assert "was generated from another catalog (other/workloads.yaml)" in capsys.readouterr().err
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_second_catalog_is_refused_and_touches_nothing(
+    proj: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _gen() == 0
+    before = _tree(proj / "dags")
+    project(proj / "other", {"gamma": MAPPED.replace("dpone_test", "other_pool")})
+    for check in (False, True):
+        assert _gen(catalog="other/workloads.yaml", check=check) == 2
+        err = capsys.readouterr().err
+        assert (
+            "dags/.dpone-owner:3:1: DPONE_GENERATE_CONFLICT: dags/.dpone-owner: this folder "
+            "belongs to catalog 'repo/workloads.yaml', not 'other/workloads.yaml'" in err
+        )
+    assert _tree(proj / "dags") == before  # no DAG removed, the pools file not replaced
+
+
+def test_the_owner_does_not_depend_on_the_working_folder_or_path_spelling(
+    proj: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Inside a git checkout the catalog is named relative to the repository root: absolute
+    paths ($GITHUB_WORKSPACE/...) and runs from a subfolder are the same owner."""
+    (proj / ".git").mkdir()
+    assert _gen() == 0
+    before = _tree(proj / "dags")
+    assert _gen(catalog=str(proj / "repo" / "workloads.yaml"), out=str(proj / "dags")) == 0
+    monkeypatch.chdir(proj / "repo")
+    assert generate_command("workloads.yaml", "../dags", check=True) == 0
+    assert generate_command("./../repo//workloads.yaml", "../dags", check=False) == 0
+    assert _tree(proj / "dags") == before
+    assert "0 removed" in capsys.readouterr().out
+
+
+def test_empty_out_is_a_usage_error(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _gen(out="") == 2
+    err = capsys.readouterr().err
+    assert '"code":"DPONE_USAGE"' in err and "--out needs a folder" in err
+    assert sorted(p.name for p in proj.iterdir()) == ["repo"]
 
 
 def test_foreign_pools_file_is_a_conflict(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,7 +144,7 @@ def test_check_prints_a_unified_diff_per_file_and_the_fix(
     assert _gen(check=True) == 1
     out, err = capsys.readouterr()
     assert "--- /dev/null\n+++ b/dags/alpha.py\n" in out
-    assert "3 missing" in err and f"dpone generate {CATALOG} --out dags" in err
+    assert "4 missing" in err and f"dpone generate {CATALOG} --out dags" in err
     assert not (proj / "dags").exists()
     assert _gen() == 0
     alpha = proj / "dags" / "alpha.py"
@@ -134,6 +179,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(
     assert "No space left on device" in capsys.readouterr().err
     assert alpha.read_bytes() == edited
     assert sorted(p.name for p in (proj / "dags").iterdir()) == [
+        ".dpone-owner",
         "alpha.py",
         "beta.py",
         "dpone_pools.json",

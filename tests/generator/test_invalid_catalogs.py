@@ -19,11 +19,13 @@ from generator_support import INVALID
 from syrupy.assertion import SnapshotAssertion
 
 EXPECTED_CODE = {
+    "audit_schema_name_invalid": "DPONE_MANIFEST_INVALID",
     "backfill_plan_invalid": "DPONE_BACKFILL_PLAN_INVALID",
     "bool_for_integer": "DPONE_CATALOG_INVALID",
     "conflicting_policy": "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
     "duplicate_dag_id": "DPONE_GENERATE_CONFLICT",
     "duplicate_key": "DPONE_YAML_INVALID",
+    "env_credential": "DPONE_AIRFLOW_ENV_CREDENTIAL",
     "float_for_integer": "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
     "full_refresh_multi_chunk": "DPONE_BACKFILL_FULL_REFRESH_MULTI_CHUNK",
     "generator_rules": "DPONE_GENERATE_IMAGE_REQUIRED",
@@ -35,6 +37,7 @@ EXPECTED_CODE = {
     "pool_required": "DPONE_AIRFLOW_MAPPING_POOL_REQUIRED",
     "provider_owned_env": "DPONE_AIRFLOW_PROVIDER_OWNED_ENV",
     "requires_chunked_backfill": "DPONE_AIRFLOW_MAPPING_REQUIRES_CHUNKED_BACKFILL",
+    "state_path_kernel": "DPONE_MANIFEST_INVALID",
     "state_unsupported_clickhouse": "DPONE_AIRFLOW_MAPPING_STATE_UNSUPPORTED",
     "state_unsupported_local_file": "DPONE_AIRFLOW_MAPPING_STATE_UNSUPPORTED",
     "task_limit_exceeded": "DPONE_AIRFLOW_MAPPING_TASK_LIMIT_EXCEEDED",

@@ -14,6 +14,7 @@ import pytest
 from dpone.authoring.schema import load_schema, validate
 from dpone.cli import main
 from dpone.pack import load_and_compile
+from dpone.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 
@@ -94,10 +95,12 @@ def _plan(catalog: str):  # type: ignore[no-untyped-def]
 
 
 def _run_item(catalog: str, plan, index: int, monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, dict, str]:  # type: ignore[no-untyped-def]
+    pack, _ = _plan(catalog)
     monkeypatch.setenv(
         "DPONE_AIRFLOW_MAPPING_ITEM",
         plan.mapping_plan.item_env_value(plan.mapping_plan.items[index]),
     )
+    monkeypatch.setenv("DPONE_AIRFLOW_RUN_IDENTITY", expected_identity(pack, plan.name).env_value())
     code = main(["run", "--catalog", catalog, "--workload", "orders", "--process", "orders"])
     err = capsys.readouterr().err
     result = json.loads(Path(str(Path(catalog).parent / "xcom.json")).read_text())
@@ -171,6 +174,8 @@ def test_a_failed_item_is_retried_without_moving_committed_chunks(project, monke
     code, result, err = _run_item(catalog, plan, 3, monkeypatch, capsys)
     assert code == 1
     assert result["status"] == "failed" and result["error"]["code"] == "DPONE_SINK_FAILED"
+    # a row the sink refuses is refused again by a new attempt: the DAG fails without retries
+    assert result["error"]["retryable"] is False
     assert result["backfill"]["chunks_committed"] == 1  # the first chunk, before the bad one
     last = json.loads(err.strip().splitlines()[-1])
     assert last["schema"] == "dpone.error.v1" and last["code"] == "DPONE_SINK_FAILED"
@@ -187,8 +192,10 @@ def test_a_failed_item_is_retried_without_moving_committed_chunks(project, monke
 
 def test_plan_mismatch_is_refused_before_any_database_io(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     catalog = project["write"]()
-    _, plan = _plan(catalog)
+    pack, plan = _plan(catalog)
     monkeypatch.setenv("DPONE_CONN_WH", "postgresql://nobody@127.0.0.1:1/none")  # unreachable
+    identity = expected_identity(pack, plan.name).env_value()
+    monkeypatch.setenv("DPONE_AIRFLOW_RUN_IDENTITY", identity)
     doc = plan.mapping_plan.item_payload(plan.mapping_plan.items[1])
     doc["backfill_plan_hash"] = "sha256:" + "0" * 64
     monkeypatch.setenv("DPONE_AIRFLOW_MAPPING_ITEM", json.dumps(doc))
@@ -267,9 +274,11 @@ def test_a_chunk_longer_than_its_lease_keeps_it(project, monkeypatch, capsys) ->
     )
     text = manifest.read_text().replace(f"table: {{schema: {s}, name: raw_orders}}", slow)
     manifest.write_text(text.replace("lease_seconds: 30", "lease_seconds: 5"))
-    _, plan = _plan(catalog)
+    pack, plan = _plan(catalog)
     item = plan.mapping_plan.items[0]
     monkeypatch.setenv("DPONE_AIRFLOW_MAPPING_ITEM", plan.mapping_plan.item_env_value(item))
+    identity = expected_identity(pack, plan.name).env_value()
+    monkeypatch.setenv("DPONE_AIRFLOW_RUN_IDENTITY", identity)
     codes: list[int] = []
     runner = threading.Thread(
         target=lambda: codes.append(

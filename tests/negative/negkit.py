@@ -17,6 +17,7 @@ import psycopg
 from dpone import errors
 from dpone.cli import main as dpone_main
 from dpone.pack import ProcessPlan, load_and_compile
+from dpone.verify import expected_identity
 from psycopg import sql
 from ruamel.yaml import YAML
 
@@ -118,6 +119,13 @@ class Project:
         _, packs, problems = load_and_compile(str(self.catalog_path))
         assert not problems, problems
         return packs[0].processes[0]
+
+    def identity_env(self) -> dict[str, str | None]:
+        """The run identity the generated DAG passes beside every mapped item."""
+        _, packs, problems = load_and_compile(str(self.catalog_path))
+        assert not problems, problems
+        identity = expected_identity(packs[0], packs[0].processes[0].name)
+        return {ENV_IDENTITY: identity.env_value()}
 
     def item(self, index: int) -> str:
         plan = self.plan()

@@ -80,7 +80,9 @@ def codes(records: list[dict[str, object]]) -> set[object]:
 def test_malformed_item_json_is_refused_before_any_io(
     project: Project, neg_db: str, raw: str
 ) -> None:
-    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: raw, **conn_env(neg_db)})
+    result = run_cli(
+        project.run_argv(), {**project.identity_env(), negkit.ENV_ITEM: raw, **conn_env(neg_db)}
+    )
     assert result.code == 3
     assert result.error()["code"] == errors.MAPPING_ITEM_INVALID
     assert_refused_before_io(neg_db)
@@ -92,7 +94,10 @@ def test_unknown_item_fields_are_refused_and_their_values_never_echoed(
 ) -> None:
     doc = json.loads(project.item(1))
     doc["predicate"] = "1=1; DROP TABLE neg.src -- secret-value-7f3a"
-    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: json.dumps(doc), **conn_env(neg_db)})
+    result = run_cli(
+        project.run_argv(),
+        {**project.identity_env(), negkit.ENV_ITEM: json.dumps(doc), **conn_env(neg_db)},
+    )
     record = result.error()
     assert result.code == 3 and record["code"] == errors.MAPPING_ITEM_INVALID
     assert "unknown field" in record["message"]
@@ -106,10 +111,16 @@ def test_oversized_env_is_refused_at_8_kib_plus_one(project: Project) -> None:
     at_limit = item[:-1] + " " * (8192 - len(item.encode())) + "}"
     over = item[:-1] + " " * (8193 - len(item.encode())) + "}"
     assert len(at_limit.encode()) == 8192 and len(over.encode()) == 8193
-    accepted = run_cli(project.run_argv(), {negkit.ENV_ITEM: at_limit, "DPONE_CONN_NEG": None})
+    accepted = run_cli(
+        project.run_argv(),
+        {**project.identity_env(), negkit.ENV_ITEM: at_limit, "DPONE_CONN_NEG": None},
+    )
     # Past parsing and verification; stops at the ledger's missing DSN (no I/O configured).
     assert accepted.error()["code"] == errors.CONNECTION_MISSING
-    refused = run_cli(project.run_argv(), {negkit.ENV_ITEM: over, "DPONE_CONN_NEG": None})
+    refused = run_cli(
+        project.run_argv(),
+        {**project.identity_env(), negkit.ENV_ITEM: over, "DPONE_CONN_NEG": None},
+    )
     record = refused.error()
     assert refused.code == 3 and record["code"] == errors.MAPPING_ITEM_INVALID
     assert "8192 bytes" in record["message"]
@@ -124,7 +135,9 @@ def test_plan_mismatch_is_refused_before_any_io(project: Project, neg_db: str) -
     item = project.item(1)
     project.process["backfill"]["chunk"]["end"] = "2023-01-14"  # one more day in the image
     project.write()
-    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: item, **conn_env(neg_db)})
+    result = run_cli(
+        project.run_argv(), {**project.identity_env(), negkit.ENV_ITEM: item, **conn_env(neg_db)}
+    )
     record = result.error()
     assert result.code == 3 and record["code"] == errors.MAPPING_PLAN_MISMATCH
     assert "backfill_plan_hash" in record["message"]
@@ -144,6 +157,7 @@ def test_pack_identity_mismatch_is_refused_before_any_io(project: Project, neg_d
         "image": None,
     }
     env = {
+        **project.identity_env(),
         negkit.ENV_ITEM: project.item(0),
         negkit.ENV_IDENTITY: json.dumps(identity),
         **conn_env(neg_db),
@@ -159,7 +173,9 @@ def test_mode_mismatch_internal_image_mapped_item_is_refused(project: Project, n
     item = project.item(2)
     project.airflow["mapping"] = {"mode": "internal"}
     project.write()
-    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: item, **conn_env(neg_db)})
+    result = run_cli(
+        project.run_argv(), {**project.identity_env(), negkit.ENV_ITEM: item, **conn_env(neg_db)}
+    )
     assert result.code == 3 and result.error()["code"] == errors.MAPPING_PLAN_MISMATCH
     assert_refused_before_io(neg_db)
 
@@ -175,7 +191,10 @@ def test_duplicate_range_is_refused(project: Project, neg_db: str) -> None:
         twin["last_chunk_index"],
     )
     doc["chunks_count"] = twin["chunks_count"]
-    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: json.dumps(doc), **conn_env(neg_db)})
+    result = run_cli(
+        project.run_argv(),
+        {**project.identity_env(), negkit.ENV_ITEM: json.dumps(doc), **conn_env(neg_db)},
+    )
     assert result.code == 3 and result.error()["code"] == errors.MAPPING_PLAN_MISMATCH
     assert_refused_before_io(neg_db)
     items = (
@@ -196,7 +215,10 @@ def test_range_gap_is_refused(project: Project, neg_db: str) -> None:
     doc = json.loads(project.item(1))
     doc["last_chunk_index"] -= 1
     doc["chunks_count"] -= 1
-    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: json.dumps(doc), **conn_env(neg_db)})
+    result = run_cli(
+        project.run_argv(),
+        {**project.identity_env(), negkit.ENV_ITEM: json.dumps(doc), **conn_env(neg_db)},
+    )
     assert result.code == 3 and result.error()["code"] == errors.MAPPING_PLAN_MISMATCH
     assert_refused_before_io(neg_db)
     items = (
@@ -416,7 +438,10 @@ def test_corrupt_sql_chunk_record_is_detected(project: Project, neg_db: str) -> 
         assert "chunk 5" in caught.value.message and "forged-key" in caught.value.message
     finally:
         store.close()  # type: ignore[attr-defined]
-    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)})
+    result = run_cli(
+        project.run_argv(),
+        {**project.identity_env(), negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)},
+    )
     assert result.error()["code"] == errors.LEDGER_CORRUPT
     assert result.code == 3
     assert negkit.scalar(neg_db, "SELECT count(*) FROM neg.dst") == 0
@@ -439,7 +464,11 @@ def test_one_failed_map_item_fails_alone(project: Project, neg_db: str, tmp_path
     exits = {}
     for index in range(4):
         xcom = tmp_path / f"xcom-{index}.json"
-        env = {negkit.ENV_ITEM: project.item(index), "DPONE_XCOM_PATH": str(xcom)}
+        env = {
+            **project.identity_env(),
+            negkit.ENV_ITEM: project.item(index),
+            "DPONE_XCOM_PATH": str(xcom),
+        }
         result = run_cli(project.run_argv(), {**env, **conn_env(neg_db)})
         exits[index] = result.code
         if index == 1:
@@ -465,6 +494,7 @@ def test_one_failed_map_item_fails_alone(project: Project, neg_db: str, tmp_path
     retry = run_cli(
         project.run_argv(),
         {
+            **project.identity_env(),
             negkit.ENV_ITEM: project.item(1),
             "DPONE_XCOM_PATH": str(tmp_path / "retry.json"),
             **conn_env(neg_db),
@@ -481,3 +511,42 @@ def test_one_failed_map_item_fails_alone(project: Project, neg_db: str, tmp_path
     )
     assert committed_twice == 0
     assert negkit.scalar(neg_db, "SELECT count(*) FROM neg.dst") == 240
+
+
+@pytest.mark.postgres
+def test_a_mapped_item_without_its_run_identity_is_refused_before_any_io(
+    project: Project, neg_db: str
+) -> None:
+    result = run_cli(project.run_argv(), {negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.RUN_IDENTITY_INVALID
+    assert "missing" in record["message"]
+    assert_refused_before_io(neg_db)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("field", "value"), [("dag_id", "another_dag"), ("flavour", "kubernetes")])
+def test_a_run_identity_of_another_dag_or_flavour_is_refused_before_any_io(
+    project: Project, neg_db: str, field: str, value: str
+) -> None:
+    identity = json.loads(str(project.identity_env()[negkit.ENV_IDENTITY]))
+    identity[field] = value
+    env = {negkit.ENV_IDENTITY: json.dumps(identity), negkit.ENV_ITEM: project.item(1)}
+    result = run_cli(project.run_argv(), {**env, **conn_env(neg_db)})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.MAPPING_PLAN_MISMATCH
+    assert value in record["message"]
+    assert_refused_before_io(neg_db)
+
+
+@pytest.mark.postgres
+def test_an_unwritable_result_destination_is_refused_before_any_io(
+    project: Project, neg_db: str, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x")
+    env = {**project.identity_env(), negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)}
+    result = run_cli(project.run_argv(), {**env, "DPONE_XCOM_PATH": str(blocked / "xcom.json")})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.OUTPUT_UNWRITABLE
+    assert_refused_before_io(neg_db)

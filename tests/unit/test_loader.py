@@ -558,3 +558,117 @@ def test_visible_task_limit_is_located_at_the_policy(tmp_path: Path) -> None:
         {"orders.yaml": BACKFILL_MANIFEST},
     )
     assert result.only_plan().mapping_plan is not None
+
+
+# --- pod and task options (airflow.pod, task arguments) -----------------------------------------
+
+
+POD_DEFAULTS = """\
+schema: dpone.workload-catalog.v1
+defaults:
+  airflow:
+    retry_delay: 60
+    owner: platform
+    pod:
+      service_account_name: platform-default
+      node_selector: {pool: batch}
+workloads:
+  orders:
+    manifest: orders.yaml
+    airflow:
+      owner: orders-team
+      priority_weight: 5
+      pod:
+        service_account_name: orders-irsa
+        tolerations: [{key: dedicated, operator: Equal, value: batch, effect: NoSchedule}]
+        volume_mounts: [{name: scratch, mountPath: /scratch}]
+        volumes: [{name: scratch, emptyDir: {}}]
+"""
+
+
+def test_pod_options_merge_key_by_key_over_the_defaults_in_schema_order(tmp_path: Path) -> None:
+    path = write_project(tmp_path, POD_DEFAULTS, {"orders.yaml": BACKFILL_MANIFEST})
+    catalog, problems = load_catalog(path)
+    assert problems == [] and catalog is not None
+    airflow = catalog.workloads[0].airflow
+    assert airflow.task_options == (
+        ("retry_delay", 60),
+        ("owner", "orders-team"),
+        ("priority_weight", 5),
+    )
+    assert [name for name, _ in airflow.pod_options] == [
+        "service_account_name",
+        "node_selector",
+        "tolerations",
+        "volumes",
+        "volume_mounts",
+    ]
+    options = dict(airflow.pod_options)
+    assert options["service_account_name"] == "orders-irsa"  # the workload's own wins
+    assert options["node_selector"] == {"pool": "batch"}  # kept from the defaults
+    assert options["volume_mounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment", "line"),
+    [
+        ("pod:\n  env_vars: {A: b}", "'env_vars' is written by dpone", 7),
+        ("pod:\n  pool: big", "'pool' is written by dpone", 7),
+        ("pod:\n  cmds: [sh]", "'cmds' is written by dpone", 7),
+        ("max_active_tis_per_dag: 3", "'max_active_tis_per_dag' is written by dpone", 6),
+        ("pod:\n  volume_mounts: [{name: x}]", "missing required field 'mountPath'", 7),
+        ("pod:\n  volumes: [{name: x, emptydir: {}}]", "unknown field 'emptydir'", 7),
+        ("pod:\n  tolerations: [{operator: Maybe}]", "must be one of Exists, Equal", 7),
+        ("pod:\n  image_pull_policy: always", "must be one of Always", 7),
+        ("pod:\n  labels: {team: 'a b'}", "does not match", 7),
+        ("pod:\n  termination_grace_period: '30'", "must be integer", 7),
+        ("retry_delay: 1.5", "must be integer", 6),
+        ("retry_exponential_backoff: 2", "must be boolean", 6),
+        ('owner: "a\\tb"', "does not match", 6),
+        ('image: "reg/x:1\\nsecond"', "does not match", 6),
+        ('image: "reg/x:1\\u0000"', "does not match", 6),
+        ('image: "reg/x: 1"', "does not match", 6),
+        ('catalog_path: "/app/\\u0000/w.yaml"', "does not match", 6),
+        ('command: ["dpone\\u0000"]', "does not match", 6),
+        ('env: {A: "x\\u0000y"}', "does not match", 6),
+    ],
+)
+def test_pod_and_task_options_are_typed_and_located(
+    tmp_path: Path, extra: str, fragment: str, line: int
+) -> None:
+    problem = only(load(tmp_path, catalog_with(extra_airflow=extra)))
+    assert problem.code == errors.CATALOG_INVALID
+    assert fragment in problem.message
+    assert where(problem)[1] in (line, line + 1)
+
+
+def test_pod_options_on_a_subprocess_workload_are_refused(tmp_path: Path) -> None:
+    extra = "flavour: subprocess\npod:\n  service_account_name: x"
+    problem = only(load(tmp_path, catalog_with(extra_airflow=extra)))
+    assert problem.code == errors.CATALOG_INVALID
+    assert "kubernetes flavour only" in problem.message
+    assert where(problem) == ("workloads.yaml", 7, 7)
+
+
+@pytest.mark.parametrize(
+    "tagged",
+    ["!!binary aGVsbG8=", "!!python/name:os.system x", "!!set {a: null}", "!local x", "!!omap []"],
+)
+def test_yaml_tags_outside_the_core_schema_are_refused_where_they_stand(
+    tmp_path: Path, tagged: str
+) -> None:
+    problem = only(load(tmp_path, catalog_with(extra_airflow=f"image: {tagged}")))
+    assert problem.code == errors.YAML_INVALID
+    assert "is not allowed" in problem.message
+    assert where(problem) == ("workloads.yaml", 6, 14)
+
+
+def test_core_yaml_tags_still_load(tmp_path: Path) -> None:
+    path = write_project(
+        tmp_path,
+        catalog_with(extra_airflow="image: !!str reg/x:1"),
+        {"orders.yaml": BACKFILL_MANIFEST},
+    )
+    catalog, problems = load_catalog(path)
+    assert problems == [] and catalog is not None
+    assert catalog.workloads[0].airflow.image == "reg/x:1"

@@ -8,6 +8,7 @@ Exit codes and error reporting live in dpone.reporting; this module only dispatc
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -15,11 +16,14 @@ from typing import NoReturn
 
 from dpone import __version__, errors
 from dpone.errors import DponeError, ErrorRecord
+from dpone.redaction import redact_text
 from dpone.reporting import (
+    EXIT_BROKEN_PIPE,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
     CommandParser,
+    debug_enabled,
     exit_code_for,
     report_error,
 )
@@ -49,6 +53,22 @@ examples:
 """
 
 
+LOCK_TIMEOUT_MAX = 86_400.0
+
+
+def lock_timeout(text: str) -> float:
+    """--lock-timeout: a finite number of seconds in [0, 86400] (nan, inf and negatives refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0.0 <= value <= LOCK_TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not between 0 and {LOCK_TIMEOUT_MAX:.0f} seconds"
+        )
+    return value
+
+
 def _run_parser() -> CommandParser:
     parser = CommandParser(
         prog="dpone run",
@@ -70,6 +90,8 @@ def _run_parser() -> CommandParser:
             "     missing connection, missing table or chunk column)\n"
             "  4  transient: retry (database unreachable, campaign busy, lease lost)\n"
             "  5  the campaign is cancelled (DPONE_BACKFILL_CANCELLED)\n"
+            "  130 / 143  stopped by SIGINT / SIGTERM: the chunk in flight rolled back and its\n"
+            "     lease released (DPONE_RUN_INTERRUPTED)\n"
             "  every error code's exit code: docs/errors.md"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -85,7 +107,10 @@ def _run_parser() -> CommandParser:
         "task passes, computed from the plan",
     )
     parser.add_argument(
-        "--lock-timeout", type=float, default=30.0, help="campaign lock wait, seconds (30)"
+        "--lock-timeout",
+        type=lock_timeout,
+        default=30.0,
+        help="campaign lock wait, seconds, 0..86400 (30)",
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar or progress lines"
@@ -157,7 +182,36 @@ def _generator(command: str, argv: Sequence[str]) -> int:
     return result
 
 
+def _tolerate_encoding() -> None:
+    """On a stream whose encoding cannot show a character (PYTHONIOENCODING=ascii), write an
+    escape instead of failing: dpone's own output falls back to ASCII where it matters."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "strict") == "strict":
+            reconfigure(errors="backslashreplace")
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader closed stdout: end quietly, and keep the interpreter's final flush silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        _tolerate_encoding()
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's final flush
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(HELP, end="")
@@ -183,9 +237,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # a bug: still one structured line, traceback only on request
-        if os.environ.get("DPONE_DEBUG"):
-            raise
+        if debug_enabled():
+            import traceback
+
+            print(redact_text("".join(traceback.format_exception(exc))), file=sys.stderr)
         report_error(
             ErrorRecord(
                 errors.INTERNAL,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from dpone import errors
+from dpone import errors, redaction
 from dpone.errors import DponeError, ErrorRecord
 
 CONNECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
@@ -31,6 +31,7 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
             errors.CONNECTION_MISSING,
             f"connection {name!r} has no DSN: set {key}",
         )
+    redaction.register_dsn(value)
     return value
 
 
@@ -54,23 +55,46 @@ def require_connections(
 
 def dsn_kind(dsn: str) -> str:
     """'postgres', 'sqlite' or 'mssql' from the DSN's scheme."""
-    scheme = urlsplit(dsn).scheme.lower()
+    redaction.register_dsn(dsn)
+    scheme, sep, _ = dsn.partition("://")
+    scheme = scheme.strip().lower() if sep else ""
     if scheme in ("postgres", "postgresql"):
+        check_url_dsn(dsn, "the Postgres DSN", port=False)  # libpq reads multi-host ports itself
         return "postgres"
     if scheme == "sqlite":
         return "sqlite"
-    if scheme in ("mssql", "mssql+pyodbc", "odbc"):
+    if scheme == "odbc":
         return "mssql"
+    if scheme in ("mssql", "mssql+pyodbc"):
+        check_url_dsn(dsn, "the MSSQL DSN", port=True)
+        return "mssql"
+    if not sep:
+        raise DponeError(
+            errors.CONFIG_INVALID,
+            "the DSN is not a URL (scheme://...); use postgresql://, mssql://, odbc:// or sqlite:///",
+        )
+    if not re.fullmatch(r"[a-z][a-z0-9+.\-]{0,30}", scheme):
+        raise DponeError(errors.CONFIG_INVALID, "the DSN's scheme is not a URL scheme")
     raise DponeError(errors.CONFIG_INVALID, f"unsupported DSN scheme {scheme!r}")
 
 
+def check_url_dsn(dsn: str, label: str, *, port: bool) -> None:
+    """Refuse a URL DSN the URL parser cannot read (e.g. an unclosed ``[::1`` IPv6 host, or with
+    ``port`` a port that is not a number), with a message that never quotes the DSN."""
+    try:
+        parts = urlsplit(dsn)
+        if port:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        reason = "an invalid IPv6 host" if "IPv6" in str(exc) else "an invalid host or port"
+        raise DponeError(
+            errors.CONFIG_INVALID, f"{label}: the DSN is malformed ({reason})"
+        ) from None
+
+
 def redact(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    parts = urlsplit(dsn)
-    if parts.password:
-        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-        return parts._replace(netloc=netloc).geturl()
-    return dsn
+    """What a message may say about a DSN: scheme, host, port and database, never a secret."""
+    return redaction.describe_dsn(dsn)
 
 
 def sqlite_path(dsn: str) -> str:

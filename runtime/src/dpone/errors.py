@@ -100,6 +100,14 @@ PROVIDER_OWNED_ENV = _register(
     "written by the generator.",
     "Remove that key from airflow.env; dpone sets it per task.",
 )
+ENV_CREDENTIAL = _register(
+    "DPONE_AIRFLOW_ENV_CREDENTIAL",
+    "airflow.env (of a workload or of defaults) carries a connection credential.",
+    "A DPONE_CONN_<NAME> key, or a value that reads as a connection string with a password "
+    "(user:password@, password=, PWD=). airflow.env is written in clear into the DAG file.",
+    "Remove it from airflow.env and project the DSN from a Kubernetes secret with airflow.secrets "
+    "(docs/security.md); dpone sets DPONE_CONN_<NAME> from there.",
+)
 GENERATED_FILE_CONFLICT = _register(
     "DPONE_GENERATE_CONFLICT",
     "An output file exists that dpone did not generate, or two workloads want the same file.",
@@ -178,7 +186,8 @@ MAPPING_CAMPAIGN_BUSY = _register(
 CHUNK_LEASE_LOST = _register(
     "DPONE_BACKFILL_CHUNK_LEASE_LOST",
     "An attempt lost ownership of its chunk before completing it (compare-and-set failed).",
-    "The lease expired (a stalled pod) and another attempt took the chunk over.",
+    "The lease expired (a stalled pod) and another attempt took the chunk over; the sink's fence "
+    "refused (rolled back) this attempt's writes, or the newer attempt replaces them.",
     "Nothing to repair: the newer attempt owns the chunk. Raise lease_seconds if pods stall often.",
     retryable=True,
 )
@@ -191,9 +200,11 @@ CHUNK_BUSY = _register(
 )
 MAPPING_UNSUPPORTED = _register(
     "DPONE_AIRFLOW_MAPPING_UNSUPPORTED",
-    "The installed Airflow or provider cannot materialize the mapped operator.",
-    "An Airflow older than 2.10 or a cncf.kubernetes provider without partial/expand support.",
-    "Use a supported version pair (docs/compatibility.md).",
+    "A generated DAG file's import fails: the running Airflow lacks what the file uses.",
+    "No dynamic task mapping (partial/expand), no map_index_template, or no cncf.kubernetes "
+    "KubernetesPodOperator (kubernetes flavour); the import error names what is missing.",
+    "Run the DAG files on Airflow 2.10.5, 2.11.x, 3.2.x or 3.3.x with the cncf.kubernetes "
+    "provider (docs/compatibility.md).",
 )
 RUN_IDENTITY_INVALID = _register(
     "DPONE_AIRFLOW_RUN_IDENTITY_INVALID",
@@ -262,8 +273,10 @@ DRIVER_MISSING = _register(
 LEDGER_CORRUPT = _register(
     "DPONE_LEDGER_CORRUPT",
     "A ledger record does not match the campaign's shape.",
-    "A chunk record's idempotency key or bounds differ from the campaign, or an unknown state.",
-    "Inspect the record with `dpone ledger status`; never edit ledger rows by hand.",
+    "A chunk record's idempotency key or bounds differ from the campaign, an unknown state, or "
+    "committed transitions disappeared (rows deleted by hand or a partial restore).",
+    "Inspect the record with `dpone ledger status`; never edit ledger rows by hand. Restore the "
+    "ledger from a backup; dpone refuses to move those chunks again.",
 )
 LEDGER_SHAPE_MISMATCH = _register(
     "DPONE_LEDGER_SHAPE_MISMATCH",
@@ -288,6 +301,26 @@ CHUNK_FAILED = _register(
     "One or more chunks failed; the run's status is failed.",
     "See the chunk's error code in the evidence or `dpone ledger status`.",
     "Fix the cause and re-run; committed chunks are skipped.",
+)
+RUN_INTERRUPTED = _register(
+    "DPONE_RUN_INTERRUPTED",
+    "The run was stopped by SIGTERM or SIGINT; the chunk in flight was rolled back.",
+    "Kubernetes deleted the pod, Airflow killed the task (on_kill), or Ctrl-C.",
+    "Nothing to repair: the chunk's lease was released, so the next run takes it at once.",
+    retryable=True,
+)
+RESULT_WRITE_FAILED = _register(
+    "DPONE_RESULT_WRITE_FAILED",
+    "The run result (XCom) or the evidence file could not be written after data was committed.",
+    "The XCom or evidence folder became unwritable or full during the run.",
+    "The committed chunks are in the ledger and the target: fix the folder and re-run the task "
+    "(committed chunks are skipped) to get the result.",
+)
+OUTPUT_UNWRITABLE = _register(
+    "DPONE_OUTPUT_UNWRITABLE",
+    "The XCom result file or the evidence folder cannot be written; nothing was moved.",
+    "DPONE_XCOM_PATH or DPONE_EVIDENCE_DIR points to a read-only, missing or full location.",
+    "Mount a writable volume there (docs/deploy-kubernetes.md) or unset the variable.",
 )
 PREFLIGHT_FAILED = _register(
     "DPONE_PREFLIGHT_FAILED",

@@ -10,7 +10,10 @@ suite (tests/chaos) uses it to crash or stall at the places a random timer rarel
 Points:
   campaign_locked  inside initialize, holding the campaign lock
   lease_locked     inside acquire_lease, the RUNNING record appended, chunk lock held, not committed
+  chunk_leased     the lease is committed; nothing written to the sink yet
   chunk_written    same-transaction mode: the chunk's rows written, not committed, chunk lock held
+  sink_written     separate ledger: the chunk's rows written and its fence row claimed in the
+                   sink's open transaction, not committed
   data_committed   separate ledger: the sink committed the chunk, no completion record yet
   close_locked     inside complete, the completion appended, chunk lock held, not committed
 """
@@ -26,7 +29,15 @@ from dpone import errors
 from dpone.errors import DponeError
 
 ENV = "DPONE_TEST_FAULT"
-POINTS = ("campaign_locked", "lease_locked", "chunk_written", "data_committed", "close_locked")
+POINTS = (
+    "campaign_locked",
+    "lease_locked",
+    "chunk_leased",
+    "chunk_written",
+    "sink_written",
+    "data_committed",
+    "close_locked",
+)
 ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 _CACHE: dict[str, dict[str, tuple[float, str]]] = {}
 

@@ -25,6 +25,7 @@ from dpone import errors
 from dpone.connections import dsn_kind, resolve_dsn
 from dpone.errors import DponeError, ErrorRecord
 from dpone.faults import fault_point
+from dpone.interrupt import STOP
 from dpone.ledger.port import (
     CampaignShape,
     ChunkResult,
@@ -179,28 +180,87 @@ class ChunkMover:
         warnings: list[str] = sink.preflight(spec.chunk.column)
         return warnings
 
+    def interrupt(self) -> None:
+        """Cancel whatever statement this worker has in flight (called from the signal watcher)."""
+        for thing in (self._source, self._sink, self.store):
+            interrupt = getattr(thing, "interrupt", None)
+            if interrupt is not None:
+                interrupt()
+
     def move(self, lease: Lease, chunk: Chunk) -> ChunkResult:
-        """Move one chunk and record its completion (compare-and-set on the lease)."""
+        """Move one chunk and record its completion (compare-and-set on the lease).
+
+        Same database: data and completion commit in one transaction under the chunk's ledger
+        lock, which is the fence. Split placement: the sink transaction claims the chunk's fence
+        row with the lease's attempt (a stale attempt's transaction rolls back), then the
+        completion is recorded in the ledger.
+        """
         source, sink = self._connectors()
         window = self.window(chunk)
-        if self.ctx.same_transaction:
+        with STOP.cancellable(self.interrupt):
+            if self.ctx.same_transaction:
+                return self._move_same_transaction(lease, chunk, source, sink, window)
+            return self._move_fenced(lease, chunk, source, sink, window)
 
-            def write(connection: Any) -> ChunkResult:
+    def _move_same_transaction(
+        self, lease: Lease, chunk: Chunk, source: Any, sink: Any, window: Any
+    ) -> ChunkResult:
+        def write(connection: Any) -> ChunkResult:
+            try:
                 written = sink.write_chunk(source, window, connection=connection)
-                fault_point("chunk_written")
-                return ChunkResult(True, rows=written.rows, checksum=written.checksum)
+            except DponeError as exc:
+                raise interrupted_or(exc, "the chunk's transaction was rolled back") from None
+            fault_point("chunk_written")
+            return ChunkResult(True, rows=written.rows, checksum=written.checksum)
 
+        try:
             return self.store.complete_in_transaction(lease, chunk, write)
+        except DponeError as exc:
+            if exc.code == errors.CHUNK_LEASE_LOST and "fence" not in exc.message:
+                raise DponeError(
+                    exc.code,
+                    f"{exc.message}; the chunk's data was not written (the ledger and the sink "
+                    "share one transaction)",
+                ) from None
+            raise
+
+    def _move_fenced(
+        self, lease: Lease, chunk: Chunk, source: Any, sink: Any, window: Any
+    ) -> ChunkResult:
+        from dpone.connectors.base import ChunkFence
+
+        fence = ChunkFence(lease.run_key, chunk.index, lease.attempt)
         try:
             with LeaseKeeper(self.ctx.open_store, lease, self.lease_seconds):
-                written = sink.write_chunk(source, window)
+                written = sink.write_chunk(source, window, fence=fence)
         except DponeError as exc:
-            failed = ChunkResult(False, error_code=exc.code, error_message=exc.message[:500])
-            self.store.complete(lease, chunk, failed)
-            raise
+            error = interrupted_or(exc, "the chunk's sink transaction was rolled back")
+            failed = ChunkResult(False, error_code=error.code, error_message=error.message[:500])
+            try:
+                self.store.complete(lease, chunk, failed)
+            except DponeError as ledger_exc:
+                if ledger_exc.code != errors.CHUNK_LEASE_LOST or error is not exc:
+                    raise
+                if exc.code != errors.CHUNK_LEASE_LOST:  # the write failed; the lease was gone
+                    raise DponeError(
+                        errors.CHUNK_LEASE_LOST,
+                        f"{ledger_exc.message}; this attempt's sink transaction failed and was "
+                        f"rolled back ({exc.code})",
+                    ) from None
+            raise error from None
         fault_point("data_committed")
         result = ChunkResult(True, rows=written.rows, checksum=written.checksum)
-        self.store.complete(lease, chunk, result)
+        try:
+            self.store.complete(lease, chunk, result)
+        except DponeError as exc:
+            if exc.code != errors.CHUNK_LEASE_LOST:
+                raise
+            raise DponeError(
+                errors.CHUNK_LEASE_LOST,
+                f"{exc.message}; the sink had committed this attempt's {written.rows} row(s) "
+                f"under fence attempt {lease.attempt} before the lease was lost: the newer "
+                "attempt's fenced transaction replaces them",
+            ) from None
         return result
 
     def close(self) -> None:
@@ -238,6 +298,18 @@ def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:
     return source, sink
 
 
+def _interrupt(*things: Any) -> None:
+    for thing in things:
+        thing.interrupt()
+
+
+def interrupted_or(exc: DponeError, what: str) -> DponeError:
+    """``exc``, or DPONE_RUN_INTERRUPTED when a stop request caused it (a cancelled statement)."""
+    if not STOP.requested or exc.code == errors.CHUNK_LEASE_LOST:
+        return exc
+    return DponeError(errors.RUN_INTERRUPTED, STOP.record(what).message)
+
+
 @dataclass
 class _Tally:
     """Thread-safe counters shared by the workers of one run."""
@@ -258,6 +330,12 @@ class _Tally:
                 o.chunks_skipped_resume += 1
             elif timing.status == "not_started":
                 o.chunks_not_started += 1
+            elif timing.status == "busy":
+                o.chunks_busy += 1
+            elif timing.status == "cancelled":
+                o.chunks_cancelled += 1
+            elif timing.status == "interrupted":
+                o.chunks_interrupted += 1
             else:
                 o.chunks_failed += 1
             self.progress.advance(
@@ -276,11 +354,15 @@ def _run_chunk(mover: ChunkMover, chunk: Chunk, owner: str, tally: _Tally, lease
     try:
         outcome = mover.store.acquire_lease(mover.ctx.shape(), chunk, owner, lease_s)
     except DponeError as exc:
+        if STOP.requested:  # the stop cancelled the lease statement: nothing was recorded
+            tally.record(ChunkTiming(chunk.index, "not_started"))
+            return False
         tally.record(ChunkTiming(chunk.index, "failed", error_code=exc.code))
         tally.fail(exc.records[0])
         return False
     if outcome.status is LeaseStatus.CANCELLED:
         tally.outcome.cancelled = True
+        tally.record(ChunkTiming(chunk.index, "cancelled", error_code=errors.CAMPAIGN_CANCELLED))
         tally.fail(
             ErrorRecord(errors.CAMPAIGN_CANCELLED, "campaign cancelled: no new chunk started")
         )
@@ -302,10 +384,15 @@ def _run_chunk(mover: ChunkMover, chunk: Chunk, owner: str, tally: _Tally, lease
         return False
     lease = outcome.lease
     assert lease is not None
+    fault_point("chunk_leased")
     try:
         result = mover.move(lease, chunk)
     except DponeError as exc:
-        status = "lease_lost" if exc.code == errors.CHUNK_LEASE_LOST else "failed"
+        status = {
+            errors.CHUNK_LEASE_LOST: "lease_lost",
+            errors.CHUNK_BUSY: "busy",
+            errors.RUN_INTERRUPTED: "interrupted",
+        }.get(exc.code, "failed")
         tally.record(
             ChunkTiming(
                 chunk.index,
@@ -387,7 +474,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             work.put(chunk)
 
         def worker(mover: ChunkMover) -> None:
-            while not tally.stop.is_set():
+            while not tally.stop.is_set() and not STOP.requested:
                 try:
                     chunk = work.get_nowait()
                 except queue.Empty:
@@ -404,7 +491,8 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             for thread in threads:
                 thread.start()
             for thread in threads:
-                thread.join()
+                while thread.is_alive():  # a timed join keeps the main thread responsive
+                    thread.join(0.5)
         while True:
             try:
                 chunk = work.get_nowait()
@@ -419,6 +507,11 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         settings.progress.finish()
         for mover in movers:
             mover.close()
+    if STOP.requested and (outcome.error is None or outcome.chunks_interrupted):
+        outcome.error = STOP.record(
+            f"{outcome.chunks_interrupted} chunk(s) rolled back and released, "
+            f"{outcome.chunks_not_started} not started"
+        )
     if outcome.error is None and outcome.chunks_failed:
         outcome.error = ErrorRecord(errors.CHUNK_FAILED, f"{outcome.chunks_failed} chunk(s) failed")
     outcome.duration_ms = int((time.monotonic() - started) * 1000)
@@ -456,8 +549,10 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             settings.warn(warning)
         moving = time.monotonic()
         try:
-            written = sink.write_all(source)
+            with STOP.cancellable(lambda: _interrupt(source, sink)):
+                written = sink.write_all(source)
         except DponeError as exc:
+            exc = interrupted_or(exc, "the refresh was rolled back, the target is unchanged")
             elapsed = int((time.monotonic() - moving) * 1000)
             tally.record(ChunkTiming(1, "failed", 1, duration_ms=elapsed, error_code=exc.code))
             tally.fail(exc.records[0])

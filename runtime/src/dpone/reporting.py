@@ -7,7 +7,9 @@ composition roots only ever import downward.
 
 Exit codes (docs/cli.md): 0 passed / clean; 1 the run failed or check found errors or generate
 --check found differences; 2 usage error; 3 refused before any data I/O (invalid input, plan or
-pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): retry; 5 cancelled.
+pack mismatch); 4 transient (database unreachable, campaign busy, lease lost): retry; 5 cancelled;
+130 / 143 stopped by SIGINT / SIGTERM (the chunk in flight rolled back and its lease released);
+141 stdout closed by its reader (``dpone preview | head``).
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from typing import Any, NoReturn
 
 from dpone import errors
 from dpone.errors import ErrorRecord, error_json_line
+from dpone.redaction import redact_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
+#: the reader of stdout went away (``dpone preview | head``): the shell's status for SIGPIPE
+EXIT_BROKEN_PIPE = 141
 TRANSIENT_CODES = {
     errors.CONNECTION_FAILED,
     errors.MAPPING_CAMPAIGN_BUSY,
     errors.CHUNK_LEASE_LOST,
     errors.CHUNK_BUSY,
+    errors.RUN_INTERRUPTED,
 }
 
 
@@ -40,8 +46,15 @@ def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> N
     """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
     red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
     for rec in (record, *extra):
-        print(f"{red}error{reset}: {rec}", file=sys.stderr)
-    print(error_json_line(record), file=sys.stderr, flush=True)
+        print(f"{red}error{reset}: {redact_text(str(rec))}", file=sys.stderr)
+    safe = ErrorRecord(record.code, redact_text(record.message), record.location)
+    print(error_json_line(safe), file=sys.stderr, flush=True)
+
+
+def debug_enabled() -> bool:
+    """DPONE_DEBUG shows tracebacks of internal errors; empty, 0, false, no and off mean off."""
+    value = os.environ.get("DPONE_DEBUG", "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
 
 
 def exit_code_for(code: str) -> int:

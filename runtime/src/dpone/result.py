@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpone.errors import ErrorRecord
+from dpone.errors import REGISTRY, ErrorRecord
 from dpone.ledger.port import ChunkRecord, Ledger
+from dpone.redaction import redact_document
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 EVIDENCE_SCHEMA = "dpone.backfill-evidence.v1"
@@ -27,7 +28,9 @@ MESSAGE_MAX = 500
 @dataclass
 class ChunkTiming:
     index: int
-    status: str  # committed | failed | skipped_resume | busy | lease_lost | not_started
+    #: committed | failed | skipped_resume | busy | lease_lost | cancelled | interrupted |
+    #: not_started
+    status: str
     attempt: int | None = None
     rows: int | None = None
     checksum: str | None = None
@@ -60,6 +63,12 @@ class RunOutcome:
     chunks_skipped_resume: int = 0
     chunks_failed: int = 0
     chunks_not_started: int = 0
+    #: leased by another live attempt (not failed: that attempt is working on it)
+    chunks_busy: int = 0
+    #: refused by a campaign cancellation at lease time
+    chunks_cancelled: int = 0
+    #: rolled back and released by SIGTERM/SIGINT
+    chunks_interrupted: int = 0
     rows_written: int = 0
     duration_ms: int = 0
     cancelled: bool = False
@@ -76,7 +85,8 @@ class RunOutcome:
     def status(self) -> str:
         if self.cancelled:
             return "cancelled"
-        if self.error is not None or self.chunks_failed or self.chunks_not_started:
+        unfinished = self.chunks_not_started + self.chunks_busy + self.chunks_interrupted
+        if self.error is not None or self.chunks_failed or unfinished:
             return "failed"
         return "passed"
 
@@ -90,7 +100,13 @@ class RunOutcome:
     def result_document(self) -> dict[str, Any]:
         error = None
         if self.error is not None:
-            error = {"code": self.error.code, "message": self.error.message[:MESSAGE_MAX]}
+            # retryable: whether another attempt can help; the DAG file fails the task without
+            # Airflow retries when it is false (a pack mismatch is not cured by a new pod).
+            error = {
+                "code": self.error.code,
+                "message": self.error.message[:MESSAGE_MAX],
+                "retryable": REGISTRY[self.error.code].retryable,
+            }
         backfill: dict[str, Any] = {
             "run_key": self.run_key,
             "chunks_selected": self.chunks_selected,
@@ -98,6 +114,9 @@ class RunOutcome:
             "chunks_skipped_resume": self.chunks_skipped_resume,
             "chunks_failed": self.chunks_failed,
             "chunks_not_started": self.chunks_not_started,
+            "chunks_busy": self.chunks_busy,
+            "chunks_cancelled": self.chunks_cancelled,
+            "chunks_interrupted": self.chunks_interrupted,
             "rows_written": self.rows_written,
             "campaign_complete": self.campaign_complete,
         }
@@ -128,9 +147,12 @@ class RunOutcome:
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    """Write to a temp file in the same folder, fsync, then rename over the target; every string
+    passes the redaction first (results become XCom, evidence is shared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    data = (
+        json.dumps(redact_document(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    )
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from dpone import errors
 from dpone.connections import require_connections
 from dpone.errors import DponeError
 from dpone.identity import RunIdentity, parse_run_identity
+from dpone.interrupt import STOP, install_handlers
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
 from dpone.orchestrator import (
     RunContext,
@@ -28,8 +30,10 @@ from dpone.orchestrator import (
 )
 from dpone.pack import WorkloadPack, load_workload_pack, select_process
 from dpone.progress import NoProgressSink, choose_progress
+from dpone.redaction import redact_text
 from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
+from dpone.session_limits import session_limits
 from dpone.task_env import Env, mapped_item_env, task_env
 from dpone.verify import select_chunks, verify_identity
 
@@ -51,17 +55,50 @@ def evidence_key(outcome: RunOutcome) -> str | None:
     return outcome.run_key
 
 
-def _emit(outcome: RunOutcome, owner: str) -> None:
+def check_outputs_writable() -> None:
+    """Prove the result (XCom) and evidence destinations writable before any data moves, so a
+    read-only or missing volume refuses the run instead of losing its result after a commit."""
+    targets: list[tuple[str, Path]] = []
     target = xcom_path()
     if target is not None:
-        write_json_atomic(target, outcome.result_document())
+        targets.append(("the result file (DPONE_XCOM_PATH)", target.parent))
     evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
-    key = evidence_key(outcome)
-    if evidence_dir and key:
-        scope = f"item-{outcome.mapping['item_index']:03d}" if outcome.mapping else "internal"
-        safe_owner = "".join(c if c.isalnum() else "-" for c in owner)
-        path = Path(evidence_dir) / key / f"{scope}.{safe_owner}.json"
-        write_json_atomic(path, outcome.evidence_document(owner))
+    if evidence_dir:
+        targets.append(("the evidence folder (DPONE_EVIDENCE_DIR)", Path(evidence_dir)))
+    for what, folder in targets:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".dpone-probe-"):
+                pass
+        except OSError as exc:
+            raise DponeError(
+                errors.OUTPUT_UNWRITABLE,
+                f"{what} is not writable ({type(exc).__name__}: {exc.strerror or 'error'}); "
+                "nothing was moved",
+            ) from None
+
+
+def _emit(outcome: RunOutcome, owner: str) -> None:
+    """Write the result and the evidence; a failure after data moved says that it did."""
+    try:
+        target = xcom_path()
+        if target is not None:
+            write_json_atomic(target, outcome.result_document())
+        evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
+        key = evidence_key(outcome)
+        if evidence_dir and key:
+            scope = f"item-{outcome.mapping['item_index']:03d}" if outcome.mapping else "internal"
+            safe_owner = "".join(c if c.isalnum() else "-" for c in owner)
+            path = Path(evidence_dir) / key / f"{scope}.{safe_owner}.json"
+            write_json_atomic(path, outcome.evidence_document(owner))
+    except OSError as exc:
+        raise DponeError(
+            errors.RESULT_WRITE_FAILED,
+            f"{outcome.workload}/{outcome.process}: {outcome.chunks_committed} chunk(s) "
+            f"committed ({outcome.rows_written:,} rows; the ledger and the target have them), but "
+            f"the result or evidence could not be written ({type(exc).__name__}: "
+            f"{exc.strerror or 'error'})",
+        ) from None
 
 
 def _summary(outcome: RunOutcome) -> str:
@@ -75,11 +112,22 @@ def _summary(outcome: RunOutcome) -> str:
             f"dpone: {outcome.workload}/{outcome.process}: {outcome.status} — full refresh, "
             f"{what} ({outcome.duration_ms} ms)"
         )
+    others = [
+        f"{count} {label}"
+        for count, label in (
+            (outcome.chunks_busy, "busy"),
+            (outcome.chunks_interrupted, "interrupted"),
+            (outcome.chunks_cancelled, "cancelled"),
+            (outcome.chunks_not_started, "not started"),
+        )
+        if count
+    ]
     return (
         f"dpone: {outcome.workload}/{outcome.process}: {outcome.status} — "
         f"{outcome.chunks_committed} committed, {outcome.chunks_skipped_resume} already "
-        f"committed, {outcome.chunks_failed} failed, {outcome.rows_written:,} rows "
-        f"({outcome.duration_ms} ms)"
+        f"committed, {outcome.chunks_failed} failed, "
+        + "".join(f"{other}, " for other in others)
+        + f"{outcome.rows_written:,} rows ({outcome.duration_ms} ms)"
     )
 
 
@@ -147,9 +195,17 @@ def run_mapped_item(args: argparse.Namespace) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    install_handlers()
+    session_limits()  # a bad session limit variable is refused before any I/O
     if getattr(args, "item", None) is not None:
         return run_mapped_item(args)
     item, identity = read_env_inputs()
+    if item is not None and identity is None:
+        raise DponeError(
+            errors.RUN_IDENTITY_INVALID,
+            "DPONE_AIRFLOW_RUN_IDENTITY is missing: a mapped item runs only with the identity of "
+            "the DAG it came from (the generated DAG sets both; use `dpone run --item N` locally)",
+        )
     pack = load_workload_pack(args.catalog, args.workload)
     return run_plans(args, pack, item, identity)
 
@@ -176,15 +232,18 @@ def run_plans(
         + ((plan.config.state.connection,) if plan.config.backfill is not None else ())
     )
     selections = [select_chunks(plan, item) for plan in plans]
+    check_outputs_writable()
     worst = EXIT_OK
     for plan, selection in zip(plans, selections, strict=True):
+        if STOP.requested:
+            break
         full_refresh = plan.config.backfill is None
         quiet = args.no_progress or selection.item is not None
         progress = NoProgressSink() if quiet else choose_progress(sys.stderr)
         settings = RunSettings(
             lock_timeout_s=args.lock_timeout,
             progress=progress,
-            warn=lambda message: print(f"dpone: warning: {message}", file=sys.stderr),
+            warn=lambda message: print(f"dpone: warning: {redact_text(message)}", file=sys.stderr),
         )
         outcome = RunOutcome(
             workload=pack.workload.name,
@@ -200,9 +259,11 @@ def run_plans(
         try:
             run(RunContext(pack, plan, selection, settings), outcome)
         except DponeError as exc:
-            outcome.error = exc.records[0]
-            _emit(outcome, owner)
-            raise
+            if not STOP.requested:
+                outcome.error = exc.records[0]
+                _emit(outcome, owner)
+                raise
+            outcome.error = STOP.record(f"stopped while {exc.code} ({exc.message[:200]})")
         _emit(outcome, owner)
         if outcome.status == "passed":
             print(_summary(outcome), file=sys.stderr)
@@ -212,4 +273,6 @@ def run_plans(
         report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
         code = EXIT_CANCELLED if outcome.cancelled else exit_code_for(outcome.error.code)
         worst = max(worst, code if code != EXIT_OK else EXIT_FAILED)
+    if STOP.requested:
+        return STOP.exit_code
     return worst

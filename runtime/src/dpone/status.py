@@ -23,6 +23,7 @@ from dpone.errors import DponeError
 from dpone.ledger.port import ChunkState, Ledger, LedgerStore
 from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
+from dpone.redaction import redact_document
 from dpone.reporting import use_colour
 from dpone.suggest import not_in
 from dpone.task_env import runtime_task_id
@@ -36,6 +37,17 @@ STATE_COLOURS = {
 }
 ANSI = {"committed": "32", "running": "33", "failed": "31", "pending": "2"}
 GLYPH = {"committed": "█", "running": "▒", "failed": "✖", "pending": "·"}
+#: the cells on a terminal whose encoding cannot show GLYPH (PYTHONIOENCODING=ascii, C locale)
+ASCII_GLYPH = {"committed": "#", "running": "~", "failed": "x", "pending": "."}
+
+
+def glyphs_for(stream: Any) -> dict[str, str]:
+    """GLYPH when ``stream``'s encoding can show it, else ASCII_GLYPH."""
+    try:
+        "".join(GLYPH.values()).encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return ASCII_GLYPH
+    return GLYPH
 
 
 @dataclass(frozen=True)
@@ -109,30 +121,33 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
                         "error_message": (record.error_message or "")[:300],
                     }
                 )
-    return {
-        "schema": STATUS_SCHEMA,
-        "airflow_clear": airflow_clear(pack, plan, failures, leases),
-        "workload": pack.workload.name,
-        "process": plan.name,
-        "run_key": plan.run_key,
-        "mode": plan.mapping_policy.mode,
-        "exists": ledger is not None,
-        "as_of": ledger.now.isoformat() if ledger is not None and ledger.now else None,
-        "cancelled": bool(ledger and ledger.cancelled),
-        "chunks_total": plan.chunks_total,
-        "counts": {state: counts.get(state, 0) for state in STATE_COLOURS},
-        "items": [
-            {
-                "label": g.label,
-                "first_chunk_index": g.first,
-                "last_chunk_index": g.last,
-                "states": [states[i] for i in range(g.first, g.last + 1)],
-            }
-            for g in groups_for(plan)
-        ],
-        "running_leases": leases,
-        "failures": failures,
-    }
+    document: dict[str, Any] = redact_document(
+        {
+            "schema": STATUS_SCHEMA,
+            "airflow_clear": airflow_clear(pack, plan, failures, leases),
+            "workload": pack.workload.name,
+            "process": plan.name,
+            "run_key": plan.run_key,
+            "mode": plan.mapping_policy.mode,
+            "exists": ledger is not None,
+            "as_of": ledger.now.isoformat() if ledger is not None and ledger.now else None,
+            "cancelled": bool(ledger and ledger.cancelled),
+            "chunks_total": plan.chunks_total,
+            "counts": {state: counts.get(state, 0) for state in STATE_COLOURS},
+            "items": [
+                {
+                    "label": g.label,
+                    "first_chunk_index": g.first,
+                    "last_chunk_index": g.last,
+                    "states": [states[i] for i in range(g.first, g.last + 1)],
+                }
+                for g in groups_for(plan)
+            ],
+            "running_leases": leases,
+            "failures": failures,
+        }
+    )
+    return document
 
 
 def airflow_clear(
@@ -197,7 +212,7 @@ def _clear_lines(clear: dict[str, Any] | None) -> list[str]:
     return [f"  retry in Airflow ({what}):", f"    {clear['command']}"]
 
 
-def render_text(doc: dict[str, Any], colour: bool) -> str:
+def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH) -> str:
     def paint(state: str, text: str) -> str:
         return f"\033[{ANSI[state]}m{text}\033[0m" if colour else text
 
@@ -211,7 +226,7 @@ def render_text(doc: dict[str, Any], colour: bool) -> str:
     ]
     width = max((len(g["label"]) for g in doc["items"]), default=0)
     for group in doc["items"]:
-        cells = "".join(paint(s, GLYPH[s]) for s in group["states"])
+        cells = "".join(paint(s, glyph[s]) for s in group["states"])
         done = sum(1 for s in group["states"] if s == "committed")
         lines.append(f"  {group['label']:<{width}}  {cells} {done}/{len(group['states'])}")
     for lease in doc["running_leases"]:
@@ -226,7 +241,7 @@ def render_text(doc: dict[str, Any], colour: bool) -> str:
             f"{failure['error_code']}: {failure['error_message']}"
         )
     lines.extend(_clear_lines(doc.get("airflow_clear")))
-    legend = "  legend: " + "  ".join(f"{paint(s, GLYPH[s])} {s}" for s in STATE_COLOURS)
+    legend = "  legend: " + "  ".join(f"{paint(s, glyph[s])} {s}" for s in STATE_COLOURS)
     lines.append(legend)
     return "\n".join(lines) + "\n"
 
@@ -375,6 +390,27 @@ def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:
     return plans
 
 
+REASON_MAX = 500
+
+
+def cancel_reason(text: str) -> str:
+    """--reason: printable UTF-8 text of at most REASON_MAX characters (it is stored in the ledger
+    and shown by status pages); undecodable bytes and control characters are usage errors."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("the reason is not valid UTF-8") from None
+    if len(text) > REASON_MAX:
+        raise argparse.ArgumentTypeError(
+            f"the reason has {len(text)} characters; at most {REASON_MAX} are kept"
+        )
+    if any(not ch.isprintable() for ch in text):
+        raise argparse.ArgumentTypeError("the reason contains a control character")
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the reason is empty")
+    return text
+
+
 LEDGER_ACTIONS = (
     (
         "status",
@@ -480,7 +516,10 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
         else:
             p.add_argument(
-                "--reason", default="cancelled by operator", help="recorded with the cancellation"
+                "--reason",
+                type=cancel_reason,
+                default="cancelled by operator",
+                help=f"recorded with the cancellation (at most {REASON_MAX} characters of text)",
             )
             p.add_argument("--undo", action="store_true", help="lift a cancellation")
     args = parser.parse_args(list(argv))
@@ -512,7 +551,8 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:
         colour = use_colour(sys.stdout)
-        print("".join(render_text(doc, colour) for doc in docs), end="")
+        glyph = glyphs_for(sys.stdout)
+        print("".join(render_text(doc, colour, glyph) for doc in docs), end="")
     if args.html:
         Path(args.html).write_text(render_html_page(docs), encoding="utf-8")
         print(f"dpone: wrote {args.html}", file=sys.stderr)

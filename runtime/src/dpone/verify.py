@@ -15,6 +15,7 @@ from dpone.item import ParsedItem
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Chunk
 from dpone.plan.mapping import MappingItem
+from dpone.task_env import run_identity
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,19 @@ class Selection:
         return self.item.mode if self.item else "internal"
 
 
+def expected_identity(pack: WorkloadPack, process: str) -> RunIdentity:
+    """The run identity the generated DAG passes to this workload's process task."""
+    plan = pack.process(process)
+    if plan is None:
+        raise DponeError(
+            errors.USAGE, f"process {process!r} is not in workload {pack.workload.name!r}"
+        )
+    return run_identity(pack, plan)
+
+
 def verify_identity(pack: WorkloadPack, process: str, identity: RunIdentity | None) -> None:
+    """An internal run may come without an identity (a local run); a mapped item may not (the
+    caller refuses that before this)."""
     if identity is None:
         return
     if identity.workload != pack.workload.name or identity.process != process:
@@ -38,6 +51,13 @@ def verify_identity(pack: WorkloadPack, process: str, identity: RunIdentity | No
             errors.MAPPING_PLAN_MISMATCH,
             f"run identity names workload {identity.workload!r} process {identity.process!r}, "
             f"but this run is workload {pack.workload.name!r} process {process!r}",
+        )
+    airflow = pack.workload.airflow
+    if identity.dag_id != airflow.dag_id or identity.flavour != airflow.flavour:
+        raise DponeError(
+            errors.MAPPING_PLAN_MISMATCH,
+            f"run identity names dag {identity.dag_id!r} flavour {identity.flavour!r}, but the "
+            f"catalog in this image has dag {airflow.dag_id!r} flavour {airflow.flavour!r}",
         )
     if identity.pack_fingerprint != pack.fingerprint:
         raise DponeError(

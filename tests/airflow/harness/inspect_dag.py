@@ -23,8 +23,9 @@ cluster and without a metadata database. Per file:
   ``build_pod_request_obj``) or the rendered ``env_vars`` (subprocess flavour); hooks and plain tasks too.
 * ``--outcome``: the runtime operator's result validation, exercised on this version's class
   hierarchy (KPO: the provider's pod launch is stubbed, the override methods are the real ones).
-* ``--probe-raw``: what rendering does to UN-encoded values of envcodec's corpora (mapped tasks of
-  every file, or of the listed file names).
+* ``--probe-raw``: what the pod / process of a mapped task receives for every value of
+  hostile_values' corpora, and (control) what the same operator would receive with ``env_vars``
+  rendered by Jinja (mapped tasks of every file, or of the listed file names).
 """
 
 from __future__ import annotations
@@ -505,7 +506,20 @@ PASSED = {"schema": "dpone.run-result.v1", "status": "passed", "error": None, "c
 FAILED = {
     "schema": "dpone.run-result.v1",
     "status": "failed",
-    "error": {"code": "DPONE_BACKFILL_CHUNK_LEASE_LOST", "message": "lease lost on chunk 12"},
+    "error": {
+        "code": "DPONE_BACKFILL_CHUNK_LEASE_LOST",
+        "message": "lease lost on chunk 12",
+        "retryable": True,
+    },
+}
+FAILED_FINAL = {
+    "schema": "dpone.run-result.v1",
+    "status": "failed",
+    "error": {
+        "code": "DPONE_PACK_MISMATCH",
+        "message": "the image's pack differs from the DAG's",
+        "retryable": False,
+    },
 }
 
 
@@ -518,6 +532,7 @@ def _outcome(fn) -> dict:
             "raised": type(exc).__name__,
             "message": str(exc)[:400],
             "is_airflow_exception": _is_airflow_exc(exc),
+            "is_fail_exception": _is_fail_exc(exc),
         }
 
 
@@ -525,6 +540,11 @@ def _is_airflow_exc(exc) -> bool:
     from airflow.exceptions import AirflowException
 
     return isinstance(exc, AirflowException)
+
+
+def _is_fail_exc(exc) -> bool:
+    """AirflowFailException (2.x) or its Task SDK twin (3.x): the task fails without retries."""
+    return any(cls.__name__ == "AirflowFailException" for cls in type(exc).__mro__)
 
 
 def kpo_outcome_checks(task) -> dict:
@@ -597,6 +617,10 @@ def kpo_outcome_checks(task) -> dict:
     facts["deferred_passed_returns_xcom"] = deferred(PASSED, returns_xcom=True)
     facts["deferred_failed"] = deferred(FAILED, returns_xcom=True)
     facts["deferred_pod_failed_with_result"] = deferred(FAILED, returns_xcom=True, status="failed")
+    facts["sync_failed_final"] = sync(FAILED_FINAL)
+    facts["sync_pod_failed_final"] = sync(FAILED_FINAL, pod_fails=True)
+    facts["deferred_failed_final"] = deferred(FAILED_FINAL, returns_xcom=True)
+    facts["deferred_pod_failed_final"] = deferred(FAILED_FINAL, returns_xcom=False, status="failed")
     return facts
 
 
@@ -604,7 +628,8 @@ SCRIPT = (
     "import json, os, sys; mode = sys.argv[1]; print('dpone stub', mode); "
     "p = os.environ.get('DPONE_XCOM_PATH'); "
     "r = {'schema': 'dpone.run-result.v1', 'status': 'passed' if mode == 'pass' else 'failed', "
-    "'error': None if mode == 'pass' else {'code': 'DPONE_STUB', 'message': 'stub failed'}}; "
+    "'error': None if mode == 'pass' else {'code': 'DPONE_STUB', 'message': 'stub failed', "
+    "'retryable': mode != 'final'}}; "
     "(mode != 'none' and p) and open(p, 'w').write(json.dumps(r)); "
     "sys.exit(3 if mode == 'exit' else 0)"
 )
@@ -624,6 +649,7 @@ def subprocess_outcome_checks(task) -> dict:
     return {
         "passed": run("pass"),
         "failed": run("fail"),
+        "failed_final": run("final"),
         "no_result": run("none"),
         "nonzero_exit": run("exit"),
         "hook_ok": run("none", validate=False),
@@ -663,23 +689,27 @@ def probe_raw(task) -> dict:
 
 def _probe_raw(task) -> dict:
     sys.path.insert(0, HERE)
-    from envcodec import HOSTILE_CORPUS, PLAIN_CORPUS
+    from hostile_values import HOSTILE_CORPUS, PLAIN_CORPUS
 
     values = dict(HOSTILE_CORPUS)
     values.update({f"PLAIN_{i:02d}": v for i, v in enumerate(PLAIN_CORPUS)})
     out = {}
     for name, value in values.items():
-        if is_mapped(task):
+        facts = {}
+        for variant in ("dpone", "control"):
             op = task.unmap({"env_vars": {name: value}})
-        else:
-            op = copy.deepcopy(task)
-            op.env_vars = {name: value}
-        facts = concrete_facts(op)
-        if "error" in facts:
-            out[name] = {"unchanged": False, "error": facts["error"][:300]}
-        else:
-            got = facts["env"].get(name)
-            out[name] = {"unchanged": got == value, "rendered": got if got != value else None}
+            if variant == "control":
+                op.template_fields = ("env_vars",)  # what a rendering operator would do
+            got = concrete_facts(op)
+            if "error" in got:
+                facts[variant] = {"unchanged": False, "error": got["error"][:300]}
+            else:
+                seen = got["env"].get(name)
+                facts[variant] = {
+                    "unchanged": seen == value,
+                    "rendered": None if seen == value else seen,
+                }
+        out[name] = facts
     return out
 
 

@@ -1,8 +1,8 @@
-"""The ORIGINAL (un-encoded) values the hand-written reference DAGs in tests/airflow/reference/ carry.
+"""The values the hand-written reference DAGs in tests/airflow/reference/ carry.
 
-The reference DAG files hold ``encode_env_value(original)`` literals; the matrix test checks both that
-the files' literals are exactly those encodings and that every Airflow version hands the originals,
-byte-for-byte, to the pod / process. Standard library only.
+The reference DAG files hold the original values as literals (their operators render no template
+field); the matrix test checks both that the files' literals are exactly these values and that every
+Airflow version hands them, byte-for-byte, to the pod / process. Standard library only.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import datetime
 import json
 import os
 
-from envcodec import HOSTILE_CORPUS, PLAIN_CORPUS, encode_env_value
+from hostile_values import HOSTILE_CORPUS, PLAIN_CORPUS
 
 AIRFLOW_VERSIONS = ("2.10.5", "2.11.2", "3.2.2", "3.3.2")
 EXPECTED_PROVIDER = {
@@ -109,10 +109,6 @@ def hostile_env() -> dict[str, str]:
     env = dict(HOSTILE_CORPUS)
     env.update({f"DPONE_T_PLAIN_{i:02d}": v for i, v in enumerate(PLAIN_CORPUS)})
     return env
-
-
-def encoded(env: dict[str, str]) -> dict[str, str]:
-    return {k: encode_env_value(v) for k, v in env.items()}
 
 
 KPO_RUN_ARGS = ["run", "--catalog", CATALOG_IN_IMAGE, "--workload", "w", "--process", "p"]

@@ -2,26 +2,64 @@
 
 Hand-written reference of the file shape `dpone generate` renders for the kubernetes flavour; parsed,
 mapped, serialized and turned into pods by Airflow 2.10.5, 2.11.2, 3.2.2 and 3.3.2 in
-tests/airflow/test_reference_dags.py. Env values are written as `encode_env_value(value)`
-(tests/airflow/harness/envcodec.py) so that task-time Jinja rendering gives back the exact value.
+tests/airflow/test_reference_dags.py. Env values are written as the original strings:
+the operators render no template field, so every value reaches the pod or process as written.
 """
 
 # ruff: noqa: UP017 (datetime.UTC needs Python 3.11; Airflow 2.x workers may run 3.9/3.10)
 from __future__ import annotations
 
 import datetime
+import inspect
 
+import airflow
 from airflow import DAG
 from airflow.exceptions import AirflowException
-from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.providers.cncf.kubernetes.secret import Secret
+
+try:
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # Airflow 2.x
+    from airflow.exceptions import AirflowFailException
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 LABEL_ENV = "DPONE_AIRFLOW_MAPPING_LABEL"
+SUPPORTED_AIRFLOW = "2.10.5, 2.11.x, 3.2.x and 3.3.x"
+# retry_exponential_backoff=true means "double the delay": a flag on Airflow 2, a multiplier on 3.
+EXPONENTIAL_BACKOFF = 2.0 if int(airflow.__version__.split(".")[0]) >= 3 else True
+
+
+def _dpone_unsupported(missing):
+    """The import error (DPONE_AIRFLOW_MAPPING_UNSUPPORTED) of an Airflow this file cannot run on."""
+    return ImportError(
+        f"DPONE_AIRFLOW_MAPPING_UNSUPPORTED: this dpone DAG file needs {missing}, which Airflow "
+        f"{airflow.__version__} lacks; it runs on Airflow {SUPPORTED_AIRFLOW} "
+        "(dpone docs/compatibility.md)"
+    )
+
+
+try:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.providers.cncf.kubernetes.secret import Secret
+    from kubernetes.client import models as k8s
+except ImportError as exc:
+    raise _dpone_unsupported("the cncf.kubernetes provider's KubernetesPodOperator") from exc
+
+
+def _dpone_require_mapping(operator):
+    """Fail the import unless `operator` maps (partial/expand) and labels map indexes."""
+    base = next((c for c in operator.__mro__ if c.__name__ == "BaseOperator"), None)
+    if not callable(getattr(operator, "partial", None)):
+        raise _dpone_unsupported("dynamic task mapping (partial/expand)")
+    if base is None or "map_index_template" not in inspect.signature(base.__init__).parameters:
+        raise _dpone_unsupported("map_index_template")
 
 
 class DponeRunOutcomeError(AirflowException):
-    """The dpone run result is missing or its status is not "passed"."""
+    """The dpone run result is missing or its status is not "passed"; Airflow may retry."""
+
+
+class DponeRunNotRetryableError(AirflowFailException):
+    """The dpone run failed with an error another attempt cannot cure: no Airflow retry."""
 
 
 def _dpone_result_problem(result):
@@ -36,6 +74,14 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_failure(result, problem):
+    """The exception that fails the task: retries only when dpone does not say they cannot help."""
+    error = result.get("error") if isinstance(result, dict) else None
+    if isinstance(error, dict) and error.get("retryable") is False:
+        return DponeRunNotRetryableError(f"{problem} (not retryable)")
+    return DponeRunOutcomeError(problem)
+
+
 def _dpone_push_result(context, result):
     """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
     ti = context.get("ti") if context else None
@@ -43,13 +89,68 @@ def _dpone_push_result(context, result):
         ti.xcom_push(key="return_value", value=result)
 
 
-class DponeRuntimeOperator(KubernetesPodOperator):
+# The pod options dpone writes in a pod manifest's form, and the kubernetes.client model each
+# becomes: the pod operator takes these models (or, for some, dicts of the models' own names).
+POD_MODELS = {
+    "tolerations": "list[V1Toleration]",
+    "affinity": "V1Affinity",
+    "image_pull_secrets": "list[V1LocalObjectReference]",
+    "volumes": "list[V1Volume]",
+    "volume_mounts": "list[V1VolumeMount]",
+    "env_from": "list[V1EnvFromSource]",
+    "security_context": "V1PodSecurityContext",
+    "container_security_context": "V1SecurityContext",
+}
+
+
+def _dpone_k8s(value, kind):
+    """A pod-manifest value (camelCase keys) as the kubernetes.client model `kind` names.
+
+    Unknown keys fail the import: the API client would drop them silently.
+    """
+    if value is None or kind in ("str", "int", "bool", "float", "object", "date", "datetime"):
+        return value
+    if kind.startswith("list["):
+        return [_dpone_k8s(item, kind[5:-1]) for item in value]
+    if kind.startswith("dict("):
+        inner = kind[5:-1].split(", ", 1)[1]
+        return {key: _dpone_k8s(item, inner) for key, item in value.items()}
+    model = getattr(k8s, kind)
+    attrs = {key: attr for attr, key in model.attribute_map.items()}
+    unknown = sorted(set(value) - set(attrs))
+    if unknown:
+        raise ValueError(f"{kind} has no field {unknown[0]!r}")
+    return model(
+        **{attrs[k]: _dpone_k8s(v, model.openapi_types[attrs[k]]) for k, v in value.items()}
+    )
+
+
+class DponePodOperator(KubernetesPodOperator):
+    """A pod whose every argument reaches Kubernetes as written: nothing is rendered by Jinja.
+
+    dpone writes literal values only, so no template field is needed; without rendering no
+    catalog string (image, commands, env, labels, annotations, ...) can be altered at task time.
+    Pod options given in a pod manifest's form become the operator's kubernetes.client models.
+    """
+
+    template_fields = ()
+    template_ext = ()
+
+    def __init__(self, **kwargs):
+        for name, kind in POD_MODELS.items():
+            if isinstance(kwargs.get(name), (dict, list)):
+                kwargs[name] = _dpone_k8s(kwargs[name], kind)
+        super().__init__(**kwargs)
+
+
+class DponeRuntimeOperator(DponePodOperator):
     """Runs `dpone run` in a pod; the task fails unless the pod's result has status "passed".
 
     The result is the pod's XCom (dpone.run-result.v1). It is checked on the synchronous path
     (`execute`) and on the deferrable completion path (`trigger_reentry`, the method the pod operator
     defers to in cncf.kubernetes 10.10.0 and 10.25.0). Both paths read the XCom through
     `extract_xcom`, where it is captured: 10.10.0's `trigger_reentry` does not return it.
+    A result whose error is not retryable fails the task without Airflow retries.
     The item's label (DPONE_AIRFLOW_MAPPING_LABEL) goes to the context for `map_index_template`.
     """
 
@@ -91,16 +192,21 @@ class DponeRuntimeOperator(KubernetesPodOperator):
         problem = _dpone_result_problem(result)
         if problem:
             _dpone_push_result(self._dpone_context, result)
-            raise DponeRunOutcomeError(problem)
+            raise _dpone_failure(result, problem)
         return result
 
     def _dpone_reraise(self, exc):
-        if isinstance(exc, DponeRunOutcomeError) or self._dpone_result is None:
+        if isinstance(exc, (DponeRunOutcomeError, DponeRunNotRetryableError)):
+            return
+        if self._dpone_result is None:
             return
         problem = _dpone_result_problem(self._dpone_result)
         if problem:
             _dpone_push_result(self._dpone_context, self._dpone_result)
-            raise DponeRunOutcomeError(f"{problem} ({exc})") from exc
+            raise _dpone_failure(self._dpone_result, f"{problem} ({exc})") from exc
+
+
+_dpone_require_mapping(DponeRuntimeOperator)
 
 
 with DAG(
@@ -120,7 +226,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "{{ '/app/catalog/workloads.yaml' }}",
+            "/app/catalog/workloads.yaml",
             "--workload",
             "w",
             "--process",
@@ -129,7 +235,7 @@ with DAG(
         do_xcom_push=True,
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_kubernetes_internal","flavour":"kubernetes","image":"registry.example.com/dpone/runtime:1.4.2","pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
-            "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+            "DPONE_CATALOG": "/app/catalog/workloads.yaml",
             "DPONE_LOG_FORMAT": "json",
         },
     )

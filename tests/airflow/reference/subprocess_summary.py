@@ -2,14 +2,15 @@
 
 Hand-written reference of the file shape `dpone generate` renders for the subprocess flavour (LocalExecutor
 / Celery workers, end-to-end tests without a cluster); proven on Airflow 2.10.5, 2.11.2, 3.2.2 and 3.3.2
-by tests/airflow/test_reference_dags.py. Env values are written as `encode_env_value(value)`
-(tests/airflow/harness/envcodec.py) so that task-time Jinja rendering gives back the exact value.
+by tests/airflow/test_reference_dags.py. Env values are written as the original strings:
+the operators render no template field, so every value reaches the pod or process as written.
 """
 
 # ruff: noqa: UP017 (datetime.UTC needs Python 3.11; Airflow 2.x workers may run 3.9/3.10)
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import os
 import shlex
@@ -17,20 +18,48 @@ import signal
 import subprocess
 import tempfile
 
+import airflow
 from airflow import DAG
 from airflow.exceptions import AirflowException
 
 try:
     from airflow.sdk import BaseOperator
+    from airflow.sdk.exceptions import AirflowFailException
 except ImportError:  # Airflow 2.x
+    from airflow.exceptions import AirflowFailException
     from airflow.models.baseoperator import BaseOperator
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 LABEL_ENV = "DPONE_AIRFLOW_MAPPING_LABEL"
+SUPPORTED_AIRFLOW = "2.10.5, 2.11.x, 3.2.x and 3.3.x"
+# retry_exponential_backoff=true means "double the delay": a flag on Airflow 2, a multiplier on 3.
+EXPONENTIAL_BACKOFF = 2.0 if int(airflow.__version__.split(".")[0]) >= 3 else True
+
+
+def _dpone_unsupported(missing):
+    """The import error (DPONE_AIRFLOW_MAPPING_UNSUPPORTED) of an Airflow this file cannot run on."""
+    return ImportError(
+        f"DPONE_AIRFLOW_MAPPING_UNSUPPORTED: this dpone DAG file needs {missing}, which Airflow "
+        f"{airflow.__version__} lacks; it runs on Airflow {SUPPORTED_AIRFLOW} "
+        "(dpone docs/compatibility.md)"
+    )
+
+
+def _dpone_require_mapping(operator):
+    """Fail the import unless `operator` maps (partial/expand) and labels map indexes."""
+    base = next((c for c in operator.__mro__ if c.__name__ == "BaseOperator"), None)
+    if not callable(getattr(operator, "partial", None)):
+        raise _dpone_unsupported("dynamic task mapping (partial/expand)")
+    if base is None or "map_index_template" not in inspect.signature(base.__init__).parameters:
+        raise _dpone_unsupported("map_index_template")
 
 
 class DponeRunOutcomeError(AirflowException):
-    """The dpone run result is missing or its status is not "passed"."""
+    """The dpone run result is missing or its status is not "passed"; Airflow may retry."""
+
+
+class DponeRunNotRetryableError(AirflowFailException):
+    """The dpone run failed with an error another attempt cannot cure: no Airflow retry."""
 
 
 def _dpone_result_problem(result):
@@ -45,6 +74,14 @@ def _dpone_result_problem(result):
     return f"dpone run status {status!r}, error {error.get('code')!r}: {message}"
 
 
+def _dpone_failure(result, problem):
+    """The exception that fails the task: retries only when dpone does not say they cannot help."""
+    error = result.get("error") if isinstance(result, dict) else None
+    if isinstance(error, dict) and error.get("retryable") is False:
+        return DponeRunNotRetryableError(f"{problem} (not retryable)")
+    return DponeRunOutcomeError(problem)
+
+
 def _dpone_push_result(context, result):
     """Keep a failed run's result as the task's XCom too (the task raises instead of returning it)."""
     ti = context.get("ti") if context else None
@@ -57,11 +94,13 @@ class DponeRuntimeSubprocessOperator(BaseOperator):
 
     With `validate_result` (the dpone runtime task) the process gets DPONE_XCOM_PATH, a temporary
     file to write its dpone.run-result.v1 to; the task fails unless the process exits 0 and the
-    result has status "passed", and the result is returned (XCom). Hooks run with
-    `validate_result=False`: only the exit code counts. Output is streamed to the task log.
+    result has status "passed" (without Airflow retries when its error is not retryable), and the
+    result is returned (XCom). Hooks run with `validate_result=False`: only the exit code counts.
+    Output is streamed to the task log. Nothing is rendered by Jinja: the command and env reach
+    the process exactly as written.
     """
 
-    template_fields = ("env_vars",)
+    template_fields = ()
     template_ext = ()
 
     def __init__(self, *, command, env_vars=None, validate_result=True, **kwargs):
@@ -86,7 +125,7 @@ class DponeRuntimeSubprocessOperator(BaseOperator):
         problem = _dpone_result_problem(result)
         if problem or returncode != 0:
             _dpone_push_result(context, result)
-            raise DponeRunOutcomeError(f"{problem or 'dpone run'} (exit code {returncode})")
+            raise _dpone_failure(result, f"{problem or 'dpone run'} (exit code {returncode})")
         return result
 
     def _dpone_run(self, env):
@@ -121,6 +160,9 @@ class DponeRuntimeSubprocessOperator(BaseOperator):
             os.killpg(proc.pid, signal.SIGTERM)
 
 
+_dpone_require_mapping(DponeRuntimeSubprocessOperator)
+
+
 with DAG(
     dag_id="dpone_ref_subprocess_summary",
     schedule=None,
@@ -134,7 +176,7 @@ with DAG(
         validate_result=False,
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_subprocess_summary","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
-            "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+            "DPONE_CATALOG": "/app/catalog/workloads.yaml",
             "DPONE_LOG_FORMAT": "json",
         },
     )
@@ -157,21 +199,21 @@ with DAG(
         env_vars=[
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_subprocess_summary","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
-                "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+                "DPONE_CATALOG": "/app/catalog/workloads.yaml",
                 "DPONE_LOG_FORMAT": "json",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d","chunks_count":10,"first_chunk_index":1,"item_index":0,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0: chunks 1-10 (2024-01-01 .. 2024-01-11)",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_subprocess_summary","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
-                "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+                "DPONE_CATALOG": "/app/catalog/workloads.yaml",
                 "DPONE_LOG_FORMAT": "json",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d","chunks_count":10,"first_chunk_index":11,"item_index":1,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1: chunks 11-20 (2024-01-11 .. 2024-01-21)",
             },
             {
                 "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_subprocess_summary","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
-                "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+                "DPONE_CATALOG": "/app/catalog/workloads.yaml",
                 "DPONE_LOG_FORMAT": "json",
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d","chunks_count":10,"first_chunk_index":21,"item_index":2,"last_chunk_index":30,"mapping_plan_fingerprint":"sha256:2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2: chunks 21-30 (2024-01-21 .. 2024-01-31)",
@@ -184,7 +226,7 @@ with DAG(
         validate_result=False,
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"dpone_ref_subprocess_summary","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f","process":"p","schema":"dpone.airflow-run-identity.v1","workload":"w"}',
-            "DPONE_CATALOG": "{{ '/app/catalog/workloads.yaml' }}",
+            "DPONE_CATALOG": "/app/catalog/workloads.yaml",
             "DPONE_LOG_FORMAT": "json",
         },
     )

@@ -7,6 +7,7 @@ env) -> normalise to ``Catalog``. Nothing here touches a database or the network
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,64 @@ from dpone.authoring.schema import load_schema, validate
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
 from dpone.errors import ErrorCollector, ErrorRecord, Location
 from dpone.item import PROVIDER_OWNED_ENV
+from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
 from dpone.plan.mapping import MappingPolicy, normalize_policy
+from dpone.redaction import has_credentials
 
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"
 DEFAULT_UNITS = {"date": "day", "timestamp": "hour", "integer": "value"}
 DEFAULT_IMAGE_CATALOG_PATH = "/app/catalog/workloads.yaml"
-DEFAULT_LEASE_SECONDS = 600
+DEFAULT_LEASE_SECONDS = 60
 DEFAULT_START_DATE = "2024-01-01"
+# Airflow task arguments the catalog may set beside ``retries``, in the order the DAG file writes them.
+TASK_OPTIONS = (
+    "retry_delay",
+    "retry_exponential_backoff",
+    "max_retry_delay",
+    "execution_timeout",
+    "owner",
+    "queue",
+    "priority_weight",
+)
+# Operator arguments dpone writes itself: the catalog sets them through its own fields (image,
+# namespace, env, secrets, resources, retries, mapping) or never (the item env and the expand list).
+OWNED_ARGUMENTS = frozenset(
+    {
+        "arguments",
+        "cmds",
+        "command",
+        "container_resources",
+        "do_xcom_push",
+        "env_vars",
+        "expand",
+        "image",
+        "map_index_template",
+        "max_active_tis_per_dag",
+        "name",
+        "namespace",
+        "partial",
+        "pool",
+        "pool_slots",
+        "retries",
+        "secrets",
+        "task_id",
+        "validate_result",
+    }
+)
+
+
+def pod_option_names() -> tuple[str, ...]:
+    """The ``airflow.pod`` keys in the order the DAG file writes them: the schema's order."""
+    return tuple(load_schema(CATALOG_SCHEMA)["$defs"]["pod"]["properties"])
+
+
+def _owned_argument(path: tuple[str | int, ...]) -> bool:
+    """An unknown key directly under ``airflow`` or ``airflow.pod`` that dpone itself writes."""
+    if len(path) < 2 or path[-1] not in OWNED_ARGUMENTS:
+        return False
+    return path[-2] == "pod" or (path[-2] == "airflow" and path[-1] not in ("image", "namespace"))
 
 
 def _in_mapping_policy(path: tuple[str | int, ...]) -> bool:
@@ -61,7 +111,13 @@ def _schema_errors(doc: YamlDocument, schema_name: str, code: str, out: ErrorCol
         unknown = violation.message.startswith("unknown field")
         where = doc.locate(violation.path, key=unknown)
         shown = ".".join(str(p) for p in violation.path) or "document"
-        out.add(code, f"{shown}: {violation.message}", where)
+        message = violation.message
+        if unknown and _owned_argument(violation.path):
+            message = (
+                f"{violation.path[-1]!r} is written by dpone, not set in the catalog (use the "
+                "airflow fields image, namespace, env, secrets, resources, retries, mapping)"
+            )
+        out.add(code, f"{shown}: {message}", where)
     return clean
 
 
@@ -123,10 +179,26 @@ def _process(
             f"process {name!r}: state.backend audit_schema needs state.connection",
             doc.locate((*path, "state")),
         )
+    schema = st.get("schema", "dpone_audit")
+    if backend == "audit_schema" and not (isinstance(schema, str) and SCHEMA_NAME.match(schema)):
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: state.schema {schema!r} is not a plain identifier (letters, "
+            "digits, _; at most 63 characters, not starting with a digit)",
+            doc.locate((*path, "state", "schema")),
+        )
+    state_path = st.get("path")
+    if backend == "local_file" and isinstance(state_path, str) and _system_path(state_path):
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: state.path {state_path!r} is under a kernel file system "
+            "(/proc, /sys, /dev), where no ledger file can live",
+            doc.locate((*path, "state", "path")),
+        )
     state = StateConfig(
         backend=backend,
         connection=st.get("connection"),
-        schema=st.get("schema", "dpone_audit"),
+        schema=schema,
         path=st.get("path"),
         require_distributed_lock=bool(st.get("require_distributed_lock", False)),
     )
@@ -240,10 +312,38 @@ def load_manifest(path: Path, display: str, out: ErrorCollector) -> Manifest | N
     return Manifest(display, data.get("name"), tuple(processes), mapping, location)
 
 
+def _system_path(path: str) -> bool:
+    """A path under /proc, /sys or /dev (after normalising ``..`` and repeated slashes)."""
+    parts = Path("/" + os.path.normpath(path).lstrip("/") if path.startswith("/") else path).parts
+    return len(parts) > 1 and parts[0] == "/" and parts[1] in ("proc", "sys", "dev")
+
+
 def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """The workload's airflow fields over the defaults; ``pod`` is merged key by key."""
     merged = dict(defaults)
     merged.update(own)
+    if "pod" in defaults and "pod" in own:
+        merged["pod"] = {**defaults["pod"], **own["pod"]}
     return merged
+
+
+def _env_credentials(
+    scope: str, env: Any, path: tuple[str | int, ...], doc: YamlDocument, out: ErrorCollector
+) -> None:
+    """airflow.env is written in clear into the DAG file: no DSN, no password may be in it."""
+    if not isinstance(env, dict):
+        return
+    for key in sorted(env):
+        value = env[key]
+        is_conn = str(key).upper().startswith("DPONE_CONN_")
+        if is_conn or (isinstance(value, str) and has_credentials(value)):
+            what = "is a connection DSN" if is_conn else "holds a connection string with a password"
+            out.add(
+                errors.ENV_CREDENTIAL,
+                f"{scope}: airflow.env.{key} {what}: the DAG file would carry it in clear; "
+                "project it from a Kubernetes secret with airflow.secrets instead",
+                doc.locate((*path, "airflow", "env", key), key=True),
+            )
 
 
 def _airflow(
@@ -255,16 +355,27 @@ def _airflow(
 ) -> AirflowConfig:
     env = raw.get("env", {})
     for key in sorted(env):
+        where = doc.locate((*wpath, "airflow", "env", key), key=True)
+        if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
+            where = doc.locate(("defaults", "airflow", "env", key), key=True)
         if key in PROVIDER_OWNED_ENV or key.startswith("DPONE_AIRFLOW_"):
-            where = doc.locate((*wpath, "airflow", "env", key), key=True)
-            if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
-                where = doc.locate(("defaults", "airflow", "env", key), key=True)
             out.add(
                 errors.PROVIDER_OWNED_ENV,
                 f"workload {name!r}: airflow.env.{key} is owned by dpone and cannot be set",
                 where,
             )
     resources = raw.get("resources", {})
+    flavour = raw.get("flavour", "kubernetes")
+    pod = raw.get("pod", {})
+    if flavour != "kubernetes":
+        if (*wpath, "airflow", "pod", "__key__") in doc.positions:
+            out.add(
+                errors.CATALOG_INVALID,
+                f"workload {name!r}: airflow.pod applies to the kubernetes flavour only "
+                f"(this workload's flavour is {flavour!r})",
+                doc.locate((*wpath, "airflow", "pod"), key=True),
+            )
+        pod = {}  # defaults.airflow.pod applies to the kubernetes workloads of the catalog
     return AirflowConfig(
         dag_id=raw.get("dag_id", name),
         schedule=raw.get("schedule"),
@@ -272,7 +383,7 @@ def _airflow(
         tags=tuple(raw.get("tags", ("dpone",))),
         image=raw.get("image"),
         namespace=raw.get("namespace", "default"),
-        flavour=raw.get("flavour", "kubernetes"),
+        flavour=flavour,
         catalog_path=raw.get("catalog_path", DEFAULT_IMAGE_CATALOG_PATH),
         command=tuple(raw.get("command", ("dpone",))),
         requests=tuple(sorted(resources.get("requests", {}).items())),
@@ -284,6 +395,8 @@ def _airflow(
         retries=raw.get("retries", 0),
         pre_hooks=tuple(Hook(h["name"], tuple(h["command"])) for h in raw.get("pre_hooks", ())),
         post_hooks=tuple(Hook(h["name"], tuple(h["command"])) for h in raw.get("post_hooks", ())),
+        task_options=tuple((key, raw[key]) for key in TASK_OPTIONS if key in raw),
+        pod_options=tuple((key, pod[key]) for key in pod_option_names() if key in pod),
     )
 
 
@@ -305,6 +418,7 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
         default_policy = _policy(
             defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out
         )
+    _env_credentials("defaults", defaults_airflow.get("env"), ("defaults",), doc, out)
     workloads: list[Workload] = []
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
@@ -324,6 +438,7 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
                 doc.locate((*wpath, "manifest")),
             )
         own_airflow = wraw.get("airflow", {})
+        _env_credentials(f"workload {name!r}", own_airflow.get("env"), wpath, doc, out)
         airflow_raw = _merged_airflow(defaults_airflow, own_airflow)
         airflow = _airflow(name, airflow_raw, doc, wpath, out)
         if airflow.dag_id in dag_ids:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dpone.errors import Location
 from dpone.plan.chunks import ChunkSpec
@@ -140,6 +141,11 @@ class AirflowConfig:
     retries: int
     pre_hooks: tuple[Hook, ...]
     post_hooks: tuple[Hook, ...]
+    # Airflow task arguments beside retries (retry_delay, owner, ...), in TASK_OPTIONS order.
+    task_options: tuple[tuple[str, Any], ...] = ()
+    # KubernetesPodOperator arguments (airflow.pod), in POD_OPTIONS order; nested values stay in
+    # their manifest form (camelCase keys), exactly as the catalog wrote them.
+    pod_options: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,13 @@ MAX_NODES = 200_000
 MAX_FLOW_DEPTH = 64
 TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 MERGE_TAG = "tag:yaml.org,2002:merge"
+# YAML 1.2's core schema: the only tags a catalog or manifest may carry, implicitly or written out.
+# Any other tag (``!!binary``, ``!!set``, ``!!python/...``, ``!local``) would turn a value into
+# something else than the text the reviewer reads (``!!binary aGVsbG8=`` is bytes, not a string).
+CORE_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge")
+)
 
 
 class _BoundedScanner(Scanner):
@@ -76,6 +83,12 @@ class _TooManyNodes(Exception):
     """The node budget ran out (an alias bomb or an absurdly large document)."""
 
 
+class _ForbiddenTag(Exception):
+    def __init__(self, node: Node) -> None:
+        super().__init__(node.tag)
+        self.node = node
+
+
 class _DuplicateKey(Exception):
     def __init__(self, key: object, node: Node, first: Node | None = None) -> None:
         super().__init__(key)
@@ -114,6 +127,8 @@ class _Builder:
 
     def build(self, node: Node, path: tuple[str | int, ...]) -> Any:
         self.budget.spend()
+        if node.tag not in CORE_TAGS:
+            raise _ForbiddenTag(node)
         if isinstance(node, MappingNode):
             result: dict[Any, Any] = {}
             key_nodes: dict[Any, Node] = {}
@@ -224,6 +239,15 @@ def load_yaml(path: Path, display: str) -> tuple[YamlDocument | None, list[Error
             first = f" (first at line {_mark(dup.first)[0]})" if dup.first is not None else ""
             message = f"duplicate key {dup.key!r}{first}"
         where = Location(display, dup_line, dup_col)
+        return None, [ErrorRecord(errors.YAML_INVALID, message, where)]
+    except _ForbiddenTag as bad:
+        tag_line, tag_col = _mark(bad.node)
+        tag = str(bad.node.tag).replace("tag:yaml.org,2002:", "!!")
+        message = (
+            f"the YAML tag {tag[:80]!r} is not allowed: values are plain strings, numbers, "
+            "booleans, null, lists and mappings (YAML 1.2 core schema)"
+        )
+        where = Location(display, tag_line, tag_col)
         return None, [ErrorRecord(errors.YAML_INVALID, message, where)]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

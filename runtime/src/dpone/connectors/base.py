@@ -161,6 +161,46 @@ class ChunkWrite:
     method: str
 
 
+FENCE_TABLE = "dpone_chunk_fence"
+"""The fence table a sink keeps beside its target (same schema / database); created by dpone."""
+_FENCE_CAMPAIGN = re.compile(r"^[A-Za-z0-9:_.\-]{1,120}$")
+
+
+@dataclass(frozen=True)
+class ChunkFence:
+    """The fencing token of one chunk attempt, checked inside the sink's own data transaction.
+
+    A completion check after the data commit is not a fence: a stalled attempt could commit its
+    rows after a newer attempt took the chunk. So the sink transaction itself claims the chunk's
+    fence row (``dpone_chunk_fence``) with the ledger's attempt number before it writes: the claim
+    only ever raises the stored attempt, its row lock is the per-chunk lock in the sink database
+    (held to commit), and a claim that finds a newer attempt rolls the transaction back.
+    """
+
+    campaign: str  # the ledger's run_key: keys the fence row, so campaigns never collide
+    chunk_index: int
+    attempt: int
+
+    def __post_init__(self) -> None:
+        if not _FENCE_CAMPAIGN.match(self.campaign):
+            raise DponeError(
+                errors.CONNECTOR_INVALID, f"fence campaign {self.campaign[:40]!r} is not a key"
+            )
+        if self.chunk_index < 1 or self.attempt < 1:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"fence of chunk {self.chunk_index} attempt {self.attempt}: both must be >= 1",
+            )
+
+    def superseded(self, shown: str, stored_attempt: int) -> DponeError:
+        """The refusal when the sink already saw a newer attempt of this chunk."""
+        return DponeError(
+            errors.CHUNK_LEASE_LOST,
+            f"{shown}: chunk {self.chunk_index} attempt {self.attempt} was superseded by attempt "
+            f"{stored_attempt} in the sink's fence; this attempt's writes were rolled back",
+        )
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     """Tuning knobs; the defaults are what the orchestrator uses.
@@ -220,6 +260,9 @@ class Source(ABC):
     def close(self) -> None:
         """Close owned connections (idempotent)."""
 
+    def interrupt(self) -> None:  # noqa: B027 - optional: a dialect that cannot cancel ends later
+        """Abort the read in flight from another thread (see Sink.cancel)."""
+
     def __enter__(self) -> Self:
         return self
 
@@ -244,15 +287,23 @@ class Sink(ABC):
         self._dsn = dsn
 
     def write_chunk(
-        self, source: Source, window: ChunkWindow, connection: object | None = None
+        self,
+        source: Source,
+        window: ChunkWindow,
+        connection: object | None = None,
+        fence: ChunkFence | None = None,
     ) -> ChunkWrite:
         """Move exactly the rows of ``window`` from ``source`` and write them atomically.
 
         With ``connection`` (Postgres only: a psycopg connection inside an open transaction) the
         write joins that transaction and is not committed here. Inner mode ``full_refresh``
         deletes every row of the target (not only the window's) before inserting the chunk.
+        With ``fence`` the transaction first claims the chunk's fence row (see
+        :class:`ChunkFence`): DponeError(CHUNK_LEASE_LOST) when a newer attempt claimed it,
+        DponeError(CHUNK_BUSY) when another transaction holds it past the lock wait; either way
+        nothing is written.
         """
-        return self._transfer(source, window, connection)
+        return self._transfer(source, window, connection, fence)
 
     def write_all(self, source: Source, connection: object | None = None) -> ChunkWrite:
         """Move every row of ``source`` (no chunk predicate) and write them atomically.
@@ -262,13 +313,21 @@ class Sink(ABC):
         it was). ``merge`` and ``append`` work too; ``replace`` needs a window and is refused.
         ``connection`` as for :meth:`write_chunk`.
         """
-        return self._transfer(source, None, connection)
+        return self._transfer(source, None, connection, None)
 
     @abstractmethod
     def _transfer(
-        self, source: Source, window: ChunkWindow | None, connection: object | None
+        self,
+        source: Source,
+        window: ChunkWindow | None,
+        connection: object | None,
+        fence: ChunkFence | None,
     ) -> ChunkWrite:
         """The one write path behind write_chunk (a window) and write_all (None: every row)."""
+
+    def interrupt(self) -> None:  # noqa: B027 - optional: a dialect that cannot cancel ends later
+        """Abort the statement in flight from another thread (a signal handler's helper); the
+        writing thread then sees an error and rolls back. Idempotent; a no-op when idle."""
 
     @abstractmethod
     def preflight(self, window_column: str | None = None) -> list[str]:

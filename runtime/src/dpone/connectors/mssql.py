@@ -23,6 +23,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
 from dpone.connectors.base import (
+    FENCE_TABLE,
+    ChunkFence,
     ChunkWindow,
     ChunkWrite,
     Row,
@@ -40,6 +42,8 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.faults import fault_point
+from dpone.session_limits import session_limits
 
 MAX_IDENTIFIER_CHARS = 128  # sysname
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
@@ -326,9 +330,14 @@ class MssqlSink(Sink):
         for key in spec.keys:
             quote(key, "merge key")
         self.db = MssqlConnection(dsn, spec.display(), driver, autocommit=False)
+        self._fence_ready = False
 
     def _transfer(
-        self, source: Source, window: ChunkWindow | None, connection: object | None
+        self,
+        source: Source,
+        window: ChunkWindow | None,
+        connection: object | None,
+        fence: ChunkFence | None,
     ) -> ChunkWrite:
         self._no_external_connection(connection)
         columns = self._moved_columns(source, window)
@@ -337,7 +346,11 @@ class MssqlSink(Sink):
             try:
                 cur = conn.cursor()
                 cur.fast_executemany = True
+                if fence is not None:
+                    self._claim_fence(conn, cur, fence)
                 result = self._write(cur, source, window, columns)
+                if fence is not None:
+                    fault_point("sink_written")
                 cur.close()
                 conn.commit()
             except BaseException:
@@ -382,6 +395,77 @@ class MssqlSink(Sink):
 
     def close(self) -> None:
         self.db.discard()
+
+    # fence --------------------------------------------------------------------------------------
+    def _fence_table(self) -> str:
+        table = quote(FENCE_TABLE, "fence table")
+        schema = self.spec.table.schema
+        return table if schema is None else f"{quote(schema, 'schema')}.{table}"
+
+    def _ensure_fence_table(self, conn: Any, cur: Any) -> None:
+        """Create the fence table once per sink, in its own committed transaction."""
+        if self._fence_ready:
+            return
+        table = self._fence_table()
+        cur.execute("SELECT name FROM sys.columns WHERE object_id = OBJECT_ID(?)", table)
+        if not cur.fetchall():
+            try:
+                cur.execute(
+                    f"CREATE TABLE {table} (campaign NVARCHAR(120) NOT NULL, "
+                    "chunk_index BIGINT NOT NULL, attempt BIGINT NOT NULL, "
+                    "claimed_at DATETIME2 NOT NULL DEFAULT SYSUTCDATETIME(), "
+                    "PRIMARY KEY (campaign, chunk_index))"
+                )
+            except self.db.driver.Error as exc:
+                if "error 2714" not in describe_error(exc):  # 2714: a concurrent creator won
+                    raise
+                conn.rollback()  # XACT_ABORT dooms the transaction; the table exists now
+                self._fence_ready = True
+                return
+        conn.commit()
+        self._fence_ready = True
+
+    def _claim_fence(self, conn: Any, cur: Any, fence: ChunkFence) -> None:
+        """Lock the chunk's fence row (UPDLOCK, HOLDLOCK: held to commit), then raise it to this
+        attempt; a stored newer attempt rolls the transaction back."""
+        self._ensure_fence_table(conn, cur)
+        limits = session_limits()
+        table = self._fence_table()
+        key = (fence.campaign, fence.chunk_index)
+        cur.execute(f"SET LOCK_TIMEOUT {round(limits.fence_lock_s * 1000)}")
+        try:
+            cur.execute(
+                f"SELECT attempt FROM {table} WITH (UPDLOCK, HOLDLOCK) "
+                "WHERE campaign = ? AND chunk_index = ?",
+                *key,
+            )
+            found = cur.fetchall()
+        except self.db.driver.Error as exc:
+            if "error 1222" in describe_error(exc):  # lock request time out period exceeded
+                raise DponeError(
+                    errors.CHUNK_BUSY,
+                    f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
+                    f"holds the chunk's fence row past {limits.fence_lock_s:g}s "
+                    "(DPONE_FENCE_LOCK_TIMEOUT); nothing was written",
+                ) from None
+            raise
+        if not found:
+            cur.execute(
+                f"INSERT INTO {table} (campaign, chunk_index, attempt) VALUES (?, ?, ?)",
+                *key,
+                fence.attempt,
+            )
+            return
+        stored = int(found[0][0])
+        if stored > fence.attempt:
+            raise fence.superseded(self.spec.display(), stored)
+        if stored < fence.attempt:
+            cur.execute(
+                f"UPDATE {table} SET attempt = ?, claimed_at = SYSUTCDATETIME() "
+                "WHERE campaign = ? AND chunk_index = ?",
+                fence.attempt,
+                *key,
+            )
 
     # paths --------------------------------------------------------------------------------------
     def _write(

@@ -26,6 +26,8 @@ from psycopg.copy import QueuedLibpqWriter
 
 from dpone import errors
 from dpone.connectors.base import (
+    FENCE_TABLE,
+    ChunkFence,
     ChunkWindow,
     ChunkWrite,
     Row,
@@ -45,6 +47,8 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.faults import fault_point
+from dpone.session_limits import session_limits
 
 Connection = psycopg.Connection[Any]
 Cursor = psycopg.Cursor[Any]
@@ -72,14 +76,8 @@ SESSION_SETTINGS: tuple[tuple[str, str], ...] = (
     ("extra_float_digits", "3"),
     ("client_encoding", "UTF8"),
 )
-_CONNECT_DEFAULTS = {
-    "fallback_application_name": "dpone",
-    "connect_timeout": "30",
-    "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-}
+_CONNECT_DEFAULTS = {"fallback_application_name": "dpone", "connect_timeout": "30"}
+"""Plus the client keepalives of :mod:`dpone.session_limits`; the DSN's own values win."""
 #: SQLSTATE classes whose primary message names objects, never row values.
 _SAFE_MESSAGE_CLASSES = frozenset(
     {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
@@ -212,12 +210,14 @@ class PgConnection:
             raise DponeError(
                 errors.CONFIG_INVALID, f"{self._label}: the Postgres DSN is malformed"
             ) from None
-        extra = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
-        settings = SESSION_SETTINGS + (
-            (("default_transaction_read_only", "on"),) if self.read_only else ()
-        )
+        limits = session_limits()
+        defaults = {**_CONNECT_DEFAULTS, **limits.libpq_client()}
+        extra = {k: v for k, v in defaults.items() if k not in given}
         try:
             conn = psycopg.connect(make_conninfo(self._dsn, **extra), autocommit=True)
+            settings = SESSION_SETTINGS + limits.postgres_settings(conn.info.server_version)
+            if self.read_only:
+                settings = (*settings, ("default_transaction_read_only", "on"))
             conn.execute(
                 sql.SQL("SELECT {}").format(
                     sql.SQL(", ").join(sql.SQL("set_config(%s, %s, false)") for _ in settings)
@@ -237,6 +237,13 @@ class PgConnection:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+    def interrupt(self) -> None:
+        """Ask the server to cancel this connection's statement in flight (thread-safe)."""
+        conn = self.current
+        if conn is not None and not conn.closed and not conn.broken:
+            with contextlib.suppress(Exception):
+                conn.cancel_safe(timeout=5.0)
 
     def forget_if_broken(self) -> None:
         conn = self.current
@@ -523,6 +530,9 @@ class PostgresSource(Source):
         self._conn.forget_if_broken()
         return err
 
+    def interrupt(self) -> None:
+        self._conn.interrupt()
+
     def close(self) -> None:
         self._conn.discard()
 
@@ -568,18 +578,29 @@ class PostgresSink(Sink):
             ident(key, "merge key")
         self._conn = PgConnection(dsn, spec.display())
         self._target: dict[tuple[str, ...], dict[str, int]] = {}
+        self._fence_ready = False
 
     # public -------------------------------------------------------------------------------------
     def _transfer(
-        self, source: Source, window: ChunkWindow | None, connection: object | None
+        self,
+        source: Source,
+        window: ChunkWindow | None,
+        connection: object | None,
+        fence: ChunkFence | None,
     ) -> ChunkWrite:
         external = self._external(connection)
         columns = self._moved_columns(source, window)
         conn = external or self._conn.get()
         try:
+            if fence is not None:
+                self._ensure_fence_table(conn)
             with conn.transaction():
                 saved = self._enter_settings(conn) if external is not None else None
+                if fence is not None:
+                    self._claim_fence(conn, fence)
                 result = self._write(conn, source, window, columns)
+                if fence is not None:
+                    fault_point("sink_written")
                 if saved is not None:
                     self._restore_settings(conn, saved)
             return result
@@ -627,8 +648,75 @@ class PostgresSink(Sink):
             ) from None
         return index_warnings(shown, self.spec, window_column, set(attnames.values()), indexes)
 
+    def interrupt(self) -> None:
+        self._conn.interrupt()
+
     def close(self) -> None:
         self._conn.discard()
+
+    # fence --------------------------------------------------------------------------------------
+    def _fence_table(self) -> sql.Identifier:
+        if self.spec.table.schema is None:
+            return sql.Identifier(FENCE_TABLE)
+        return sql.Identifier(self.spec.table.schema, FENCE_TABLE)
+
+    def _ensure_fence_table(self, conn: Connection) -> None:
+        """Create the fence table beside the target once per sink (a DBA may pre-create it)."""
+        if self._fence_ready:
+            return
+        table = self._fence_table()
+        name = table.as_string(conn)
+        try:
+            with conn.transaction():
+                found = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+                if found is None or found[0] is None:
+                    conn.execute(
+                        sql.SQL(
+                            "CREATE TABLE IF NOT EXISTS {} (campaign varchar(120) NOT NULL, "
+                            "chunk_index bigint NOT NULL, attempt bigint NOT NULL, "
+                            "claimed_at timestamptz NOT NULL DEFAULT clock_timestamp(), "
+                            "PRIMARY KEY (campaign, chunk_index))"
+                        ).format(table)
+                    )
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+            pass  # a concurrent creator won the race: the table exists
+        except psycopg.Error as exc:
+            raise translate_error(
+                exc,
+                errors.SINK_FAILED,
+                f"{self.spec.display()}: creating the fence table {name} (dpone needs CREATE on "
+                "the target's schema, or the table created as docs/ledger.md shows)",
+                conn,
+            ) from None
+        self._fence_ready = True
+
+    def _claim_fence(self, conn: Connection, fence: ChunkFence) -> None:
+        """Raise the chunk's fence row to this attempt under its row lock (held to commit)."""
+        limits = session_limits()
+        with conn.cursor() as cur:
+            cur.execute("SELECT set_config('lock_timeout', %s, true)", (limits.fence_lock_ms,))
+            try:
+                cur.execute(
+                    sql.SQL(
+                        "INSERT INTO {} AS f (campaign, chunk_index, attempt) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (campaign, chunk_index) DO UPDATE SET "
+                        "attempt = GREATEST(f.attempt, EXCLUDED.attempt), claimed_at = CASE "
+                        "WHEN EXCLUDED.attempt > f.attempt THEN clock_timestamp() "
+                        "ELSE f.claimed_at END RETURNING attempt"
+                    ).format(self._fence_table()),
+                    (fence.campaign, fence.chunk_index, fence.attempt),
+                )
+            except psycopg.errors.LockNotAvailable:
+                raise DponeError(
+                    errors.CHUNK_BUSY,
+                    f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
+                    f"holds the chunk's fence row past {limits.fence_lock_s:g}s "
+                    "(DPONE_FENCE_LOCK_TIMEOUT); nothing was written",
+                ) from None
+            row = cur.fetchone()
+        stored = int(row[0]) if row else fence.attempt
+        if stored > fence.attempt:
+            raise fence.superseded(self.spec.display(), stored)
 
     # paths --------------------------------------------------------------------------------------
     def _write(

@@ -23,7 +23,9 @@ from typing import Self
 from dpone import errors
 from dpone.connections import sqlite_path
 from dpone.connectors.base import (
+    FENCE_TABLE,
     Bound,
+    ChunkFence,
     ChunkWindow,
     ChunkWrite,
     Row,
@@ -45,6 +47,7 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
+from dpone.faults import fault_point
 
 MAX_IDENTIFIER_CHARS = 1024
 _SAFE_MESSAGE = re.compile(
@@ -236,15 +239,29 @@ class SqliteSink(Sink):
         self.db = SqliteConnection(dsn, spec.display())
 
     def _transfer(
-        self, source: Source, window: ChunkWindow | None, connection: object | None
+        self,
+        source: Source,
+        window: ChunkWindow | None,
+        connection: object | None,
+        fence: ChunkFence | None,
     ) -> ChunkWrite:
         self._no_external_connection(connection)
         columns = self._moved_columns(source, window)
         conn = self.db.get()
         try:
+            if fence is not None:
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._fence_table()} (campaign TEXT NOT NULL, "
+                    "chunk_index INTEGER NOT NULL, attempt INTEGER NOT NULL, claimed_at TEXT, "
+                    "PRIMARY KEY (campaign, chunk_index))"
+                )
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if fence is not None:
+                    self._claim_fence(conn, fence)
                 result = self._write(conn, source, window, columns)
+                if fence is not None:
+                    fault_point("sink_written")
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -280,8 +297,37 @@ class SqliteSink(Sink):
             ) from None
         return index_warnings(shown, self.spec, window_column, columns, indexes)
 
+    def interrupt(self) -> None:
+        conn = self.db.current
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.interrupt()
+
     def close(self) -> None:
         self.db.close()
+
+    # fence: BEGIN IMMEDIATE holds the file's write lock, which is the per-chunk lock here -------
+    def _fence_table(self) -> str:
+        table = quote(FENCE_TABLE, "fence table")
+        schema = self.spec.table.schema
+        return table if schema is None else f"{quote(schema, 'schema')}.{table}"
+
+    def _claim_fence(self, conn: sqlite3.Connection, fence: ChunkFence) -> None:
+        table = self._fence_table()
+        key = (fence.campaign, fence.chunk_index)
+        conn.execute(
+            f"INSERT INTO {table} (campaign, chunk_index, attempt, claimed_at) "
+            "VALUES (?, ?, ?, datetime('now')) ON CONFLICT (campaign, chunk_index) DO UPDATE SET "
+            "claimed_at = CASE WHEN excluded.attempt > attempt THEN excluded.claimed_at "
+            "ELSE claimed_at END, attempt = max(attempt, excluded.attempt)",
+            (*key, fence.attempt),
+        )
+        row = conn.execute(
+            f"SELECT attempt FROM {table} WHERE campaign = ? AND chunk_index = ?", key
+        ).fetchone()
+        stored = int(row[0]) if row else fence.attempt
+        if stored > fence.attempt:
+            raise fence.superseded(self.spec.display(), stored)
 
     # paths --------------------------------------------------------------------------------------
     def _write(

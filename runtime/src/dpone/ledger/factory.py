@@ -65,7 +65,14 @@ def open_store(
             raise DponeError(errors.CONFIG_INVALID, "state.backend local_file needs a path")
         from dpone.ledger.localfile import LocalFileLedger
 
-        return LocalFileLedger(path, lease_seconds, **options)
+        try:
+            return LocalFileLedger(path, lease_seconds, **options)
+        except OSError as exc:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"state.path {path!r}: the local_file ledger cannot create its files there "
+                f"({exc.strerror or type(exc).__name__})",
+            ) from None
     if backend == "clickhouse":
         raise DponeError(
             errors.LEDGER_UNAVAILABLE,

@@ -56,6 +56,7 @@ from dpone.ledger.sql import (
     merge_ledger,
     running_record,
     shape_from_rows,
+    stored_text,
     validate_transition,
     verify_shape,
 )
@@ -547,7 +548,7 @@ class LocalFileLedger:
                 config_hash=head.config_hash,
                 chunk_count=head.chunk_count,
                 cancelled=not undo,
-                cancel_reason=reason,
+                cancel_reason=stored_text(reason),
                 created_by=head.created_by,
                 seq=self._last_seq + 1,
                 created_at=self._clock(),

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from dpone import errors
 from dpone.connections import redact
 from dpone.errors import DponeError
+from dpone.ledger.port import ChunkState
 from dpone.ledger.sql import (
     CAMPAIGN_COLUMNS,
     INSERT_CAMPAIGN_COLUMNS,
@@ -81,7 +82,12 @@ def _odbc_value(value: str) -> str:
 def odbc_connection_string(dsn: str, application_name: str = "dpone-ledger") -> str:
     """ODBC connection string from ``mssql://user:pass@host:port/db?driver=...&Key=value`` or
     ``odbc://?odbc_connect=<url-encoded connection string>``."""
-    parts = urlsplit(dsn)
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        raise DponeError(
+            errors.CONFIG_INVALID, "the MSSQL DSN is malformed (an invalid IPv6 host)"
+        ) from None
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     if "odbc_connect" in query:
         raw = unquote(query["odbc_connect"])
@@ -93,9 +99,15 @@ def odbc_connection_string(dsn: str, application_name: str = "dpone-ledger") -> 
             errors.CONFIG_INVALID,
             f"MSSQL DSN {redact(dsn)} names no host: use mssql://user:pass@host:1433/database",
         )
+    try:
+        port = parts.port
+    except ValueError:
+        raise DponeError(
+            errors.CONFIG_INVALID, "the MSSQL DSN is malformed (an invalid host or port)"
+        ) from None
     driver = query.pop("driver", DEFAULT_DRIVER)
     fields = {"DRIVER": "{" + driver.replace("}", "}}") + "}"}
-    fields["SERVER"] = parts.hostname + (f",{parts.port}" if parts.port else "")
+    fields["SERVER"] = parts.hostname + (f",{port}" if port else "")
     database = parts.path.lstrip("/")
     if database:
         fields["DATABASE"] = _odbc_value(unquote(database))
@@ -162,7 +174,20 @@ def ddl_v1(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: ddl_v1}
+def ddl_v2(s: str) -> list[str]:
+    """Version 2: ``committed_chunk`` marks (written with each COMMITTED transition)."""
+    return [
+        f"""CREATE TABLE {s}.[committed_chunk] (
+            run_key NVARCHAR(200) NOT NULL,
+            chunk_index INT NOT NULL,
+            committed_at DATETIME2(6) NOT NULL DEFAULT SYSUTCDATETIME(),
+            CONSTRAINT [committed_chunk_pk] PRIMARY KEY (run_key, chunk_index))""",
+        f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) SELECT DISTINCT run_key, "
+        f"chunk_index FROM {s}.[chunk_transition] WHERE state = 'committed'",
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2}
 
 
 def _naive_utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -218,6 +243,10 @@ class MssqlStatements:
             f"FROM {s}.[chunk_transition] WHERE run_key = ?) AS ranked "
             "WHERE recency = 1 ORDER BY chunk_index"
         )
+        self.mark_committed = (
+            f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) VALUES (?, ?)"
+        )
+        self.committed_marks = f"SELECT chunk_index FROM {s}.[committed_chunk] WHERE run_key = ?"
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.[campaign] ORDER BY run_key"
         self.run_keys_of = (
             f"SELECT DISTINCT run_key FROM {s}.[campaign] WHERE workload = ? ORDER BY run_key"
@@ -298,6 +327,11 @@ class MssqlTx(ViewThenAppend):
         params[9] = _naive_utc(record.lease_expires_at)
         params[10] = _naive_utc(record.started_at)
         self.cursor.execute(self.sql.append_transition, *params)
+        if record.state is ChunkState.COMMITTED:  # a chunk commits once: no duplicate mark
+            self.cursor.execute(self.sql.mark_committed, run_key, record.chunk_index)
+
+    def committed_marks(self, run_key: str) -> set[int]:
+        return {int(row[0]) for row in self._all(self.sql.committed_marks, run_key)}
 
     def shape_rows(self, run_key: str) -> list[ShapeRow]:
         return rows_as_shape(self._all(self.sql.shape_rows, run_key))

@@ -20,7 +20,6 @@ from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, Lease
 from dpone.ledger.sql import (
     CAMPAIGN_COLUMNS,
-    ERROR_MESSAGE_LIMIT,
     INSERT_CAMPAIGN_COLUMNS,
     INSERT_TRANSITION_COLUMNS,
     SCHEMA_VERSION,
@@ -42,12 +41,15 @@ from dpone.ledger.sql import (
     first_line,
     rows_as_shape,
     schema_lock_key,
+    stored_text,
     transition_from_row,
     transition_params,
     utc,
     view_from_row,
 )
 from dpone.plan.chunks import Chunk
+from dpone.redaction import mask_quoted
+from dpone.session_limits import session_limits
 
 try:
     import psycopg
@@ -59,14 +61,9 @@ except ImportError as missing:  # pragma: no cover - exercised by the factory gu
         f"the Postgres ledger needs psycopg ({missing}): install dpone-runtime[postgres]",
     ) from missing
 
-CONNECTION_DEFAULTS = {
-    "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-    "connect_timeout": "10",
-}
-"""Applied unless the DSN sets them: a lost node is noticed in about a minute, not two hours."""
+CONNECTION_DEFAULTS = {"connect_timeout": "10"}
+"""Applied unless the DSN sets them, with the client keepalives of dpone.session_limits: a lost
+node is noticed in about a minute, not two hours."""
 
 # SQLSTATE classes that mean the session is gone (connection exception, admin shutdown).
 CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03", "25P03")
@@ -216,7 +213,27 @@ def chunk_functions(s: str) -> list[str]:
     return [lease, close]
 
 
-MIGRATIONS = {1: ddl_v1}
+def ddl_v2(s: str) -> list[str]:
+    """Version 2: ``committed_chunk`` marks, written by a trigger in the COMMITTED transition's
+    own transaction (no extra round trip), backfilled from the committed transitions."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {s}.committed_chunk (
+            run_key text NOT NULL,
+            chunk_index integer NOT NULL,
+            committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (run_key, chunk_index))""",
+        f"CREATE OR REPLACE FUNCTION {s}.mark_committed() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$fn$ BEGIN INSERT INTO {s}.committed_chunk (run_key, chunk_index) "
+        "VALUES (NEW.run_key, NEW.chunk_index) ON CONFLICT DO NOTHING; RETURN NULL; END $fn$",
+        f"DROP TRIGGER IF EXISTS chunk_transition_committed ON {s}.chunk_transition",
+        f"CREATE TRIGGER chunk_transition_committed AFTER INSERT ON {s}.chunk_transition "
+        f"FOR EACH ROW WHEN (NEW.state = 'committed') EXECUTE FUNCTION {s}.mark_committed()",
+        f"INSERT INTO {s}.committed_chunk (run_key, chunk_index) SELECT DISTINCT run_key, "
+        f"chunk_index FROM {s}.chunk_transition WHERE state = 'committed' ON CONFLICT DO NOTHING",
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2}
 
 
 class PostgresStatements:
@@ -265,6 +282,7 @@ class PostgresStatements:
             f"SELECT DISTINCT ON (chunk_index) {TRANSITION_COLUMNS} FROM {s}.chunk_transition "
             "WHERE run_key = %s ORDER BY chunk_index, transition DESC"
         )
+        self.committed_marks = f"SELECT chunk_index FROM {s}.committed_chunk WHERE run_key = %s"
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.campaign ORDER BY run_key"
         self.run_keys_of = (
             f"SELECT DISTINCT run_key FROM {s}.campaign WHERE workload = %s ORDER BY run_key"
@@ -281,9 +299,10 @@ def connection_info(dsn: str, application_name: str) -> str:
         given = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise DponeError(
-            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {exc}"
+            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {mask_quoted(str(exc))}"
         ) from None
-    extra = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
+    defaults = {**CONNECTION_DEFAULTS, **session_limits().libpq_client()}
+    extra = {key: value for key, value in defaults.items() if key not in given}
     if "application_name" not in given:
         extra["application_name"] = application_name
     return make_conninfo(dsn, **extra)
@@ -391,11 +410,9 @@ class PostgresTx:
         ]
 
     def _timeouts(self) -> list[str]:
-        idle = (
-            "0"
-            if self.mode is TxMode.WRITE
-            else f"{max(1, int(self.store.idle_timeout_s * 1000))}ms"
-        )
+        """Lock wait and idle-in-transaction limit; a WRITE transaction (the data moves inside
+        it) is idle only between its statements, so the same limit frees a frozen writer."""
+        idle = f"{max(1, int(self.store.idle_timeout_s * 1000))}ms"
         return [f"{max(1, int(self.store.chunk_lock_timeout_s * 1000))}ms", idle]
 
     def lease_append(
@@ -421,7 +438,7 @@ class PostgresTx:
             result.rows,
             result.checksum,
             result.error_code,
-            None if message is None else message[:ERROR_MESSAGE_LIMIT],
+            stored_text(message),
             *self._timeouts(),
         ]
         return self._combined(self.sql.close_append, params)
@@ -432,6 +449,10 @@ class PostgresTx:
     def latest_transitions(self, run_key: str) -> list[StoredTransition]:
         rows = self.connection.execute(self.sql.latest_transitions, (run_key,)).fetchall()
         return [transition_from_row(row) for row in rows]
+
+    def committed_marks(self, run_key: str) -> set[int]:
+        rows = self.connection.execute(self.sql.committed_marks, (run_key,)).fetchall()
+        return {int(row[0]) for row in rows}
 
     def db_now(self) -> dt.datetime:
         row = self._one("SELECT clock_timestamp()")
@@ -459,11 +480,13 @@ class PostgresLedger(SqlLedger):
         *,
         lock_timeout_s: float = 10.0,
         chunk_lock_timeout_s: float = 30.0,
-        idle_timeout_s: float = 60.0,
+        idle_timeout_s: float | None = None,
         application_name: str = "dpone-ledger",
     ) -> None:
         super().__init__(schema, lease_seconds, lock_timeout_s, chunk_lock_timeout_s)
-        self.idle_timeout_s = float(idle_timeout_s)
+        self.idle_timeout_s = (
+            session_limits().idle_in_transaction_s if idle_timeout_s is None else idle_timeout_s
+        )
         self.statements = PostgresStatements(self.schema)
         self.pending_chunk_lock: tuple[str, int] | None = None
         self._dsn = dsn
@@ -479,7 +502,16 @@ class PostgresLedger(SqlLedger):
         if self._conn is not None:
             self._conn.close()
         try:
-            self._conn = psycopg.connect(self._conninfo, autocommit=False)
+            conn = psycopg.connect(self._conninfo, autocommit=False)
+            # Server-side: the server, not only this client, gives up on a silent peer, and a
+            # stuck statement ends (docs/ledger.md "Lost pods").
+            settings = session_limits().postgres_settings(conn.info.server_version)
+            conn.execute(
+                "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
+                [value for pair in settings for value in pair],
+            )
+            conn.commit()
+            self._conn = conn
         except psycopg.Error as exc:
             raise DponeError(
                 errors.CONNECTION_FAILED,
@@ -491,6 +523,15 @@ class PostgresLedger(SqlLedger):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def interrupt(self) -> None:
+        """Cancel the statement in flight (thread-safe; a stop request's helper)."""
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            try:
+                conn.cancel_safe(timeout=5.0)
+            except Exception:
+                pass
 
     def __enter__(self) -> PostgresLedger:
         return self

@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -39,9 +39,14 @@ from dpone.ledger.port import (
     Ledger,
 )
 from dpone.plan.chunks import Bound, Chunk, plan_hash
+from dpone.redaction import redact_text
 
-SCHEMA_VERSION = 1
-"""The audit-schema version this release writes; a newer stored version is refused."""
+SCHEMA_VERSION = 2
+"""The audit-schema version this release writes; a newer stored version is refused.
+
+Version 2 adds ``committed_chunk``: one row per chunk ever committed, written in the same
+transaction as its COMMITTED transition, so committed transitions that disappear later are
+detected (DPONE_LEDGER_CORRUPT) instead of the chunk being moved again."""
 
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 ERROR_MESSAGE_LIMIT = 2000
@@ -135,11 +140,17 @@ def first_line(text: str, limit: int = ERROR_MESSAGE_LIMIT) -> str:
     return line[:limit]
 
 
+def stored_text(text: str | None) -> str | None:
+    """Free text a ledger row keeps (error message, cancel reason): redacted, then bounded to
+    ERROR_MESSAGE_LIMIT characters."""
+    return None if text is None else redact_text(text)[:ERROR_MESSAGE_LIMIT]
+
+
 def failure_from_exception(exc: BaseException) -> tuple[str, str]:
     """The (error_code, error_message) a FAILED record stores for an exception of a chunk write."""
     if isinstance(exc, DponeError):
-        return exc.code, exc.message[:ERROR_MESSAGE_LIMIT]
-    return errors.SINK_FAILED, first_line(f"{type(exc).__name__}: {exc}")
+        return exc.code, redact_text(exc.message)[:ERROR_MESSAGE_LIMIT]
+    return errors.SINK_FAILED, first_line(redact_text(f"{type(exc).__name__}: {exc}"))
 
 
 @dataclass(frozen=True)
@@ -332,14 +343,34 @@ def merge_ledger(
     shape: CampaignShape,
     latest: Sequence[StoredTransition],
     now: dt.datetime | None,
+    committed_marks: Set[int] | None = None,
 ) -> Ledger:
-    """The campaign snapshot merged with the latest record of every chunk (validated)."""
+    """The campaign snapshot merged with the latest record of every chunk (validated).
+
+    ``committed_marks`` (chunks recorded as ever committed) must all still be committed: a
+    COMMITTED transition is final, so a marked chunk whose latest record is anything else lost
+    its transitions to an edit or a partial restore, and moving it again would duplicate rows.
+    """
     rows = {chunk.index: ShapeRow.of(chunk) for chunk in shape.chunks}
     records: dict[int, ChunkRecord] = {}
     for row in latest:
         if row.chunk_index in records:
             raise corrupt(head.run_key, row.chunk_index, "two latest records for one chunk")
         records[row.chunk_index] = validate_transition(head.run_key, rows, row)
+    if committed_marks:
+        lost = sorted(
+            index
+            for index in committed_marks
+            if index not in records or records[index].state is not ChunkState.COMMITTED
+        )
+        if lost:
+            shown = ", ".join(str(i) for i in lost[:10]) + (" ..." if len(lost) > 10 else "")
+            raise corrupt(
+                head.run_key,
+                None,
+                f"{len(lost)} committed chunk(s) lost their committed transitions (chunks "
+                f"{shown}); refusing to move them again: restore the ledger from a backup",
+            )
     return Ledger(
         shape=shape,
         records=records,
@@ -438,7 +469,8 @@ def check_owner(lease: Lease, latest: ChunkRecord | None) -> ChunkRecord:
         raise DponeError(
             errors.CHUNK_LEASE_LOST,
             f"campaign {lease.run_key!r} chunk {lease.chunk_index}: owner {lease.owner!r} attempt "
-            f"{lease.attempt} no longer holds the lease (latest: {now_held}); nothing was written",
+            f"{lease.attempt} no longer holds the lease (latest: {now_held}); this attempt's "
+            "completion was not recorded",
         )
     return latest
 
@@ -463,9 +495,7 @@ def completion_record(
         rows=result.rows,
         checksum=result.checksum,
         error_code=result.error_code,
-        error_message=(
-            None if result.error_message is None else result.error_message[:ERROR_MESSAGE_LIMIT]
-        ),
+        error_message=stored_text(result.error_message),
     )
 
 
@@ -551,6 +581,9 @@ class LedgerTx(Protocol):
     def shape_rows(self, run_key: str) -> list[ShapeRow]: ...
 
     def latest_transitions(self, run_key: str) -> list[StoredTransition]: ...
+
+    def committed_marks(self, run_key: str) -> set[int]:
+        """Indexes of the campaign's chunks that were ever committed (schema version 2)."""
 
     def db_now(self) -> dt.datetime: ...
 
@@ -691,8 +724,9 @@ class SqlLedger(ABC):
             if shape is None:
                 shape = shape_from_rows(head, tx.shape_rows(run_key))
             latest = tx.latest_transitions(run_key)
+            marks = tx.committed_marks(run_key)
         self._verified_shapes[(run_key, head.plan_hash)] = shape
-        return merge_ledger(head, shape, latest, now)
+        return merge_ledger(head, shape, latest, now, marks)
 
     def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
         """Append a snapshot with the cancelled flag flipped (under the campaign lock)."""
@@ -712,7 +746,7 @@ class SqlLedger(ABC):
                     config_hash=head.config_hash,
                     chunk_count=head.chunk_count,
                     cancelled=not undo,
-                    cancel_reason=reason,
+                    cancel_reason=stored_text(reason),
                     created_by=head.created_by,
                 )
             )

@@ -1,0 +1,284 @@
+"""Secrets never leave the process: one redaction applied wherever text leaves dpone.
+
+Two layers, because either alone misses something:
+
+- a registry of the secret parts of every DSN dpone resolved (``register_dsn``): the whole DSN,
+  every password-like value in every form dpone accepts (URL userinfo, URL query parameters,
+  libpq ``key=value``, ODBC ``PWD=``), raw and decoded and as the usual quoting rules would echo
+  it. A driver that quotes a fragment back (``invalid percent-encoded token: "S3cr3t%zz"``) is
+  caught by this layer even when the text no longer looks like a DSN;
+- pattern scrubbing of anything that looks like a connection string (``scheme://user:pw@...``,
+  ``password=...``, ``PWD={...}``), for DSNs dpone never resolved (a test harness, a copy in a
+  driver message).
+
+``redact_text`` and ``redact_document`` are applied at every boundary: the stderr error lines, the
+run result / XCom and evidence files, the ledger's stored error and cancel text, the status
+renderers and warnings. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from typing import Any
+from urllib.parse import unquote, unquote_plus
+
+MASK = "***"
+
+#: parameter names (lower case) whose value is a secret, in any DSN form
+SECRET_KEYS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "sslpassword",
+        "secret",
+        "token",
+        "access_token",
+        "api_key",
+        "apikey",
+        "authentication_token",
+    }
+)
+#: parameter names whose free-text value is registered too (libpq passes ``options`` to the
+#: server and echoes it back in errors)
+FREE_TEXT_KEYS = frozenset({"options"})
+#: a registered secret shorter than this is matched only as a whole token, so a one-letter test
+#: password does not erase every such letter from a message
+SHORT_SECRET = 6
+
+_KEY_ALTERNATION = "|".join(sorted(SECRET_KEYS, key=len, reverse=True))
+_KEY_VALUE = re.compile(
+    rf"(?i)(?<![A-Za-z0-9_])((?:{_KEY_ALTERNATION})(?:%[0-9a-f]{{2}})*)(\s*=\s*)"
+    r"('(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|\{(?:[^}]|\}\})*\}?|[^\s;&,'\")]*)"
+)
+_ENCODED_KEY_VALUE = re.compile(r"(?i)([?&;\s])([^=&;\s]*%[0-9a-f]{2}[^=&;\s]*)=([^&;\s]*)")
+#: libpq and the server quote a rejected setting back: ``invalid sslmode value: "X"``,
+#: ``invalid connection option "X"``, ``invalid value for parameter "p": "X"``
+_DRIVER_ECHO = re.compile(
+    r"(?i)((?:invalid [\w -]{0,40}?(?:value|option|parameter|token)(?: for parameter \"[^\"\n]*\")?"
+    r":? ?)|missing \"=\" after )\"[^\"\n]*\""
+)
+_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*)://([^\s'\"<>`]*)")
+
+
+class _Registry:
+    """The process's registered secret forms and the one pattern that matches them all."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.forms: set[str] = set()
+        self.pattern: re.Pattern[str] | None = None
+
+    def add(self, forms: set[str]) -> None:
+        with self.lock:
+            if forms <= self.forms:
+                return
+            self.forms.update(forms)
+            ordered = sorted(self.forms, key=len, reverse=True)
+            self.pattern = re.compile(
+                "|".join(
+                    (
+                        re.escape(s)
+                        if len(s) >= SHORT_SECRET
+                        else rf"(?<![A-Za-z0-9]){re.escape(s)}(?![A-Za-z0-9])"
+                    )
+                    for s in ordered
+                )
+            )
+
+
+_REGISTRY = _Registry()
+
+
+def _variants(value: str) -> set[str]:
+    """The ways a secret is commonly echoed: raw, percent-decoded, and quoted for repr, JSON,
+    libpq ``key='value'`` and ODBC ``{value}``."""
+    forms = {value}
+    for decode in (unquote, unquote_plus):
+        forms.add(decode(value))
+    for form in list(forms):
+        forms.add(repr(form)[1:-1])
+        forms.add(json.dumps(form, ensure_ascii=False)[1:-1])
+        forms.add(json.dumps(form)[1:-1])
+        forms.add(form.replace("\\", "\\\\").replace("'", "\\'"))
+        forms.add(form.replace("}", "}}"))
+    return {form for form in forms if form}
+
+
+def _odbc_pairs(text: str) -> list[tuple[str, str]]:
+    """``KEY=value;KEY={va;lue}}}`` pairs, tolerant of a malformed tail."""
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(text):
+        eq = text.find("=", i)
+        if eq < 0:
+            break
+        key = text[i:eq].strip()
+        j = eq + 1
+        if j < len(text) and text[j] == "{":
+            k, value = j + 1, []
+            while k < len(text):
+                if text[k] == "}":
+                    if text[k + 1 : k + 2] == "}":
+                        value.append("}")
+                        k += 2
+                        continue
+                    break
+                value.append(text[k])
+                k += 1
+            pairs.append((key, "".join(value)))
+            pairs.append((key, text[j : k + 1]))
+            end = text.find(";", k)
+        else:
+            end = text.find(";", j)
+            pairs.append((key, text[j:] if end < 0 else text[j:end]))
+        if end < 0:
+            break
+        i = end + 1
+    return pairs
+
+
+def _libpq_pairs(text: str) -> list[tuple[str, str]]:
+    """``key = value`` / ``key='quo\\'ted'`` pairs of a libpq keyword/value string."""
+    pairs = []
+    for match in re.finditer(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)", text):
+        key, value = match.group(1), match.group(2)
+        pairs.append((key, value))
+        if value.startswith("'"):
+            inner = value[1:-1] if value.endswith("'") and len(value) > 1 else value[1:]
+            pairs.append((key, re.sub(r"\\(.)", r"\1", inner)))
+    return pairs
+
+
+def _url_pairs(text: str) -> list[tuple[str, str]]:
+    """The password of a URL's userinfo (read two tolerant ways) and its query parameters."""
+    pairs: list[tuple[str, str]] = []
+    _, sep, rest = text.partition("://")
+    if not sep:
+        return pairs
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    candidates = {
+        authority.rpartition("@")[0],
+        rest.split("?", 1)[0].rpartition("@")[0],
+        rest.rpartition("@")[0],  # libpq reads userinfo up to the last "@"
+    }
+    for userinfo in candidates:
+        if ":" in userinfo:
+            pairs.append(("password", userinfo.partition(":")[2]))
+    query = rest.partition("?")[2].partition("#")[0]
+    for field in re.split(r"[&;]", query):
+        key, eq, value = field.partition("=")
+        if eq:
+            pairs.append((unquote_plus(key), value))
+    return pairs
+
+
+def _pairs(dsn: str) -> list[tuple[str, str]]:
+    pairs = _url_pairs(dsn) + _libpq_pairs(dsn) + _odbc_pairs(dsn.partition("://")[2] or dsn)
+    for key, value in list(pairs):
+        if key.strip().lower() == "odbc_connect":  # odbc://?odbc_connect=<encoded ODBC string>
+            pairs += _odbc_pairs(unquote_plus(value))
+    return pairs
+
+
+def has_credentials(value: str) -> bool:
+    """True when ``value`` reads as a connection string that carries a password (any form)."""
+    return any(key.strip().lower() in SECRET_KEYS and secret for key, secret in _pairs(value))
+
+
+def secret_parts(dsn: str) -> set[str]:
+    """Every secret fragment of ``dsn`` in any accepted form, malformed ones included."""
+    found: set[str] = set()
+    for key, value in _pairs(dsn):
+        name = key.strip().lower()
+        if (name in SECRET_KEYS or name in FREE_TEXT_KEYS) and value:
+            found |= _variants(value)
+    return found
+
+
+def register_secret(value: str) -> None:
+    """Redact ``value`` (and its usual echoes) from every output of this process."""
+    _REGISTRY.add(_variants(value))
+
+
+def register_dsn(dsn: str) -> None:
+    """Register the whole DSN and each of its secret parts (called where a DSN is resolved)."""
+    if not dsn:
+        return
+    if not dsn.lower().startswith("sqlite:"):  # a file path, no credentials
+        register_secret(dsn)
+    for part in secret_parts(dsn):
+        register_secret(part)
+
+
+def _scrub_url(match: re.Match[str]) -> str:
+    scheme, rest = match.group(1), match.group(2)
+    authority, sep, tail = rest.partition("/") if "/" in rest else (rest, "", "")
+    before_query = rest.split("?", 1)[0]
+    has_user = "@" in before_query
+    host = authority.rpartition("@")[2]
+    if has_user and "@" not in authority:  # a malformed userinfo holding "/": hide up to the "@"
+        host, sep, tail = before_query.rpartition("@")[2], "", ""
+    path = tail.split("?", 1)[0]
+    query = "?" + MASK if "?" in rest else ""
+    user = MASK + "@" if has_user else ""
+    return f"{scheme}://{user}{host}{sep}{path}{query}"
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every registered secret and every DSN-looking secret replaced by ***."""
+    pattern = _REGISTRY.pattern
+    if pattern is not None:
+        text = pattern.sub(MASK, text)
+    text = _URL.sub(_scrub_url, text)
+    text = _DRIVER_ECHO.sub(lambda m: m.group(1) + '"' + MASK + '"', text)
+    text = _KEY_VALUE.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    return _ENCODED_KEY_VALUE.sub(
+        lambda m: (
+            m.group(1) + m.group(2) + "=" + MASK
+            if unquote_plus(m.group(2)).strip().lower() in SECRET_KEYS
+            else m.group(0)
+        ),
+        text,
+    )
+
+
+def mask_quoted(text: str) -> str:
+    """A driver's DSN parse error with every quoted fragment masked (they are DSN pieces)."""
+    return re.sub(r'"[^"\n]*"', '"' + MASK + '"', text)
+
+
+def redact_document(value: Any) -> Any:
+    """A JSON-shaped value with ``redact_text`` applied to every string (keys included)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {
+            redact_text(k) if isinstance(k, str) else k: redact_document(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_document(v) for v in value]
+    return value
+
+
+def describe_dsn(dsn: str) -> str:
+    """What a message may say about a DSN: its scheme, host, port and database, nothing else."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        return "(a DSN that is not a URL)"
+    if scheme.lower() == "odbc":
+        servers = [v for k, v in _odbc_pairs(rest) if k.strip().lower() == "server"]
+        return "odbc://" + (f"SERVER={servers[0]}" if servers else "...")
+    before_query = rest.split("?", 1)[0]
+    if "@" in rest and "@" not in before_query:
+        return f"{scheme}://(unreadable DSN)"  # the userinfo itself holds "?": show nothing
+    hostpart = before_query.rpartition("@")[2]
+    if not re.fullmatch(r"[A-Za-z0-9._\-:\[\],%/]*", hostpart):
+        return f"{scheme}://(unreadable DSN)"
+    described = f"{scheme}://{hostpart}"
+    pattern = _REGISTRY.pattern
+    return described if pattern is None else pattern.sub(MASK, described)

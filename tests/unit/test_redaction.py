@@ -1,0 +1,119 @@
+"""dpone.redaction: every DSN form's secret is found, registered and masked; messages stay useful."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from urllib.parse import quote
+
+import pytest
+from dpone import redaction
+from dpone.redaction import describe_dsn, has_credentials, redact_document, redact_text
+
+
+def _secret() -> str:
+    return "Zk" + uuid.uuid4().hex[:12]
+
+
+#: form -> DSN with the secret planted (the password is the secret plus what the form adds)
+FORMS = {
+    "url_userinfo": lambda s: f"postgresql://etl:{s}@db.example:5432/app",
+    "url_query_password": lambda s: f"postgresql://etl@db.example:5432/app?password={s}",
+    "url_query_sslpassword": lambda s: f"postgresql://etl@db/app?sslmode=require&sslpassword={s}",
+    "url_encoded_key": lambda s: f"postgresql://etl@db/app?pass%77ord={s}",
+    "percent_encoded": lambda s: f"postgresql://etl:{quote(s + '/@:;', safe='')}@db/app",
+    "percent_malformed": lambda s: f"postgresql://etl:{s}%zz@db/app",
+    "libpq_keyword_value": lambda s: f"host=db port=5432 password={s} dbname=app",
+    "libpq_quoted": lambda s: f"host=db password='{s} x\\'y' dbname=app",
+    "odbc_PWD_braced": lambda s: f"odbc://DRIVER={{FreeTDS}};SERVER=db;UID=u;PWD={{{s};}}}}x}};",
+    "odbc_Pwd": lambda s: f"odbc://DRIVER={{FreeTDS}};SERVER=db;UID=u;Pwd={s};DATABASE=app",
+    "mssql_url": lambda s: f"mssql://sa:{s}@db:1433/app?TrustServerCertificate=yes",
+    "ipv6_malformed": lambda s: f"postgresql://u:{s}@[::1/app",
+    "password_with_slash": lambda s: f"postgresql://u:{s}/x@db/app",
+}
+
+
+#: the whole password of the forms that add to the planted secret
+PASSWORDS = {
+    "percent_encoded": lambda s: s + "/@:;",
+    "percent_malformed": lambda s: s + "%zz",
+    "libpq_quoted": lambda s: s + " x'y",
+    "odbc_PWD_braced": lambda s: s + ";}x",
+    "password_with_slash": lambda s: s + "/x",
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_registered_dsn_leaves_no_trace_of_its_secret(form: str) -> None:
+    secret = _secret()
+    dsn = FORMS[form](secret)
+    redaction.register_dsn(dsn)
+    password = PASSWORDS.get(form, lambda s: s)(secret)
+    echoes = [
+        dsn,
+        f"could not connect ({dsn})",
+        repr(dsn),
+        json.dumps({"dsn": dsn}),
+        f'invalid percent-encoded token: "{password}"',
+        f"password authentication failed: {password!r}",
+        f"password={password}",
+        json.dumps(password),
+    ]
+    for text in echoes:
+        assert secret not in redact_text(text), (form, text)
+    assert secret not in describe_dsn(dsn)
+    assert secret not in json.dumps(redact_document({"a": [dsn, {dsn: 1}]}))
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_pattern_scrubbing_alone_masks_every_form(form: str) -> None:
+    """A DSN dpone never resolved (a copy in a driver message) is still masked by its shape."""
+    secret = _secret()
+    dsn = FORMS[form](secret)
+    assert secret not in redact_text(f"error near {dsn} here"), form
+
+
+def test_short_secrets_are_masked_as_whole_tokens_only() -> None:
+    redaction.register_dsn("postgresql://u:pq@db/app")
+    assert redact_text("the pq password pq") == "the *** password ***"
+    assert redact_text("pqrs stays") == "pqrs stays"
+
+
+def test_driver_echoes_of_settings_are_masked() -> None:
+    for text in (
+        'invalid sslmode value: "Zsecret1"',
+        'invalid connection option "Zsecret1"',
+        'invalid integer value "Zsecret1" for connection option "port"',
+        'invalid value for parameter "statement_timeout": "Zsecret1"',
+        'missing "=" after "Zsecret1" in connection info string',
+    ):
+        assert "Zsecret1" not in redact_text(text)
+
+
+def test_messages_keep_what_helps() -> None:
+    text = 'connection to server at "127.0.0.1", port 1 failed: Connection refused'
+    assert redact_text(text) == text
+    assert redact_text('relation "s.orders" does not exist') == 'relation "s.orders" does not exist'
+    assert describe_dsn("postgresql://etl:pw@db.example:5432/app?sslmode=require") == (
+        "postgresql://db.example:5432/app"
+    )
+    assert describe_dsn("odbc://DRIVER={x};SERVER=db,1433;PWD={p}") == "odbc://SERVER=db,1433"
+    assert describe_dsn("host=db password=x") == "(a DSN that is not a URL)"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("postgresql://app:s3cret@db/app", True),
+        ("postgresql://app@db/app?password=s3cret", True),
+        ("host=db password=s3cret", True),
+        ("DRIVER={x};SERVER=db;PWD={s3cret}", True),
+        ("Server=db;Pwd=s3cret", True),
+        ("postgresql://app@db/app", False),
+        ("https://example.com/path?q=1", False),
+        ("INFO", False),
+        ("-Xmx1g -Dfile.encoding=UTF-8", False),
+    ],
+)
+def test_has_credentials(value: str, expected: bool) -> None:
+    assert has_credentials(value) is expected
