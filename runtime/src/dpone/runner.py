@@ -225,13 +225,14 @@ def run_plans(
         plans = list(pack.processes)
     for plan in plans:
         verify_identity(pack, plan.name, identity)
+    selections = [select_chunks(plan, item) for plan in plans]
+    # after the plan checks (a wrong item is a plan mismatch whatever the env), before any I/O
     require_connections(
         name
         for plan in plans
         for name in (plan.config.source.connection, plan.config.sink.connection)
         + ((plan.config.state.connection,) if plan.config.backfill is not None else ())
     )
-    selections = [select_chunks(plan, item) for plan in plans]
     check_outputs_writable()
     worst = EXIT_OK
     for plan, selection in zip(plans, selections, strict=True):
