@@ -10,14 +10,15 @@ import argparse
 import json
 import sys
 
-from dpone.pack import load_and_compile
+from dpone.errors import ErrorRecord
+from dpone.pack import WorkloadPack, load_and_compile
 from dpone.redaction import redact_document, redact_text
 from dpone.reporting import CommandParser
 
 from .validate import validate_for_airflow
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> CommandParser:
     parser = CommandParser(
         prog="dpone check",
         description="Validate a workload catalog, its manifests and every mapping plan.",
@@ -26,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         "2 usage",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("catalog", help="path of the workload catalog (dpone.workload-catalog.v1)")
+    parser.add_catalog("path of the workload catalog (dpone.workload-catalog.v1)")
     parser.add_argument(
         "--format",
         choices=("text", "json"),
@@ -36,13 +37,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main_check(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    catalog, packs, problems = load_and_compile(args.catalog)
+def catalog_problems(path: str) -> tuple[list[WorkloadPack], list[ErrorRecord]]:
+    """Everything `dpone check` refuses: the pure front half's problems and the rules only a DAG
+    file needs (image, secrets per connection, unique hook names), which CI should not learn
+    about first from generate. `preview` refuses the same."""
+    catalog, packs, problems = load_and_compile(path)
     if catalog is not None:
-        # The rules only a DAG file needs (image, secrets per connection, unique hook names)
-        # belong to check too: CI should not learn about them first from generate.
         problems = [*problems, *validate_for_airflow(catalog)]
+    return packs, problems
+
+
+def main_check(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    args.catalog = parser.catalog_of(args)
+    packs, problems = catalog_problems(args.catalog)
     if args.format == "json":
         docs = [redact_document(p.to_json()) for p in problems]
         print(json.dumps(docs, indent=2, ensure_ascii=False))
@@ -51,7 +60,6 @@ def main_check(argv: list[str]) -> int:
             print(redact_text(str(problem)), file=sys.stderr)
         print(f"dpone check: {len(problems)} error(s) in {args.catalog}", file=sys.stderr)
     else:
-        assert catalog is not None
         processes = sum(len(p.processes) for p in packs)
         print(
             f"dpone check: {args.catalog}: OK — {len(packs)} workload(s), {processes} process(es)"

@@ -34,14 +34,14 @@ given). --check writes nothing: it prints a unified diff per changed, missing or
 exit codes: 0 up to date / written, 1 --check found differences, 2 error."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> CommandParser:
     parser = CommandParser(
         prog="dpone generate",
         description="Render the frozen Airflow DAG file of every workload, and the pools file.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("catalog", help="path of the workload catalog (dpone.workload-catalog.v1)")
+    parser.add_catalog("path of the workload catalog (dpone.workload-catalog.v1)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the folder of DAG files")
     parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 when DIR is not up to date"
@@ -132,5 +132,7 @@ def generate_command(catalog: str, out: str, check: bool, output_format: str = "
 
 def main_generate(args: list[str]) -> int:
     """Entry point for `dpone generate` (dispatched by dpone.cli through commands.main)."""
-    parsed = _parser().parse_args(args)
-    return generate_command(parsed.catalog, parsed.out, parsed.check, parsed.format)
+    parser = _parser()
+    parsed = parser.parse_args(args)
+    catalog = parser.catalog_of(parsed)
+    return generate_command(catalog, parsed.out, parsed.check, parsed.format)

@@ -12,12 +12,18 @@ import json
 import sys
 from typing import Any
 
-from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone import errors
+from dpone.errors import DponeError
+from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.mapping import MappingItem
+from dpone.redaction import redact_text
 from dpone.reporting import CommandParser
+from dpone.suggest import not_in
+
+from .check import catalog_problems
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> CommandParser:
     parser = CommandParser(
         prog="dpone preview",
         description="Show the chunk and mapping plan of every workload (or one).",
@@ -26,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         "2 usage or unknown workload",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("catalog", help="path of the workload catalog")
+    parser.add_catalog("path of the workload catalog")
     parser.add_argument("--workload", help="only this workload")
     parser.add_argument(
         "--format",
@@ -123,18 +129,23 @@ def preview_text(packs: list[WorkloadPack]) -> str:
 
 
 def main_preview(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    _, packs, problems = load_and_compile(args.catalog)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    catalog = parser.catalog_of(args)
+    packs, problems = catalog_problems(catalog)
     if problems:
         for problem in problems:
-            print(str(problem), file=sys.stderr)
-        print(f"dpone preview: {len(problems)} error(s); run dpone check", file=sys.stderr)
+            print(redact_text(str(problem)), file=sys.stderr)
+        print(
+            f"dpone preview: {len(problems)} error(s) in {catalog}, as dpone check reports them",
+            file=sys.stderr,
+        )
         return 1
     if args.workload:
+        names = [p.workload.name for p in packs]
         packs = [p for p in packs if p.workload.name == args.workload]
         if not packs:
-            print(f"dpone preview: no workload {args.workload!r}", file=sys.stderr)
-            return 2
+            raise DponeError(errors.USAGE, not_in("workload", args.workload, catalog, names))
     if args.format == "json":
         print(json.dumps(preview_document(packs), indent=2, ensure_ascii=False, sort_keys=True))
     else:

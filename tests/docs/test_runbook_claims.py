@@ -36,6 +36,7 @@ workloads:
     manifest: orders.yaml
     airflow:
       image: registry.example.com/dpone-runtime:0.1.0
+      secrets: [{{connection: warehouse, secret: dpone-conn-warehouse, key: dsn}}]
       mapping: {{mode: {mode}, max_items: 4, max_active: 2, pool: dpone_backfill}}
 """
 MANIFEST = """\

@@ -204,11 +204,11 @@ def test_preview_one_workload(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert [w["name"] for w in json.loads(out)["workloads"]] == ["sessions_hourly"]
     code, _, err = run(capsys, "preview", str(catalog), "--workload", "nope")
-    assert code == 2 and "no workload 'nope'" in err
+    assert code == 2 and "workload 'nope' is not in" in err and "(has: customers_snapshot" in err
 
 
 def test_preview_of_a_broken_project_exits_1(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, out, err = run(capsys, "preview", str(broken_project(tmp_path)), "--format", "json")
-    assert code == 1 and out == "" and "run dpone check" in err
+    assert code == 1 and out == "" and "as dpone check reports them" in err

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from dpone import errors, redaction
-from dpone.errors import DponeError
+from dpone.errors import DponeError, ErrorRecord
 
 CONNECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 
@@ -33,6 +33,24 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
         )
     redaction.register_dsn(value)
     return value
+
+
+def require_connections(
+    names: Iterable[str | None], environ: Mapping[str, str] | None = None
+) -> None:
+    """Refuse when any of ``names`` has no DSN, naming every missing variable at once (one
+    record each) rather than the first one the run happens to open."""
+    env = os.environ if environ is None else environ
+    missing = sorted({name for name in names if name and not env.get(env_key(name))})
+    if missing:
+        raise DponeError.from_records(
+            ErrorRecord(
+                errors.CONNECTION_MISSING,
+                f"connection {name!r} has no DSN: set {env_key(name)}"
+                + (f" ({len(missing)} connections are missing)" if len(missing) > 1 else ""),
+            )
+            for name in missing
+        )
 
 
 def dsn_kind(dsn: str) -> str:

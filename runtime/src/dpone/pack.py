@@ -16,6 +16,7 @@ from dpone.errors import DponeError, ErrorCollector, ErrorRecord, Location
 from dpone.plan.canonical import fingerprint
 from dpone.plan.chunks import Chunk, ChunkPlanError, backfill_run_key, plan_chunks_hashed
 from dpone.plan.mapping import MappingPlan, MappingPlanError, MappingPolicy, plan_mapping
+from dpone.suggest import not_in
 
 PACK_SCHEMA = "dpone.workload-pack.v1"
 
@@ -226,6 +227,16 @@ def load_and_compile(path: str) -> tuple[Catalog | None, list[WorkloadPack], lis
     return catalog, packs, problems
 
 
+def select_process(pack: WorkloadPack, process: str) -> ProcessPlan:
+    """The named process of ``pack``; DPONE_USAGE with the names it has otherwise."""
+    plan = pack.process(process)
+    if plan is None:
+        names = [p.name for p in pack.processes]
+        where = f"workload {pack.workload.name!r}"
+        raise DponeError(errors.USAGE, not_in("process", process, where, names))
+    return plan
+
+
 def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
     """The compiled pack of one workload; any problem in the catalog refuses (a command acts on
     a workload only when the whole catalog is valid, as `dpone check` would say)."""
@@ -236,5 +247,5 @@ def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
     for pack in packs:
         if pack.workload.name == workload:
             return pack
-    names = ", ".join(w.name for w in loaded.workloads)
-    raise DponeError(errors.USAGE, f"workload {workload!r} is not in {catalog} (has: {names})")
+    names = [w.name for w in loaded.workloads]
+    raise DponeError(errors.USAGE, not_in("workload", workload, catalog, names))

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
-from dpone.connections import resolve_dsn
+from dpone.connections import require_connections, resolve_dsn
 from dpone.connectors.base import ChunkWindow, Source, SourceSpec
 from dpone.errors import DponeError, ErrorRecord
-from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
+from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack, select_process
 from dpone.plan.chunks import Bound
 from dpone.reporting import EXIT_FAILED, EXIT_OK, report_error
 
@@ -196,19 +196,17 @@ def render_text(doc: dict[str, Any]) -> str:
 def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:
     if process is None:
         return list(pack.processes)
-    plan = pack.process(process)
-    if plan is None:
-        names = ", ".join(p.name for p in pack.processes)
-        raise DponeError(
-            errors.USAGE,
-            f"process {process!r} is not in workload {pack.workload.name!r} (has: {names})",
-        )
-    return [plan]
+    return [select_process(pack, process)]
 
 
 def verify_command(args: argparse.Namespace) -> int:
     pack = load_workload_pack(args.catalog, args.workload)
     plans = _plans(pack, args.process)
+    require_connections(
+        name
+        for plan in plans
+        for name in (plan.config.source.connection, plan.config.sink.connection)
+    )
     selections = [
         (
             parse_chunk_ranges(args.chunks, max(plan.chunks_total, 1))

@@ -81,3 +81,20 @@ class CommandParser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         report_error(ErrorRecord(errors.USAGE, f"{self.prog}: {message}"))
         raise SystemExit(EXIT_USAGE)
+
+    def add_catalog(self, help_text: str) -> None:
+        """The catalog as a positional argument or as ``--catalog`` (the form of `run`,
+        `ledger` and `verify`); read it back with :meth:`catalog_of`."""
+        self.add_argument("catalog", nargs="?", metavar="CATALOG", help=help_text)
+        self.add_argument(
+            "--catalog", dest="catalog_option", metavar="CATALOG", help="the same, as an option"
+        )
+
+    def catalog_of(self, args: argparse.Namespace) -> str:
+        given = [c for c in (args.catalog, args.catalog_option) if c is not None]
+        if not given:
+            self.error("the catalog is required (CATALOG or --catalog CATALOG)")
+        if len(given) == 2 and given[0] != given[1]:
+            self.error("give the catalog once: CATALOG or --catalog CATALOG, not both")
+        catalog: str = given[0]
+        return catalog

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dpone import errors
+from dpone.connections import require_connections
 from dpone.errors import DponeError, error_json_line
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
@@ -30,7 +31,7 @@ from dpone.orchestrator import (
     run_backfill,
     run_full_refresh,
 )
-from dpone.pack import WorkloadPack, load_workload_pack
+from dpone.pack import WorkloadPack, load_workload_pack, select_process
 from dpone.progress import NoProgressSink, choose_progress, log_format
 from dpone.redaction import redact_text
 from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
@@ -170,13 +171,7 @@ def mapped_task_env(pack: WorkloadPack, process: str | None, index: int) -> tupl
             names = ", ".join(p.name for p in pack.processes)
             raise DponeError(errors.USAGE, f"--item needs --process (one of: {names})")
         process = pack.processes[0].name
-    plan = pack.process(process)
-    if plan is None:
-        names = ", ".join(p.name for p in pack.processes)
-        raise DponeError(
-            errors.USAGE,
-            f"process {process!r} is not in workload {pack.workload.name!r} (has: {names})",
-        )
+    plan = select_process(pack, process)
     mapping = plan.mapping_plan
     if mapping is None:
         raise DponeError(
@@ -258,14 +253,7 @@ def run_plans(
     fmt = log_format(os.environ)
     summary = _summary_json if fmt == "json" else _summary
     if args.process is not None:
-        plan = pack.process(args.process)
-        if plan is None:
-            names = ", ".join(p.name for p in pack.processes)
-            raise DponeError(
-                errors.USAGE,
-                f"process {args.process!r} is not in workload {args.workload!r} " f"(has: {names})",
-            )
-        plans = [plan]
+        plans = [select_process(pack, args.process)]
     else:
         if item is not None and len(pack.processes) > 1:
             raise DponeError(errors.USAGE, "a mapped item needs --process")
@@ -273,6 +261,13 @@ def run_plans(
     for plan in plans:
         verify_identity(pack, plan.name, identity)
     selections = [select_chunks(plan, item) for plan in plans]
+    # after the plan checks (a wrong item is a plan mismatch whatever the env), before any I/O
+    require_connections(
+        name
+        for plan in plans
+        for name in (plan.config.source.connection, plan.config.sink.connection)
+        + ((plan.config.state.connection,) if plan.config.backfill is not None else ())
+    )
     check_outputs_writable()
     worst = EXIT_OK
     for plan, selection in zip(plans, selections, strict=True):

@@ -25,6 +25,7 @@ from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
 from dpone.redaction import redact_document
 from dpone.reporting import use_colour
+from dpone.suggest import not_in
 from dpone.task_env import runtime_task_id
 
 STATUS_SCHEMA = "dpone.ledger-status.v1"
@@ -381,11 +382,11 @@ def _open_store(plan: ProcessPlan) -> LedgerStore:
 def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:
     plans = [p for p in pack.processes if p.run_key is not None]
     if process is not None:
+        chunked = [p.name for p in plans]
         plans = [p for p in plans if p.name == process]
         if not plans:
-            raise DponeError(
-                errors.USAGE, f"no chunked process {process!r} in {pack.workload.name!r}"
-            )
+            where = f"the chunked processes of {pack.workload.name!r}"
+            raise DponeError(errors.USAGE, not_in("process", process, where, chunked))
     return plans
 
 

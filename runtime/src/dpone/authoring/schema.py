@@ -14,6 +14,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from dpone.suggest import did_you_mean
+
 Path = tuple[str | int, ...]
 
 
@@ -178,6 +180,7 @@ def _walk_object(
         if key in props:
             _walk(item, props[key], root, (*path, key), out)
         elif extra is False:
-            out.append(SchemaViolation((*path, key), f"unknown field {key!r}"))
+            hint = did_you_mean(key, props)
+            out.append(SchemaViolation((*path, key), f"unknown field {key!r}{hint}"))
         elif isinstance(extra, dict):
             _walk(item, extra, root, (*path, key), out)

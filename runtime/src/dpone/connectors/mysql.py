@@ -541,6 +541,7 @@ class MysqlSink(Sink):
         window: ChunkWindow | None,
         connection: object | None,
         fence: ChunkFence | None,
+        isolated: bool = True,
     ) -> ChunkWrite:
         """The chunk's transaction; with ``fence`` the chunk's row in ``dpone_chunk_fence`` is
         claimed first (see docs/connectors.md, MySQL and MariaDB)."""

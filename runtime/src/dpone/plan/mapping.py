@@ -63,6 +63,7 @@ def _is_int(value: object) -> bool:
 def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProblem]]:
     """Apply the contract's validation table; returns the policy or every problem found."""
     from dpone import errors
+    from dpone.suggest import did_you_mean
 
     invalid = errors.MAPPING_POLICY_INVALID
     if raw is None:
@@ -72,7 +73,8 @@ def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProb
     problems: list[PolicyProblem] = []
     for key in raw:
         if key not in POLICY_FIELDS:
-            problems.append(PolicyProblem(key, invalid, f"unknown mapping field {key!r}"))
+            hint = did_you_mean(key, POLICY_FIELDS)
+            problems.append(PolicyProblem(key, invalid, f"unknown mapping field {key!r}{hint}"))
     mode = raw.get("mode", "internal")
     if mode not in MODES:
         problems.append(
