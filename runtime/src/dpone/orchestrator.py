@@ -185,11 +185,29 @@ class ChunkMover:
         return warnings
 
     def interrupt(self) -> None:
-        """Cancel whatever statement this worker has in flight (called from the signal watcher)."""
-        for thing in (self._source, self._sink, self.store):
+        """Cancel the data statement this worker has in flight (called from the signal watcher).
+
+        The ledger's connection is cancelled only when the data moves inside its transaction;
+        otherwise it runs short ledger statements only, and a cancel landing on one of them
+        would fail the release of the lease instead of the data transfer.
+        """
+        things = [self._source, self._sink]
+        if self.ctx.same_transaction:
+            things.append(self.store)
+        for thing in things:
             interrupt = getattr(thing, "interrupt", None)
             if interrupt is not None:
                 interrupt()
+
+    def _release(self, lease: Lease, chunk: Chunk, failed: ChunkResult) -> None:
+        """Record a FAILED completion; after a stop request, try once more when the first try
+        failed for another reason than a lost lease (a cancel request may have landed on it)."""
+        try:
+            self.store.complete(lease, chunk, failed)
+        except DponeError as exc:
+            if not STOP.requested or exc.code == errors.CHUNK_LEASE_LOST:
+                raise
+            self.store.complete(lease, chunk, failed)
 
     def move(self, lease: Lease, chunk: Chunk) -> ChunkResult:
         """Move one chunk and record its completion (compare-and-set on the lease).
@@ -242,7 +260,7 @@ class ChunkMover:
             error = interrupted_or(exc, "the chunk's sink transaction was rolled back")
             failed = ChunkResult(False, error_code=error.code, error_message=error.message[:500])
             try:
-                self.store.complete(lease, chunk, failed)
+                self._release(lease, chunk, failed)
             except DponeError as ledger_exc:
                 if ledger_exc.code != errors.CHUNK_LEASE_LOST or error is not exc:
                     raise
