@@ -113,7 +113,7 @@ def _datetime_bounds(spec: ChunkSpec) -> list[tuple[str, str]]:
     start=st.datetimes(dt.datetime(900, 1, 1), dt.datetime(9999, 12, 30)),
     minutes=st.integers(1, 3_000),
     whole=st.booleans(),
-    unit=st.sampled_from(["hour", "minute"]),
+    unit=st.sampled_from(["hour", "minute", "day", "week"]),
     step=st.integers(1, 90),
 )
 def test_timestamp_bounds_equal_the_datetime_form(
