@@ -672,3 +672,42 @@ def test_core_yaml_tags_still_load(tmp_path: Path) -> None:
     catalog, problems = load_catalog(path)
     assert problems == [] and catalog is not None
     assert catalog.workloads[0].airflow.image == "reg/x:1"
+
+
+# --- one workload (what a pod loads) ----------------------------------------------------------
+
+
+def test_a_pod_reads_only_its_own_workloads_manifest(tmp_path: Path) -> None:
+    from dpone.errors import DponeError
+    from dpone.pack import load_and_compile, load_workload_pack
+
+    catalog = catalog_with() + "  broken:\n    manifest: broken.yaml\n"
+    path = write_project(
+        tmp_path, catalog, {"orders.yaml": BACKFILL_MANIFEST, "broken.yaml": "schema: [oops\n"}
+    )
+    pack = load_workload_pack(str(path), "orders")  # the broken sibling is never parsed
+    assert pack.workload.name == "orders" and pack.processes[0].chunks_total == 10
+    _, _, problems = load_and_compile(str(path))  # check and generate still see it
+    assert [Path(p.location.file).name for p in problems if p.location] == ["broken.yaml"]
+    with pytest.raises(DponeError) as refused:
+        load_workload_pack(str(path), "order")
+    assert refused.value.code == errors.USAGE
+    assert "(has: broken, orders) (did you mean 'orders'?)" in refused.value.message
+
+
+def test_one_workload_is_validated_like_the_whole_catalog(tmp_path: Path) -> None:
+    path = write_project(
+        tmp_path,
+        catalog_with() + "  other:\n    manifest: orders.yaml\n    airflow: {dag_id: orders}\n",
+        {"orders.yaml": BACKFILL_MANIFEST},
+    )
+    whole, problems = load_catalog(path)
+    assert whole is None and [p.code for p in problems] == [errors.GENERATED_FILE_CONFLICT]
+    alone, problems = load_catalog(path, only="orders")
+    assert problems == [] and alone is not None
+    assert [w.name for w in alone.workloads] == ["orders"] and alone.names == ("orders", "other")
+    schema_error, problems = load_catalog(
+        write_project(tmp_path / "bad", "schema: dpone.workload-catalog.v1\nworkloads: 3\n", {}),
+        only="orders",
+    )
+    assert schema_error is None and problems  # the catalog file itself is always validated

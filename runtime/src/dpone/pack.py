@@ -216,11 +216,14 @@ def compile_catalog(catalog: Catalog) -> tuple[list[WorkloadPack], list[ErrorRec
     return packs, problems
 
 
-def load_and_compile(path: str) -> tuple[Catalog | None, list[WorkloadPack], list[ErrorRecord]]:
-    """The whole pure front half: load, validate, plan. Used by check, preview, generate, run."""
+def load_and_compile(
+    path: str, only: str | None = None
+) -> tuple[Catalog | None, list[WorkloadPack], list[ErrorRecord]]:
+    """The whole pure front half: load, validate, plan. Used by check, preview, generate, run;
+    ``only`` limits the manifests read and planned to one workload (see load_catalog)."""
     from dpone.authoring.loader import load_catalog
 
-    catalog, problems = load_catalog(path)
+    catalog, problems = load_catalog(path, only)
     if catalog is None:
         return None, [], problems
     packs, problems = compile_catalog(catalog)
@@ -238,14 +241,15 @@ def select_process(pack: WorkloadPack, process: str) -> ProcessPlan:
 
 
 def load_workload_pack(catalog: str, workload: str) -> WorkloadPack:
-    """The compiled pack of one workload; any problem in the catalog refuses (a command acts on
-    a workload only when the whole catalog is valid, as `dpone check` would say)."""
-    loaded, packs, problems = load_and_compile(catalog)
+    """The compiled pack of one workload: the catalog file validated whole, then only this
+    workload's manifest read and planned (a pod recompiles its own workload, not the catalog's
+    every other one; `dpone check` validates them all). Any problem in either refuses."""
+    loaded, packs, problems = load_and_compile(catalog, workload)
     if problems:
         raise DponeError.from_records(problems)
     assert loaded is not None
     for pack in packs:
         if pack.workload.name == workload:
             return pack
-    names = [w.name for w in loaded.workloads]
+    names = list(loaded.names or (w.name for w in loaded.workloads))
     raise DponeError(errors.USAGE, not_in("workload", workload, catalog, names))

@@ -421,8 +421,15 @@ def _airflow(
     )
 
 
-def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
-    """Load a catalog and every manifest it names; (catalog, []) or (None, all errors)."""
+def load_catalog(
+    path: str | Path, only: str | None = None
+) -> tuple[Catalog | None, list[ErrorRecord]]:
+    """Load a catalog and every manifest it names; (catalog, []) or (None, all errors).
+
+    With ``only`` (a workload name) the catalog is validated whole but only that workload's
+    manifest is read: what a pod needs, without parsing every other workload's manifest per
+    run (`dpone check` and `dpone generate` still load them all).
+    """
     display = str(path)
     catalog_path = Path(path)
     out = ErrorCollector()
@@ -447,6 +454,8 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
     for name in data["workloads"]:
+        if only is not None and name != only:
+            continue
         wraw = data["workloads"][name]
         wpath: tuple[str | int, ...] = ("workloads", name)
         manifest_rel = wraw["manifest"]
@@ -497,7 +506,7 @@ def load_catalog(path: str | Path) -> tuple[Catalog | None, list[ErrorRecord]]:
         workloads.append(Workload(name, manifest, airflow, policy, source, location))
     if out:
         return None, out.records
-    return Catalog(display, tuple(workloads)), []
+    return Catalog(display, tuple(workloads), tuple(data["workloads"])), []
 
 
 def _join_display(catalog_display: str, relative: str) -> str:

@@ -162,6 +162,9 @@ class Workload:
 class Catalog:
     path: str  # as given by the user (display form)
     workloads: tuple[Workload, ...]
+    #: every workload the catalog names, in order (``workloads`` may hold only one, see
+    #: load_catalog's ``only``); empty means the same names as ``workloads``
+    names: tuple[str, ...] = ()
 
     def workload(self, name: str) -> Workload | None:
         for workload in self.workloads:
