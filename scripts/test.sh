@@ -8,6 +8,7 @@ bash scripts/ensure_postgres.sh
 bash scripts/ensure_mariadb.sh
 bash scripts/ensure_odbc.sh
 bash scripts/ensure_chromium.sh
+bash scripts/ensure_netns.sh
 echo "== airflow venvs" >&2
 .venv/bin/python scripts/airflow_envs.py --jobs 2
 echo "== lint" >&2
