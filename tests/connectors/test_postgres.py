@@ -719,3 +719,38 @@ def test_concurrent_full_refreshes_queue_instead_of_duplicating(route: Route) ->
     [written] = outcome
     assert not isinstance(written, DponeError), written
     assert pg_rows(route.sink, route.sink_schema) == canon(ROWS)  # once, not twice
+
+
+def test_the_ledgers_session_carries_the_text_forms_so_no_set_local_is_sent(route: Route) -> None:
+    """The ledger sets dpone's text-form settings at connect and marks its session; a chunk
+    written inside its transaction then sends no set_config, and still hashes the same."""
+    from dpone.ledger.postgres import PostgresLedger
+    from dpone.session_limits import TEXT_FORM_SETTINGS, has_text_forms
+
+    from tests.pg import fresh_schema
+
+    window = WINDOWS["timestamp"]
+    create_pg(route.sink, route.sink_schema, rows=[])
+    with fresh_schema(route.sink.dsn) as schema, PostgresLedger(route.sink.dsn, schema, 60) as led:
+        caller = led._connection()
+        assert has_text_forms(caller)
+        for name, value in TEXT_FORM_SETTINGS:
+            shown = caller.execute("SELECT current_setting(%s)", (name,)).fetchone()
+            assert shown is not None and shown[0].replace(" ", "") == value.replace(" ", "")
+        caller.rollback()
+        sent: list[str] = []
+
+        class SpyCursor(psycopg.Cursor[Any]):
+            def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                sent.append(query if isinstance(query, str) else query.as_string(caller))
+                return super().execute(query, *args, **kwargs)
+
+        caller.cursor_factory = SpyCursor
+        with route.source() as source, route.open_sink("replace") as sink:
+            caller.execute("SELECT 1")
+            sent.clear()
+            result = sink.write_chunk(source, window, connection=caller, isolated=False)
+            caller.commit()
+        assert sent and not any("set_config" in text for text in sent)
+        assert pg_rows(route.sink, route.sink_schema) == expected(window)
+        assert result.checksum == route.source_checksum(window)

@@ -11,6 +11,7 @@ source replaces the whole target in one sink transaction (:func:`run_full_refres
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -85,9 +86,11 @@ class RunContext:
         dsn = self.dsn(state.connection) if state.connection else None
         return open_store(state.backend, dsn=dsn, schema=state.schema, path=state.path)
 
-    @property
+    @functools.cached_property
     def same_transaction(self) -> bool:
-        """Ledger and sink share one Postgres connection: data and completion commit together."""
+        """Ledger and sink share one Postgres connection: data and completion commit together.
+
+        Asked for every chunk; the answer (resolving and registering the DSN) is kept."""
         cfg = self.plan.config
         if cfg.state.backend != "audit_schema" or cfg.state.connection != cfg.sink.connection:
             return False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -134,3 +135,26 @@ def session_limits(environ: Mapping[str, str] | None = None) -> SessionLimits:
         tcp_user_timeout_s=values["DPONE_DB_TCP_USER_TIMEOUT"],
         fence_lock_s=values["DPONE_FENCE_LOCK_TIMEOUT"],
     )
+
+
+#: Postgres session settings every text form dpone reads or hashes (COPY text, checksum text)
+#: depends on; every dpone Postgres session (connector or ledger) sets them when it connects.
+TEXT_FORM_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("TimeZone", "UTC"),
+    ("DateStyle", "ISO, YMD"),
+    ("IntervalStyle", "postgres"),
+    ("bytea_output", "hex"),
+    ("extra_float_digits", "3"),
+    ("client_encoding", "UTF8"),
+)
+_TEXT_FORM_SESSIONS: weakref.WeakSet[object] = weakref.WeakSet()
+
+
+def mark_text_forms(connection: object) -> None:
+    """Record that ``connection``'s session holds TEXT_FORM_SETTINGS (set and committed at
+    connect), so a chunk written inside its transaction needs no SET LOCAL round trip."""
+    _TEXT_FORM_SESSIONS.add(connection)
+
+
+def has_text_forms(connection: object) -> bool:
+    return connection in _TEXT_FORM_SESSIONS

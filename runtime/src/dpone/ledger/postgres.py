@@ -49,7 +49,7 @@ from dpone.ledger.sql import (
 )
 from dpone.plan.chunks import Chunk
 from dpone.redaction import mask_quoted
-from dpone.session_limits import session_limits
+from dpone.session_limits import TEXT_FORM_SETTINGS, mark_text_forms, session_limits
 
 try:
     import psycopg
@@ -513,12 +513,16 @@ class PostgresLedger(SqlLedger):
             conn = psycopg.connect(self._conninfo, autocommit=False)
             # Server-side: the server, not only this client, gives up on a silent peer, and a
             # stuck statement ends (docs/ledger.md "Lost pods").
-            settings = session_limits().postgres_settings(conn.info.server_version)
+            # And the text forms a chunk written inside the ledger's transaction depends on.
+            settings = TEXT_FORM_SETTINGS + session_limits().postgres_settings(
+                conn.info.server_version
+            )
             conn.execute(
                 "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
                 [value for pair in settings for value in pair],
             )
             conn.commit()
+            mark_text_forms(conn)
             self._conn = conn
         except psycopg.Error as exc:
             raise DponeError(
