@@ -1,0 +1,131 @@
+"""Floors of the campaign benchmark: what no client of this design can beat on this machine.
+
+campaign_bench.py compares dpone with the psql pipe. Where a goal is missed, these runs show
+what bounds it, measured in the same run:
+
+  target work   the target's own work per chunk and nothing else: the chunk's rows, read from the
+                source once before the clock starts, are written by plain psycopg connections, one
+                transaction per chunk (DELETE of the range, binary COPY, dpone's checksum query,
+                COMMIT), no source, no ledger, no dpone. With one connection it bounds an internal
+                run with one worker; with four, one with four workers.
+  machine CPU   busy CPU seconds of the whole machine (/proc/stat) during a run, beside the CPU of
+                the dpone processes themselves: on 2 cores a run cannot end before half of it.
+  installed     a no-op item re-run from the runtime wheel installed (bytecode compiled) in a fresh
+                venv, beside ``python -c 'import psycopg'`` of that venv: what a pod runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+from dpone.connectors.postgres import checksum_select, raw_copy_blocks
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parents[1]
+DAYS = 365
+FIRST_DAY = dt.date(2023, 1, 1)
+CHECKSUM_COLUMNS = (
+    ("amount", 1700),
+    ("customer", 25),
+    ("id", 20),
+    ("order_date", 1082),
+    ("payload", 25),
+)
+
+
+def machine_busy_s() -> float:
+    """Busy CPU seconds of every core since boot (user, nice, system, irq, softirq, steal)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _days() -> list[tuple[dt.date, dt.date]]:
+    return [(FIRST_DAY + dt.timedelta(d), FIRST_DAY + dt.timedelta(d + 1)) for d in range(DAYS)]
+
+
+def read_chunks(src: str, table: str, columns: str) -> list[bytes]:
+    """Every daily chunk of the source as binary COPY data (read before any clock starts)."""
+    out: list[bytes] = []
+    statement = (
+        f"COPY (SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s)"
+        " TO STDOUT (FORMAT BINARY)"
+    )
+    with psycopg.connect(src, autocommit=True) as conn:
+        for lower, upper in _days():
+            with conn.cursor() as cur, cur.copy(statement, (lower, upper)):
+                out.append(b"".join(bytes(block) for block in raw_copy_blocks(conn, 1 << 30)))
+    return out
+
+
+def target_work(dst: str, table: str, columns: str, chunks: list[bytes], connections: int) -> float:
+    """Seconds to write every chunk as one transaction each over ``connections`` connections."""
+    days = _days()
+    checksum = checksum_select(
+        sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
+        CHECKSUM_COLUMNS,
+    )
+    failures: list[BaseException] = []
+
+    def work(indexes: range) -> None:
+        try:
+            with psycopg.connect(dst) as conn:
+                for i in indexes:
+                    lower, upper = days[i]
+                    with conn.transaction(), conn.cursor() as cur:
+                        cur.execute(
+                            f"DELETE FROM {table} WHERE order_date >= %s AND order_date < %s",
+                            (lower, upper),
+                        )
+                        with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as cp:
+                            cp.write(chunks[i])
+                        cur.execute(checksum, (lower, upper))
+                        cur.fetchone()
+        except BaseException as exc:  # reported by the caller, after every thread ended
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=work, args=(range(k, DAYS, connections),))
+        for k in range(connections)
+    ]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise SystemExit(f"target-work floor failed: {type(failures[0]).__name__}")
+    return time.perf_counter() - started
+
+
+def installed_runtime(folder: Path) -> Path | None:
+    """A fresh venv with the runtime wheel (and its postgres extra) installed by pip, which
+    compiles the bytecode as any wheel install does and reads this machine's pip configuration;
+    None (with a note on stderr) when the wheel or the install cannot be made here."""
+    dist, venv = folder / "dist", folder / "venv"
+    try:
+        subprocess.run(
+            ["bash", str(ROOT / "scripts" / "build.sh"), str(dist)],
+            check=True,
+            capture_output=True,
+        )
+        (wheel,) = dist.glob("dpone_runtime-*.whl")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        subprocess.run(
+            [*pip, "--disable-pip-version-check", f"{wheel}[postgres]"],
+            check=True,
+            capture_output=True,
+        )
+    except (subprocess.CalledProcessError, ValueError) as exc:
+        print(f"note: no installed-wheel venv ({type(exc).__name__})", file=sys.stderr)
+        return None
+    return venv
