@@ -72,7 +72,6 @@ _QUOTE_FREE |= {_TIMESTAMP, _TIMESTAMPTZ}
 #: Types read as Python values on the row path; every other type is read as Postgres's own text.
 _NATIVE = _QUOTE_FREE | {25, 1043, 1042, 19}
 
-SESSION_SETTINGS = TEXT_FORM_SETTINGS
 _CONNECT_DEFAULTS = {"fallback_application_name": "dpone", "connect_timeout": "30"}
 """Plus the client keepalives of :mod:`dpone.session_limits`; the DSN's own values win."""
 #: SQLSTATE classes whose primary message names objects, never row values.
@@ -212,7 +211,7 @@ class PgConnection:
         extra = {k: v for k, v in defaults.items() if k not in given}
         try:
             conn = psycopg.connect(make_conninfo(self._dsn, **extra), autocommit=True)
-            settings = SESSION_SETTINGS + limits.postgres_settings(conn.info.server_version)
+            settings = TEXT_FORM_SETTINGS + limits.postgres_settings(conn.info.server_version)
             if self.read_only:
                 settings = (*settings, ("default_transaction_read_only", "on"))
             conn.execute(
@@ -645,7 +644,7 @@ class PostgresSink(Sink):
                     # SET LOCAL ends with the caller's transaction; dpone's own ledger session
                     # set these at connect (mark_text_forms), which saves a round trip a chunk
                     with conn.cursor() as cur:
-                        _set_local(cur, [value for _, value in SESSION_SETTINGS])
+                        _set_local(cur, [value for _, value in TEXT_FORM_SETTINGS])
                 if fence is not None:
                     self._claim_fence(conn, fence)
                 result = self._write(conn, source, window, columns)
@@ -977,7 +976,7 @@ class PostgresSink(Sink):
 
         One round trip: the subquery (OFFSET 0 keeps it one) reads the old values before the
         set_config calls of the row built from it run."""
-        n = len(SESSION_SETTINGS)
+        n = len(TEXT_FORM_SETTINGS)
         with conn.cursor() as cur:
             cur.execute(
                 sql.SQL("SELECT old.*, {} FROM (SELECT {} OFFSET 0) AS old").format(
@@ -985,8 +984,8 @@ class PostgresSink(Sink):
                     sql.SQL(", ").join(sql.SQL("current_setting(%s)") for _ in range(n)),
                 ),
                 [
-                    *(v for pair in SESSION_SETTINGS for v in pair),
-                    *(name for name, _ in SESSION_SETTINGS),
+                    *(v for pair in TEXT_FORM_SETTINGS for v in pair),
+                    *(name for name, _ in TEXT_FORM_SETTINGS),
                 ],
             )
             row = cur.fetchone() or ()
@@ -1001,11 +1000,11 @@ class PostgresSink(Sink):
 def _set_local(cur: Cursor, values: Sequence[object]) -> None:
     cur.execute(
         sql.SQL("SELECT {}").format(
-            sql.SQL(", ").join(sql.SQL("set_config(%s, %s, true)") for _ in SESSION_SETTINGS)
+            sql.SQL(", ").join(sql.SQL("set_config(%s, %s, true)") for _ in TEXT_FORM_SETTINGS)
         ),
         [
             v
-            for (name, _), value in zip(SESSION_SETTINGS, values, strict=True)
+            for (name, _), value in zip(TEXT_FORM_SETTINGS, values, strict=True)
             for v in (name, value)
         ],
     )
