@@ -27,6 +27,8 @@ docs:
 
 bench:
 	.venv/bin/python bench/plan_bench.py
+	.venv/bin/python bench/plan_bench.py --hours --clock cpu
+	.venv/bin/python bench/plan_bench.py --pod 40 --clock cpu
 	.venv/bin/python bench/ledger_bench.py
 	.venv/bin/python bench/data_bench.py
 	.venv/bin/python bench/generate_bench.py

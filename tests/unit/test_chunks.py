@@ -251,9 +251,23 @@ def test_more_than_100k_chunks_is_invalid(chunk_spec: ChunkSpec) -> None:
         plan_chunks(chunk_spec, "rk")
 
 
-def test_exactly_100k_chunks_is_allowed() -> None:
-    chunks = plan_chunks(spec("integer", 0, MAX_CHUNKS), "rk")
+@pytest.mark.parametrize(
+    "chunk_spec",
+    [
+        spec("integer", 0, MAX_CHUNKS),
+        spec(
+            "date",
+            "1900-01-01",
+            (dt.date(1900, 1, 1) + dt.timedelta(days=MAX_CHUNKS)).isoformat(),
+        ),
+        spec("timestamp", "2000-01-01T00:00:00Z", "2000-03-10T10:40:00Z", 1, "minute"),
+    ],
+    ids=["int", "date", "ts-minutes"],
+)
+def test_exactly_100k_chunks_is_allowed(chunk_spec: ChunkSpec) -> None:
+    chunks = plan_chunks(chunk_spec, "rk")
     assert len(chunks) == MAX_CHUNKS and chunks[-1].index == MAX_CHUNKS
+    assert chunks[0].start == chunk_spec.start and chunks[-1].end == chunk_spec.end
 
 
 @pytest.mark.parametrize(

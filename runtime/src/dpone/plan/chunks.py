@@ -138,11 +138,10 @@ def _add_months(day: dt.date, months: int) -> dt.date:
 _TIMEDELTA_UNIT = {"minute": "minutes", "hour": "hours", "day": "days", "week": "weeks"}
 
 
-def _month_stamps(begin: dt.datetime, finish: dt.datetime, step: int) -> list[tuple[Bound, Bound]]:
-    """Timestamp chunks of ``step`` calendar months in UTC: each boundary is ``begin`` moved by
-    whole months with its UTC time of day kept (the day clipped to the month's last day, always
-    counted from ``begin`` so a 31st never drifts)."""
-    out: list[tuple[Bound, Bound]] = []
+def _month_stamps(begin: dt.datetime, finish: dt.datetime, step: int) -> list[Bound]:
+    """The edges of timestamp chunks of ``step`` calendar months in UTC: each boundary is
+    ``begin`` moved by whole months with its UTC time of day kept (the day clipped to the month's
+    last day, always counted from ``begin`` so a 31st never drifts)."""
 
     def shifted(steps: int) -> dt.datetime | None:
         try:
@@ -151,24 +150,32 @@ def _month_stamps(begin: dt.datetime, finish: dt.datetime, step: int) -> list[tu
             return None
         return dt.datetime.combine(day, begin.timetz())
 
-    k = 0
+    out: list[Bound] = [format_timestamp(begin)]
+    k = 1
     while True:
-        lower = shifted(k)
-        if lower is None or lower >= finish:
+        upper = shifted(k)
+        if upper is None or upper >= finish:
+            out.append(format_timestamp(finish))
             return out
-        upper = shifted(k + 1) or finish
-        out.append((format_timestamp(lower), format_timestamp(min(upper, finish))))
+        out.append(format_timestamp(upper))
         k += 1
         if k > MAX_CHUNKS:
             raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
 
 
 def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
+    """Every chunk's ``(start, end)``, in order."""
+    return list(itertools.pairwise(_edges(spec)))
+
+
+def _edges(spec: ChunkSpec) -> list[Bound]:
+    """The chunk boundaries of the window: its start, then each chunk's end (chunks are
+    contiguous, so chunk i is ``[edges[i-1], edges[i])``), all of one type (``str`` for dates and
+    timestamps, ``int`` for integers); ChunkPlanError on a zero-length or oversized window."""
     if spec.step < 1:
         raise ChunkPlanError(f"step must be a positive integer, got {spec.step!r}")
     if spec.unit not in UNITS_BY_TYPE.get(spec.type, ()):
         raise ChunkPlanError(f"unit {spec.unit!r} does not fit chunk type {spec.type!r}")
-    out: list[tuple[Bound, Bound]] = []
     if spec.type == "integer":
         lo, hi = canonical_bound("integer", spec.start), canonical_bound("integer", spec.end)
         assert isinstance(lo, int) and isinstance(hi, int)
@@ -176,9 +183,9 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
             raise ChunkPlanError(f"zero-length window: start {lo} is not before end {hi}")
         if (hi - lo + spec.step - 1) // spec.step > MAX_CHUNKS:
             raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
-        for lower in range(lo, hi, spec.step):
-            out.append((lower, min(lower + spec.step, hi)))
-        return out
+        numbers: list[Bound] = list(range(lo, hi, spec.step))
+        numbers.append(hi)
+        return numbers
     if spec.type == "date":
         first, last = parse_date(spec.start), parse_date(spec.end)
         if first >= last:
@@ -194,17 +201,17 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
             except (OverflowError, ValueError):
                 return None
 
-        k = 0
+        dates: list[Bound] = [first.isoformat()]
+        k = 1
         while True:
-            low_day = shifted(k)
-            if low_day is None or low_day >= last:
-                break
-            high_day = shifted(k + 1) or last
-            out.append((low_day.isoformat(), min(high_day, last).isoformat()))
+            upper_day = shifted(k)
+            if upper_day is None or upper_day >= last:
+                dates.append(last.isoformat())
+                return dates
+            dates.append(upper_day.isoformat())
             k += 1
             if k > MAX_CHUNKS:
                 raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
-        return out
     begin, finish = parse_timestamp(spec.start), parse_timestamp(spec.end)
     if begin >= finish:
         raise ChunkPlanError(f"zero-length window: start {spec.start} is not before end {spec.end}")
@@ -215,16 +222,18 @@ def _bounds(spec: ChunkSpec) -> list[tuple[Bound, Bound]]:
         raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
     seconds = delta // dt.timedelta(seconds=1)
     if begin.microsecond == 0 and finish.microsecond == 0 and begin.year >= 1000:
-        return _whole_second_bounds(_epoch_seconds(begin), _epoch_seconds(finish), seconds)
+        edges = _whole_second_edges(_epoch_seconds(begin), _epoch_seconds(finish), seconds)
+        return cast(list[Bound], edges)
+    stamps: list[Bound] = [format_timestamp(begin)]
     lower_ts = begin
     while lower_ts < finish:
         try:
             upper_ts = min(lower_ts + delta, finish)
         except OverflowError:  # past dt.datetime.max, so past ``finish``: clip
             upper_ts = finish
-        out.append((format_timestamp(lower_ts), format_timestamp(upper_ts)))
+        stamps.append(format_timestamp(upper_ts))
         lower_ts = upper_ts
-    return out
+    return stamps
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -234,14 +243,6 @@ _EPOCH_ORDINAL = _EPOCH.date().toordinal()
 def _epoch_seconds(value: dt.datetime) -> int:
     since = value - _EPOCH
     return since.days * 86_400 + since.seconds
-
-
-def _whole_second_bounds(first: int, last: int, step: int) -> list[tuple[Bound, Bound]]:
-    """The timestamp bounds of [first, last) epoch seconds in steps of ``step`` seconds, as
-    format_timestamp writes them, without a datetime or strftime per bound. Only for years of
-    four digits (strftime writes year 999 as "999")."""
-    edges = _whole_second_edges(first, last, step)
-    return list(itertools.pairwise(edges))
 
 
 def _whole_second_edges(first: int, last: int, step: int) -> list[str]:
@@ -303,26 +304,18 @@ def plan_chunks(spec: ChunkSpec, run_key: str) -> tuple[Chunk, ...]:
 
 def plan_chunks_hashed(spec: ChunkSpec, run_key: str) -> tuple[tuple[Chunk, ...], str]:
     """``plan_chunks`` and its ``plan_hash`` in one pass: the canonical text of each chunk is
-    written next to its key's, from the same encoded bounds (what a pod recompiles)."""
-    bounds = _bounds(spec)
+    written next to its key's, from the same encoded edges (what a pod recompiles)."""
+    edges = _edges(spec)
     run_key_json = json_scalar(run_key)
-    kinds = {type(bound) for pair in bounds[:1] for bound in pair}
-    if type(run_key) is not str or run_key_json is None or len(kinds) != 1:
-        return _plan_chunks_generic(bounds, run_key)
-    kind = kinds.pop()
-    if kind is not str and kind is not int:
-        return _plan_chunks_generic(bounds, run_key)
-    # Chunks are contiguous: each lower bound is the previous upper bound. Encode every edge
-    # once; a window with a gap or a foreign bound type takes the generic path.
-    edges = [bounds[0][0], *(upper for _, upper in bounds)]
-    if any(type(e) is not kind for e in edges) or [low for low, _ in bounds] != edges[:-1]:
-        return _plan_chunks_generic(bounds, run_key)
+    kind = type(edges[0])
+    if type(run_key) is not str or run_key_json is None or (kind is not str and kind is not int):
+        return _plan_chunks_generic(list(itertools.pairwise(edges)), run_key)
     with _gc_paused():
         if kind is str:
             coded = [encode_basestring(edge) for edge in cast(list[str], edges)]
         else:
             coded = [int.__repr__(edge) for edge in cast(list[int], edges)]
-        indexes = range(1, len(bounds) + 1)
+        indexes = range(1, len(edges))
         sha256 = hashlib.sha256
         # the canonical text of idempotency_key's dict, keys in sorted order
         keys = [
@@ -340,7 +333,11 @@ def plan_chunks_hashed(spec: ChunkSpec, run_key: str) -> tuple[tuple[Chunk, ...]
             ]
         )
         chunks = tuple(map(_new_chunk, indexes, edges, edges[1:], keys))
-    return chunks, fingerprint_text("[" + text + "]")
+    # fingerprint_text("[" + text + "]") without copying the 1 MB text twice more
+    digest = hashlib.sha256(b"[")
+    digest.update(text.encode())
+    digest.update(b"]")
+    return chunks, "sha256:" + digest.hexdigest()
 
 
 def _new_chunk(index: int, start: Bound, end: Bound, key: str) -> Chunk:
