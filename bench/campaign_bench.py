@@ -63,7 +63,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from campaign_floors import installed_runtime, machine_busy_s, read_chunks, target_work
+from campaign_floors import (
+    installed_runtime,
+    machine_busy_s,
+    read_chunks,
+    target_work,
+    target_work_while_reading,
+)
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -342,12 +348,17 @@ def measure_floors(
     ``--repeat`` runs, each with its pipe beside it appended to ``pipe``."""
     table = f"{SCHEMA}.{TABLE}"
     chunks = read_chunks(src, table, COLUMNS)
-    found: dict[str, list[tuple[float, float]]] = {"target1": [], "target4": []}
+    found: dict[str, list[tuple[float, float]]] = {"target1": [], "target4": [], "pipelined1": []}
+    runs: dict[str, Callable[[], float]] = {
+        "target1": lambda: target_work(dst, table, COLUMNS, chunks, 1),
+        "target4": lambda: target_work(dst, table, COLUMNS, chunks, 4),
+        "pipelined1": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks),
+    }
     for _ in range(args.repeat):
-        for name, connections in (("target1", 1), ("target4", 4)):
+        for name, run in runs.items():
             reset_target(dst)
             busy = machine_busy_s()
-            seconds = target_work(dst, table, COLUMNS, chunks, connections)
+            seconds = run()
             found[name].append((seconds, machine_busy_s() - busy))
             if table_facts(dst) != table_facts(src):
                 raise SystemExit(f"floor {name}: wrong target")
@@ -382,6 +393,10 @@ def print_floors(
     summary_s = (ITEMS * psycopg_cpu + target4_cpu) / cores
     rows = {
         "target work only, 1 connection": (floors["target1"][0], "w1"),
+        "the same while another process reads the source (pipelined)": (
+            floors["pipelined1"][0],
+            "w1",
+        ),
         "target work only, 4 connections": (target4_s, "w4"),
         f"summary: {ITEMS} x import psycopg + 4-way target work, CPU / {cores} cores": (
             summary_s,
@@ -398,11 +413,12 @@ def print_floors(
     machine = {name: statistics.median(m for m, _ in values) for name, values in cpu.items()}
     print(
         f"machine CPU seconds: target work 1 / 4 connections {floors['target1'][1]:.2f} / "
-        f"{target4_cpu:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
+        f"{target4_cpu:.2f}, pipelined {floors['pipelined1'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
         + ", ".join(f"{name} {value:.2f}" for name, value in machine.items())
     )
     out["machine_cpu_s"] = {
         "target1": round(floors["target1"][1], 3),
+        "pipelined1": round(floors["pipelined1"][1], 3),
         "target4": round(target4_cpu, 3),
         "import_psycopg": round(psycopg_cpu, 3),
     }

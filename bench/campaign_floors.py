@@ -8,6 +8,10 @@ what bounds it, measured in the same run:
                 transaction per chunk (DELETE of the range, binary COPY, dpone's checksum query,
                 COMMIT), no source, no ledger, no dpone. With one connection it bounds an internal
                 run with one worker; with four, one with four workers.
+  pipelined     the one-connection target work while another process reads every chunk from the
+                source at the same time (binary COPY TO, discarded): a one-worker run whose source
+                reads were perfectly hidden behind its writes, still without a ledger, sharing
+                the machine's cores as such a run would.
   machine CPU   busy CPU seconds of the whole machine (/proc/stat) during a run, beside the CPU of
                 the dpone processes themselves: on 2 cores a run cannot end before half of it.
   installed     a no-op item re-run from the runtime wheel installed (bytecode compiled) in a fresh
@@ -17,6 +21,7 @@ what bounds it, measured in the same run:
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -104,6 +109,28 @@ def target_work(dst: str, table: str, columns: str, chunks: list[bytes], connect
     if failures:
         raise SystemExit(f"target-work floor failed: {type(failures[0]).__name__}")
     return time.perf_counter() - started
+
+
+def _read_and_discard(src: str, table: str, columns: str) -> None:
+    read_chunks(src, table, columns)
+
+
+def target_work_while_reading(
+    src: str, dst: str, table: str, columns: str, chunks: list[bytes]
+) -> float:
+    """Seconds until both the one-connection target work and a full read of the source by
+    another process (started together) have ended."""
+    reader = multiprocessing.get_context("fork").Process(
+        target=_read_and_discard, args=(src, table, columns)
+    )
+    started = time.perf_counter()
+    reader.start()
+    target_work(dst, table, columns, chunks, 1)
+    reader.join()
+    elapsed = time.perf_counter() - started
+    if reader.exitcode != 0:
+        raise SystemExit(f"pipelined floor: the source reader failed (exit {reader.exitcode})")
+    return elapsed
 
 
 def installed_runtime(folder: Path) -> Path | None:
