@@ -246,7 +246,9 @@ def _epoch_seconds(value: dt.datetime) -> int:
 
 
 def _whole_second_edges(first: int, last: int, step: int) -> list[str]:
-    """Every chunk boundary of [first, last) (the first lower bound, then each upper bound).
+    """Every chunk boundary of [first, last) (the first lower bound, then each upper bound), as
+    format_timestamp writes them, without a datetime or strftime per edge. Only for years of four
+    digits (strftime writes year 999 as "999"): the caller keeps earlier years off this path.
 
     When ``step`` divides a day, every day repeats the same times of day: their texts are made
     once and each day's edges are its date text joined to them (8,760 hourly chunks in about
