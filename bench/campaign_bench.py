@@ -42,11 +42,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import compileall
 import concurrent.futures
 import contextlib
 import functools
-import importlib.util
 import json
 import os
 import platform
@@ -71,6 +69,7 @@ from campaign_floors import (
     target_work_while_reading,
 )
 from psycopg import sql
+from runtime_bytecode import compile_bytecode
 
 ROOT = Path(__file__).resolve().parents[1]
 DPONE = Path(sys.executable).with_name("dpone")
@@ -287,15 +286,6 @@ def run_dpone(command: list[str], env: dict[str, str]) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"dpone run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-
-
-def compile_bytecode(runtime_src: str | None) -> None:
-    """Write the runtime's bytecode, as installing a wheel does (this environment may run with
-    PYTHONDONTWRITEBYTECODE, and an editable install then compiles every module every run)."""
-    spec = importlib.util.find_spec("dpone")
-    assert spec is not None and spec.submodule_search_locations
-    for folder in [*spec.submodule_search_locations, *([runtime_src] if runtime_src else [])]:
-        compileall.compile_dir(folder, quiet=1)
 
 
 def timed_runs(

@@ -64,6 +64,7 @@ from dpone.plan.chunks import (
     plan_chunks_hashed,
 )
 from dpone.plan.mapping import MappingPolicy, plan_mapping, verify_coverage
+from runtime_bytecode import compile_bytecode
 
 CONTRACT_P95_MS = 10.0
 OURS_P95_MS = 1.0
@@ -274,16 +275,10 @@ def measure_pods(processes: int, clock: str) -> dict[str, Any]:
     """``processes`` fresh interpreters, one compile each, the mapped items taken in turn. The
     runtime's bytecode is written first, as installing a wheel does (an editable install under
     PYTHONDONTWRITEBYTECODE would compile every module in every process)."""
-    import compileall
-    import importlib.util
-
     from dpone.pack import load_workload_pack
     from dpone.runner import mapped_task_env
 
-    spec = importlib.util.find_spec("dpone")
-    assert spec is not None and spec.submodule_search_locations
-    for folder in spec.submodule_search_locations:
-        compileall.compile_dir(folder, quiet=1)
+    compile_bytecode()
 
     with tempfile.TemporaryDirectory(prefix="dpone-plan-bench-") as tmp:
         catalog = write_pod_catalog(Path(tmp))
