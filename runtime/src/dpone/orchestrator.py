@@ -212,8 +212,9 @@ class ChunkMover:
                 raise
             self.store.complete(lease, chunk, failed)
 
-    def move(self, lease: Lease, chunk: Chunk) -> ChunkResult:
-        """Move one chunk and record its completion (compare-and-set on the lease).
+    def move(self, lease: Lease, chunk: Chunk, upcoming: Chunk | None = None) -> ChunkResult:
+        """Move one chunk and record its completion (compare-and-set on the lease); the source
+        may read ``upcoming`` (the chunk this worker moves next) ahead while this one is written.
 
         Same database: data and completion commit in one transaction under the chunk's ledger
         lock, which is the fence. Split placement: the sink transaction claims the chunk's fence
@@ -222,6 +223,7 @@ class ChunkMover:
         """
         source, sink = self._connectors()
         window = self.window(chunk)
+        source.expect(self.window(upcoming) if upcoming is not None else None)
         with STOP.cancellable(self.interrupt):
             if self.ctx.same_transaction:
                 return self._move_same_transaction(lease, chunk, source, sink, window)
@@ -376,8 +378,16 @@ class _Tally:
                 self.outcome.error = record
 
 
-def _run_chunk(mover: ChunkMover, chunk: Chunk, owner: str, tally: _Tally, lease_s: float) -> bool:
-    """Lease, move, complete one chunk; returns False when the run should stop (mapped item)."""
+def _run_chunk(
+    mover: ChunkMover,
+    chunk: Chunk,
+    owner: str,
+    tally: _Tally,
+    lease_s: float,
+    upcoming: Chunk | None = None,
+) -> bool:
+    """Lease, move, complete one chunk (``upcoming``: the worker's next, which the source may
+    read ahead); returns False when the run should stop (mapped item)."""
     started = time.monotonic()
     try:
         outcome = mover.store.acquire_lease(mover.ctx.shape(), chunk, owner, lease_s)
@@ -414,7 +424,7 @@ def _run_chunk(mover: ChunkMover, chunk: Chunk, owner: str, tally: _Tally, lease
     assert lease is not None
     fault_point("chunk_leased")
     try:
-        result = mover.move(lease, chunk)
+        result = mover.move(lease, chunk, upcoming)
     except DponeError as exc:
         status = {
             errors.CHUNK_LEASE_LOST: "lease_lost",
@@ -501,16 +511,34 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         for chunk in pending:
             work.put(chunk)
 
+        read_ahead = workers == 1
+
+        def take() -> Chunk | None:
+            try:
+                return work.get_nowait()
+            except queue.Empty:
+                return None
+
         def worker(mover: ChunkMover) -> None:
-            while not tally.stop.is_set() and not STOP.requested:
-                try:
-                    chunk = work.get_nowait()
-                except queue.Empty:
-                    return
-                keep_going = _run_chunk(mover, chunk, owner, tally, float(bf.lease_seconds))
-                if not keep_going and (mapped or tally.outcome.cancelled):
-                    tally.stop.set()
-                    return
+            # A lone worker (internal or a mapped item) takes its next chunk one ahead, so that
+            # its source reads it while this one is written. Not with several workers: their
+            # reads already overlap each other's writes (docs/benchmarks.md). A chunk taken and
+            # not moved goes back to the queue.
+            upcoming = None
+            try:
+                while not tally.stop.is_set() and not STOP.requested:
+                    chunk = upcoming or take()
+                    if chunk is None:
+                        return
+                    upcoming = take() if read_ahead else None
+                    lease_s = float(bf.lease_seconds)
+                    keep_going = _run_chunk(mover, chunk, owner, tally, lease_s, upcoming)
+                    if not keep_going and (mapped or tally.outcome.cancelled):
+                        tally.stop.set()
+                        return
+            finally:
+                if upcoming is not None:
+                    work.put(upcoming)
 
         if workers == 1:
             worker(movers[0])
@@ -521,11 +549,10 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             for thread in threads:
                 while thread.is_alive():  # a timed join keeps the main thread responsive
                     thread.join(0.5)
-        while True:
-            try:
-                chunk = work.get_nowait()
-            except queue.Empty:
-                break
+        left: list[Chunk] = []
+        while (rest := take()) is not None:
+            left.append(rest)
+        for chunk in sorted(left, key=lambda c: c.index):
             tally.record(ChunkTiming(chunk.index, "not_started"))
         # A run that found nothing to do (a cleared task, a retry) reports the campaign as it
         # loaded it: whoever commits a campaign's last chunk reloads after its own commit and

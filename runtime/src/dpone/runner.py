@@ -33,6 +33,7 @@ from dpone.orchestrator import (
 )
 from dpone.pack import WorkloadPack, load_workload_pack, select_process
 from dpone.progress import NoProgressSink, choose_progress, log_format
+from dpone.read_ahead import read_ahead_budget
 from dpone.redaction import redact_text
 from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
@@ -230,6 +231,7 @@ def run_mapped_item(args: argparse.Namespace) -> int:
 def run_command(args: argparse.Namespace) -> int:
     install_handlers()
     session_limits()  # a bad session limit variable is refused before any I/O
+    read_ahead_budget()  # so is a bad read-ahead budget
     if getattr(args, "item", None) is not None:
         return run_mapped_item(args)
     item, identity = read_env_inputs()

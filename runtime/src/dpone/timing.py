@@ -5,7 +5,8 @@ imports it only when the variable is set. On, :func:`install` wraps a fixed list
 (``PHASES``) with a timer and counts psycopg's ``Connection.wait`` calls, one per request/response
 exchange with the server (a round trip), charging each to the innermost running phase of its
 thread. A phase's time excludes the phases nested in it, so the phases of a chunk add up to its
-wall time. At exit the process appends one JSON line to the file: per phase the calls, the
+wall time, except ``copy_out`` of a chunk read ahead (dpone.read_ahead), which runs on its own
+thread beside them. At exit the process appends one JSON line to the file: per phase the calls, the
 exclusive and inclusive nanoseconds and the round trips. It measures; it never changes a result.
 """
 
@@ -20,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
+
+from dpone.read_ahead import THREAD_NAME as READ_AHEAD_THREAD
 
 ENV_TIMING = "DPONE_TIMING"
 
@@ -119,6 +122,8 @@ def _timed_generator(name: str, fn: Callable[..., Iterator[Any]]) -> Callable[..
 def _count_round_trip(conn: object) -> None:
     stack = _stack()
     if not stack:
+        if threading.current_thread().name == READ_AHEAD_THREAD:  # a read-ahead's COPY TO
+            _add("copy_out", 0, 0, 0, 1)
         return
     frame = stack[-1]
     if frame[0] == "copy_in" and id(conn) in _source_connections:

@@ -250,6 +250,10 @@ class Source(ABC):
         """The checksum of the chunk's rows (every row when ``window`` is None) as the source
         holds them."""
 
+    def expect(self, window: ChunkWindow | None) -> None:  # noqa: B027 - optional hint
+        """The window this worker reads next (None: none): a source may read it ahead while
+        the current chunk is written. A hint only: the next read may ask for another window."""
+
     def read_only(self) -> Self:
         """Open this source's connections so that the database refuses writes, where it can
         (Postgres: read-only transactions; SQLite: the file opened read-only). Call it before

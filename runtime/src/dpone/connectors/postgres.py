@@ -48,6 +48,7 @@ from dpone.connectors.base import (
 )
 from dpone.errors import DponeError
 from dpone.faults import fault_point
+from dpone.read_ahead import ReadAhead, read_ahead_budget
 from dpone.session_limits import (
     TEXT_FORM_SETTINGS,
     has_text_forms,
@@ -423,6 +424,42 @@ class PostgresSource(Source):
         self._conn = PgConnection(dsn, spec.display())
         self._described: tuple[tuple[str, int], ...] | None = None
         self._statements: StatementCache = {}
+        self._read_ahead_budget = read_ahead_budget()
+        self._next: ChunkWindow | None = None
+        self._ahead: ReadAhead | None = None
+        self._interrupted = False  # interrupt() was called: a failed read-ahead is not redone
+
+    def expect(self, window: ChunkWindow | None) -> None:
+        """The window this worker reads next: after the current chunk's COPY, it is read ahead
+        (see dpone.read_ahead) unless the budget is 0 or a chunk outgrew it."""
+        self._next = window if self._read_ahead_budget > 0 else None
+
+    def _settle(self, key: Hashable | None = None) -> ReadAhead | None:
+        """Before any other use of the connection: the read-ahead of ``key`` if there is one
+        (the caller takes it), else the read-ahead in flight dropped (its connection too, when
+        its statement did not end untouched)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or (key is not None and ahead.key == key):
+            return ahead
+        if not ahead.drop():
+            self._conn.discard()
+        return None
+
+    def _start_read_ahead(
+        self, conn: Connection, key: Hashable, stmt: str, block_bytes: int
+    ) -> None:
+        window, self._next = self._next, None
+        if window is None or self._read_ahead_budget <= 0 or self._interrupted:
+            return
+        params = _params(window)
+
+        def produce() -> Iterator[bytearray]:
+            with conn.cursor() as cur, cur.copy(stmt, params):
+                yield from raw_copy_blocks(conn, block_bytes)
+
+        self._ahead = ReadAhead(
+            (key, params), conn, produce, self._conn.interrupt, self._read_ahead_budget
+        )
 
     def relation(self, parameters: bool = True) -> sql.Composed:
         """The FROM item, aliased dpone_src; a trusted query is nested as a subquery.
@@ -442,6 +479,7 @@ class PostgresSource(Source):
     def describe(self) -> tuple[tuple[str, int], ...]:
         """(name, type oid) of the moved columns, asked once from the server."""
         if self._described is None:
+            self._settle()
             conn = self._conn.get()
             select = (
                 _columns_sql(self.spec.columns) if self.spec.columns else sql.SQL("dpone_src.*")
@@ -466,6 +504,7 @@ class PostgresSource(Source):
         return tuple(name for name, _ in self.describe())
 
     def read_only(self) -> Self:
+        self._settle()
         self._conn.discard()
         self._conn.read_only = True
         return self
@@ -494,6 +533,7 @@ class PostgresSource(Source):
         described = self.describe()
         as_text = frozenset(name for name, oid in described if oid not in _NATIVE)
         query = self.select_sql(window, [name for name, _ in described], as_text)
+        self._settle()
         conn = self._conn.get()
         try:
             with conn.transaction(), conn.cursor(name=f"dpone_{uuid.uuid4().hex[:16]}") as cur:
@@ -506,6 +546,7 @@ class PostgresSource(Source):
 
     def checksum(self, window: ChunkWindow | None) -> str:
         described = self.describe()
+        self._settle()
         conn = self._conn.get()
         inner = self.select_sql(window, [name for name, _ in described])
         relation = sql.SQL("({}) AS s").format(inner)
@@ -530,8 +571,23 @@ class PostgresSource(Source):
         Source-side failures become DponeError(SOURCE_FAILED); sink-side psycopg errors propagate
         untouched for the sink to classify.
         """
-        conn = self._conn.get()
         key = ("copy_out", window.column if window else None, tuple(columns), binary)
+        what = f"reading {scope_display(window)}"
+        params = _params(window)
+        ahead = self._settle((key, params))
+        blocks = ahead.take() if ahead is not None else None
+        if ahead is not None and blocks is None:  # failed or outgrew the budget: read again
+            if ahead.overflowed:
+                self._read_ahead_budget = 0
+            if not ahead.drop():
+                self._conn.discard()
+            ahead = None
+            if self._interrupted:  # the stop's cancel ended it: no second read
+                raise DponeError(
+                    errors.SOURCE_FAILED, f"{self.spec.display()}: {what} was cancelled"
+                )
+        # the read-ahead's own connection when its blocks are taken: get() could replace it
+        conn = self._conn.get() if ahead is None else ahead.connection
         stmt = cached_statement(
             self._statements,
             key,
@@ -540,23 +596,35 @@ class PostgresSource(Source):
                 self.select_sql(window, columns), sql.SQL("BINARY" if binary else "TEXT")
             ),
         )
-        what = f"reading {scope_display(window)}"
-        with contextlib.ExitStack() as stack:
-            cur = stack.enter_context(conn.cursor())
-            try:
-                stack.enter_context(cur.copy(stmt, _params(window)))
-            except psycopg.Error as exc:
-                raise self._fail(exc, what) from None
-            with dst.copy(dst_copy, writer=QueuedLibpqWriter(dst)) as sink_copy:
-                blocks = raw_copy_blocks(conn, block_bytes)
-                while True:
+        try:
+            with contextlib.ExitStack() as stack:
+                if blocks is None:
+                    cur = stack.enter_context(conn.cursor())
                     try:
-                        block = next(blocks, None)
+                        stack.enter_context(cur.copy(stmt, params))
                     except psycopg.Error as exc:
                         raise self._fail(exc, what) from None
-                    if block is None:
-                        break
-                    sink_copy.write(block)
+                    blocks = raw_copy_blocks(conn, block_bytes)
+                # Streaming, a thread writes while this one reads; read ahead, the read-ahead's
+                # thread reads while this one writes.
+                writer = QueuedLibpqWriter(dst) if ahead is None else None
+                with dst.copy(dst_copy, writer=writer) as sink_copy:
+                    while True:
+                        try:
+                            block = next(blocks, None)
+                        except psycopg.Error as exc:
+                            raise self._fail(exc, what) from None
+                        if block is None:
+                            break
+                        sink_copy.write(block)
+        except BaseException:
+            if ahead is not None and not ahead.drop():  # the sink failed mid-stream
+                self._conn.discard()
+            raise
+        if ahead is not None and not ahead.wait():
+            self._conn.discard()
+        else:
+            self._start_read_ahead(conn, key, stmt, block_bytes)
         return dst.rowcount
 
     def _fail(self, exc: BaseException, doing: str) -> DponeError:
@@ -568,9 +636,12 @@ class PostgresSource(Source):
         return err
 
     def interrupt(self) -> None:
+        self._interrupted = True
         self._conn.interrupt()
 
     def close(self) -> None:
+        self._next = None
+        self._settle()
         self._conn.discard()
 
 

@@ -1,0 +1,255 @@
+"""`dpone run` reads the next chunk ahead only where that was measured faster: an internal run
+with one worker. Seen from the server: the source stamps each row with the time it was read
+(``clock_timestamp()``), the ledger stamps each lease (``recorded_at`` of the RUNNING record), so
+a chunk read ahead was read before its own lease, and any other chunk after it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from dpone.cli import main
+from dpone.pack import load_and_compile
+from dpone.verify import expected_identity
+
+pytestmark = pytest.mark.postgres
+
+DAYS = 6
+CATALOG = """\
+schema: dpone.workload-catalog.v1
+workloads:
+  orders:
+    manifest: orders.yaml
+    airflow: {{image: example/dpone:1, mapping: {{mode: internal}}}}
+"""
+MANIFEST = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: orders
+    source:
+      connection: src
+      query: SELECT order_id, order_date, amount, clock_timestamp() AS read_at FROM {s}.raw_orders
+    sink:
+      connection: wh
+      table: {{schema: {s}, name: orders}}
+      keys: [order_id]
+      strategy: {{mode: backfill}}
+    backfill:
+      chunk: {{column: order_date, type: date, start: 2023-01-01, end: 2023-01-0{end}}}
+      inner_mode: replace
+      parallel_workers: {workers}
+    state: {{backend: audit_schema, connection: wh, schema: {s}_audit}}
+"""
+
+
+@pytest.fixture
+def schema(pg_dsn: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    name = "t_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+        conn.execute(
+            f"CREATE TABLE {name}.raw_orders (order_id bigint PRIMARY KEY, order_date date NOT NULL,"
+            " amount integer NOT NULL)"
+        )
+        conn.execute(
+            f"CREATE TABLE {name}.orders (order_id bigint PRIMARY KEY, order_date date NOT NULL,"
+            " amount integer NOT NULL, read_at timestamptz NOT NULL)"
+        )
+        conn.execute(
+            f"INSERT INTO {name}.raw_orders SELECT g, date '2023-01-01' + (g % {DAYS}), g"
+            " FROM generate_series(1, 600) g"
+        )
+    separator = "&" if "?" in pg_dsn else "?"  # another DSN text: the COPY path, not INSERT SELECT
+    monkeypatch.setenv("DPONE_CONN_SRC", f"{pg_dsn}{separator}application_name=dpone_read_ahead")
+    monkeypatch.setenv("DPONE_CONN_WH", pg_dsn)
+    monkeypatch.delenv("DPONE_AIRFLOW_MAPPING_ITEM", raising=False)
+    monkeypatch.delenv("DPONE_AIRFLOW_RUN_IDENTITY", raising=False)
+    monkeypatch.setenv("DPONE_XCOM_PATH", str(tmp_path / "xcom.json"))
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {name}_audit CASCADE")
+
+
+def _run(tmp_path: Path, schema: str, workers: int, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "workloads.yaml").write_text(CATALOG.format())
+    (tmp_path / "orders.yaml").write_text(MANIFEST.format(s=schema, end=DAYS + 1, workers=workers))
+    catalog = str(tmp_path / "workloads.yaml")
+    code = main(["run", "--catalog", catalog, "--workload", "orders", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+
+
+def _read_before_leased(dsn: str, schema: str) -> dict[int, bool]:
+    """Per chunk: were its rows read before its lease was recorded?"""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f"""SELECT t.chunk_index, min(o.read_at) < min(t.recorded_at)
+                FROM {schema}_audit.chunk_transition t
+                JOIN {schema}.orders o ON o.order_date = date '2023-01-01' + t.chunk_index - 1
+                WHERE t.state = 'running' GROUP BY t.chunk_index""").fetchall()
+        source, target = conn.execute(
+            f"SELECT (SELECT count(*) FROM {schema}.raw_orders),"
+            f" (SELECT count(*) FROM {schema}.orders)"
+        ).fetchone() or (0, 0)
+    assert source == target == 600
+    return {int(index): bool(early) for index, early in rows}
+
+
+def test_one_worker_reads_every_next_chunk_ahead(
+    schema: str, pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(tmp_path, schema, 1, capsys)
+    early = _read_before_leased(pg_dsn, schema)
+    assert early == {i: i > 1 for i in range(1, DAYS + 1)}  # all but the first
+
+
+def test_a_mapped_item_reads_its_next_chunks_ahead(
+    schema: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "workloads.yaml").write_text(
+        CATALOG.format().replace(
+            "mapping: {mode: internal}",
+            "mapping: {mode: summary, max_items: 2, max_active: 2, pool: dpone_test}",
+        )
+    )
+    manifest = MANIFEST.format(s=schema, end=DAYS + 1, workers=1)
+    (tmp_path / "orders.yaml").write_text(
+        manifest.replace("_audit}", "_audit, require_distributed_lock: true}")
+    )
+    catalog = str(tmp_path / "workloads.yaml")
+    _, packs, problems = load_and_compile(catalog)
+    assert not problems
+    pack, plan = packs[0], packs[0].processes[0]
+    for item in plan.mapping_plan.items:
+        monkeypatch.setenv("DPONE_AIRFLOW_MAPPING_ITEM", plan.mapping_plan.item_env_value(item))
+        monkeypatch.setenv(
+            "DPONE_AIRFLOW_RUN_IDENTITY", expected_identity(pack, plan.name).env_value()
+        )
+        code = main(["run", "--catalog", catalog, "--workload", "orders", "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 0, err
+    # two items of three chunks each: the first chunk of each item is read after its lease
+    early = _read_before_leased(pg_dsn, schema)
+    assert early == {1: False, 2: True, 3: True, 4: False, 5: True, 6: True}
+
+
+def test_without_a_budget_every_chunk_is_read_after_its_lease(
+    schema: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DPONE_READ_AHEAD_MB", "0")
+    _run(tmp_path, schema, 1, capsys)
+    assert _read_before_leased(pg_dsn, schema) == {i: False for i in range(1, DAYS + 1)}
+
+
+def test_several_workers_do_not_read_ahead(
+    schema: str, pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(tmp_path, schema, 2, capsys)
+    assert _read_before_leased(pg_dsn, schema) == {i: False for i in range(1, DAYS + 1)}
+
+
+def test_a_bad_budget_is_refused_before_any_io(
+    schema: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DPONE_READ_AHEAD_MB", "lots")
+    (tmp_path / "workloads.yaml").write_text(CATALOG.format())
+    (tmp_path / "orders.yaml").write_text(MANIFEST.format(s=schema, end=DAYS + 1, workers=1))
+    code = main(["run", "--catalog", str(tmp_path / "workloads.yaml"), "--workload", "orders"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "DPONE_CONFIG_INVALID" in err and "DPONE_READ_AHEAD_MB" in err
+    assert "Traceback" not in err
+    with psycopg.connect(pg_dsn) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f"{schema}_audit.chunk_transition",))
+        assert found.fetchone() == (None,)  # the ledger was never created: no I/O happened
+
+
+def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
+    schema: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    """The next chunk's read hangs on the server; SIGTERM arrives while the worker waits for it:
+    the read is cancelled, not started again, and the run stops within seconds."""
+    slow_id = 2  # order_id 2 is on day 3 (g % 6): its row sleeps a minute on the server
+    (tmp_path / "workloads.yaml").write_text(CATALOG.format())
+    manifest = MANIFEST.format(s=schema, end=DAYS + 1, workers=1).replace(
+        f"FROM {schema}.raw_orders",
+        f"FROM {schema}.raw_orders WHERE CASE WHEN order_id = {slow_id}"
+        " THEN pg_sleep(60) IS NOT NULL ELSE true END",
+    )
+    (tmp_path / "orders.yaml").write_text(manifest)
+    env = {k: v for k, v in os.environ.items() if k.startswith("DPONE_CONN_") or k == "PATH"}
+    env["DPONE_XCOM_PATH"] = str(tmp_path / "xcom.json")
+    err = (tmp_path / "stderr.txt").open("w")
+    args = ["run", "--catalog", str(tmp_path / "workloads.yaml"), "--workload", "orders"]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "dpone", *args, "--no-progress"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _leased(pg_dsn, schema, 3):  # chunk 2 committed, chunk 3 leased, waiting
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.3)
+        signalled = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        code = run.wait(30)
+        stop_s = time.monotonic() - signalled
+    finally:
+        if run.poll() is None:
+            run.kill()
+        err.close()
+    text = (tmp_path / "stderr.txt").read_text()
+    assert code == 143, text
+    assert stop_s < 5.0, f"stopped {stop_s:.1f}s after SIGTERM"
+    assert "DPONE_RUN_INTERRUPTED" in text and "Traceback" not in text
+    with psycopg.connect(pg_dsn) as conn:
+        states = dict(
+            conn.execute(
+                f"SELECT DISTINCT ON (chunk_index) chunk_index, state"
+                f" FROM {schema}_audit.chunk_transition ORDER BY chunk_index, transition DESC"
+            ).fetchall()
+        )
+        sleeping = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dpone_read_ahead'"
+            " AND state = 'active'"
+        ).fetchone()
+    assert states == {1: "committed", 2: "committed", 3: "failed"}  # released, not stuck
+    assert sleeping == (0,)  # the server's read was cancelled, not left running
+
+
+def _leased(dsn: str, schema: str, index: int) -> bool:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f"{schema}_audit.chunk_transition",)
+        ).fetchone()
+        if not found or not found[0]:
+            return False
+        row = conn.execute(
+            f"SELECT count(*) FROM {schema}_audit.chunk_transition"
+            " WHERE chunk_index = %s AND state = 'running'",
+            (index,),
+        ).fetchone()
+    return bool(row and row[0])
