@@ -18,12 +18,15 @@ summary, pipe, ...) and the medians reported, with the load average before each 
 machine may be shared, so the ratios, taken side by side, are the figures to quote.
 
 With --compare-src, w1, w4, the summary and the no-op also run with another runtime checkout
-(PYTHONPATH), interleaved with this one: a before/after taken under the same load.
+(PYTHONPATH), interleaved with this one: a before/after taken under the same load, each pair's
+order alternating from one repetition to the next (use an even --repeat).
 
 Beside every run: the machine's busy CPU seconds and the CPU of the client processes. Then the
 floors of bench/campaign_floors.py, which bound what any client of this design reaches here:
 the target's own work per chunk over 1 and 4 connections (rows read beforehand; no source, no
-ledger, no dpone), 40 x ``import psycopg`` plus that work spread over every core, and the no-op
+ledger, no dpone), the one-connection work while another process reads the source (pipelined),
+the same with dpone's compare-and-set and completion record inside each chunk's transaction,
+40 x ``import psycopg`` plus that work spread over every core, and the no-op
 item re-run from the runtime wheel installed in a fresh venv (``--no-wheel`` skips building it).
 
 A last pass runs w1 once more with DPONE_TIMING set (see runtime/src/dpone/timing.py) and prints
@@ -63,6 +66,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from campaign_floors import (
     installed_runtime,
+    ledger_work_while_reading,
     machine_busy_s,
     read_chunks,
     target_work,
@@ -331,6 +335,20 @@ def _children_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
+def in_turn(
+    runs: dict[str, Callable[[], None]], repetition: int
+) -> list[tuple[str, Callable[[], None]]]:
+    """The runs in order, each compared run and its own swapped on every other repetition: a
+    run right after a heavy one is measured slower on this VM (measured: 4-9% on the summary),
+    so the pair alternates who goes first (A B, then B A)."""
+    order = list(runs.items())
+    if repetition % 2:
+        for i in range(len(order) - 1):
+            if order[i][0] == f"{order[i + 1][0]} (compared)":
+                order[i], order[i + 1] = order[i + 1], order[i]
+    return order
+
+
 def measure_floors(
     args: argparse.Namespace, src: str, dst: str, pipe: list[float]
 ) -> dict[str, tuple[float, float]]:
@@ -338,11 +356,17 @@ def measure_floors(
     ``--repeat`` runs, each with its pipe beside it appended to ``pipe``."""
     table = f"{SCHEMA}.{TABLE}"
     chunks = read_chunks(src, table, COLUMNS)
-    found: dict[str, list[tuple[float, float]]] = {"target1": [], "target4": [], "pipelined1": []}
+    found: dict[str, list[tuple[float, float]]] = {
+        "target1": [],
+        "target4": [],
+        "pipelined1": [],
+        "ledger1": [],
+    }
     runs: dict[str, Callable[[], float]] = {
         "target1": lambda: target_work(dst, table, COLUMNS, chunks, 1),
         "target4": lambda: target_work(dst, table, COLUMNS, chunks, 4),
         "pipelined1": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks),
+        "ledger1": lambda: ledger_work_while_reading(src, dst, table, COLUMNS, chunks),
     }
     for _ in range(args.repeat):
         for name, run in runs.items():
@@ -387,6 +411,10 @@ def print_floors(
             floors["pipelined1"][0],
             "w1",
         ),
+        "the same with dpone's compare-and-set and completion in each transaction": (
+            floors["ledger1"][0],
+            "w1",
+        ),
         "target work only, 4 connections": (target4_s, "w4"),
         f"summary: {ITEMS} x import psycopg + 4-way target work, CPU / {cores} cores": (
             summary_s,
@@ -403,12 +431,14 @@ def print_floors(
     machine = {name: statistics.median(m for m, _ in values) for name, values in cpu.items()}
     print(
         f"machine CPU seconds: target work 1 / 4 connections {floors['target1'][1]:.2f} / "
-        f"{target4_cpu:.2f}, pipelined {floors['pipelined1'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
+        f"{target4_cpu:.2f}, pipelined {floors['pipelined1'][1]:.2f}, with the ledger "
+        f"{floors['ledger1'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
         + ", ".join(f"{name} {value:.2f}" for name, value in machine.items())
     )
     out["machine_cpu_s"] = {
         "target1": round(floors["target1"][1], 3),
         "pipelined1": round(floors["pipelined1"][1], 3),
+        "ledger1": round(floors["ledger1"][1], 3),
         "target4": round(target4_cpu, 3),
         "import_psycopg": round(psycopg_cpu, 3),
     }
@@ -511,8 +541,8 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     times: dict[str, list[float]] = {name: [] for name in runs}
     loads: dict[str, list[str]] = {name: [] for name in runs}
     run_cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}  # machine, clients
-    for _ in range(args.repeat):
-        for name, run in runs.items():
+    for repetition in range(args.repeat):
+        for name, run in in_turn(runs, repetition):
             reset_target(dst)
             loads[name].append(load())
             busy, children = machine_busy_s(), _children_cpu_s()
@@ -621,7 +651,9 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
         if table_facts(dst) != expected:
             raise SystemExit("breakdown run: wrong target")
         report["chunk_breakdown"] = print_breakdown(
-            "per chunk, internal 1 worker (exclusive ms; round trips = server exchanges):",
+            "per chunk, internal 1 worker (exclusive ms; round trips = server exchanges;"
+            " copy_out runs on the read-ahead thread from the second chunk on, beside the"
+            " others, and copy_in includes waiting for its blocks):",
             phase_totals(path),
             365,
         )

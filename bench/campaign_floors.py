@@ -12,6 +12,12 @@ what bounds it, measured in the same run:
                 source at the same time (binary COPY TO, discarded): a one-worker run whose source
                 reads were perfectly hidden behind its writes, still without a ledger, sharing
                 the machine's cores as such a run would.
+  with ledger   the pipelined floor with the ledger's work that must sit inside each chunk's
+                transaction in the one-database placement: dpone's compare-and-set and its
+                completion record (SqlLedger.complete_in_transaction around the same DELETE,
+                COPY and checksum). The leases are taken before the clock starts: a pipelined
+                worker could take them on another connection. It bounds a one-worker run of any
+                design that keeps the ledger's protocol.
   machine CPU   busy CPU seconds of the whole machine (/proc/stat) during a run, beside the CPU of
                 the dpone processes themselves: on 2 cores a run cannot end before half of it.
   installed     a no-op item re-run from the runtime wheel installed (bytecode compiled) in a fresh
@@ -27,7 +33,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from dpone.connectors.postgres import checksum_select, raw_copy_blocks
@@ -130,6 +138,78 @@ def target_work_while_reading(
     elapsed = time.perf_counter() - started
     if reader.exitcode != 0:
         raise SystemExit(f"pipelined floor: the source reader failed (exit {reader.exitcode})")
+    return elapsed
+
+
+FLOOR_LEDGER = "bench_floor_audit"
+
+
+def ledger_work_while_reading(
+    src: str, dst: str, table: str, columns: str, chunks: list[bytes]
+) -> float:
+    """Seconds until the one-connection target work, each chunk inside dpone's
+    complete_in_transaction (compare-and-set, then the work, then the completion record, one
+    commit), and a full read of the source by another process (started together) have ended."""
+    from dpone.ledger.port import CampaignShape, ChunkResult
+    from dpone.ledger.postgres import PostgresLedger
+    from dpone.plan.chunks import ChunkSpec, plan_chunks_hashed
+
+    run_key, owner = "bf-bench-floor", "bench-floor"
+    spec = ChunkSpec("order_date", "date", FIRST_DAY.isoformat(), "2024-01-01", 1, "day")
+    planned, digest = plan_chunks_hashed(spec, run_key)
+    assert len(planned) == DAYS
+    shape = CampaignShape(run_key, "bench", "orders", digest, "sha256:" + "0" * 64, planned)
+    with psycopg.connect(dst, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {FLOOR_LEDGER} CASCADE")
+    store = PostgresLedger(dst, schema=FLOOR_LEDGER)
+    days = _days()
+    checksum = checksum_select(
+        sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
+        CHECKSUM_COLUMNS,
+    )
+    try:
+        store.initialize(shape, owner, 10.0)
+        leases = []
+        for chunk in planned:
+            outcome = store.acquire_lease(shape, chunk, owner, 3600.0)
+            if outcome.lease is None:
+                raise SystemExit(f"ledger floor: chunk {chunk.index} not leased")
+            leases.append(outcome.lease)
+
+        def write(i: int) -> Callable[[Any], ChunkResult]:
+            def work(conn: Any) -> ChunkResult:
+                lower, upper = days[i]
+                with conn.cursor() as cur:
+                    cur.execute(
+                        f"DELETE FROM {table} WHERE order_date >= %s AND order_date < %s",
+                        (lower, upper),
+                    )
+                    with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as cp:
+                        cp.write(chunks[i])
+                    rows = cur.rowcount
+                    cur.execute(checksum, (lower, upper))
+                    found = cur.fetchone()
+                return ChunkResult(True, rows=rows, checksum=str(found))
+
+            return work
+
+        reader = multiprocessing.get_context("fork").Process(
+            target=_read_and_discard, args=(src, table, columns)
+        )
+        started = time.perf_counter()
+        reader.start()
+        for i, chunk in enumerate(planned):
+            result = store.complete_in_transaction(leases[i], chunk, write(i))
+            if not result.committed:
+                raise SystemExit(f"ledger floor: chunk {chunk.index} not committed")
+        reader.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        store.close()
+        with psycopg.connect(dst, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {FLOOR_LEDGER} CASCADE")
+    if reader.exitcode != 0:
+        raise SystemExit(f"ledger floor: the source reader failed (exit {reader.exitcode})")
     return elapsed
 
 
