@@ -605,10 +605,9 @@ class PostgresSource(Source):
                     except psycopg.Error as exc:
                         raise self._fail(exc, what) from None
                     blocks = raw_copy_blocks(conn, block_bytes)
-                # Streaming, a thread writes while this one reads; read ahead, the read-ahead's
-                # thread reads while this one writes.
-                writer = QueuedLibpqWriter(dst) if ahead is None else None
-                with dst.copy(dst_copy, writer=writer) as sink_copy:
+                # A thread writes while this one reads or waits for the read-ahead's blocks
+                # (measured: writing here made 2.5x the round trips and no faster).
+                with dst.copy(dst_copy, writer=QueuedLibpqWriter(dst)) as sink_copy:
                     while True:
                         try:
                             block = next(blocks, None)
