@@ -7,7 +7,8 @@ daily chunks, inner_mode replace.
 
   pipe      ``psql -c "COPY .. TO STDOUT" | psql -c "COPY .. FROM STDIN"`` of the whole table
             (text; the limit every ratio is taken against)
-  w1, w4    ``dpone run`` of an internal workload with parallel_workers 1 and 4
+  w1, w4    ``dpone run`` of an internal workload with parallel_workers 1 and 4; w1 also with
+            its read-ahead off (DPONE_READ_AHEAD_MB=0), the same code: what the read-ahead gains
   summary   the 40-item summary plan of the generated DAG file run as 8 concurrent ``dpone run``
             processes (the pool), each with the env and command taken from that file
   no-op     one mapped item re-run whose chunks are all committed (a cleared task), wall time
@@ -87,6 +88,7 @@ DDL = (
 )
 ITEMS, POOL = 40, 8
 GOALS = {"w1": 0.5, "w4": 0.8, "summary": 0.35}
+READ_AHEAD_OFF = "DPONE_READ_AHEAD_MB"
 NOOP_GOAL_S = 0.15
 BREAKDOWN = ("lease", "cas", "sink_other", "delete", "copy_out", "copy_in", "checksum")
 BREAKDOWN += ("completion", "chunk")
@@ -338,15 +340,17 @@ def _children_cpu_s() -> float:
 def in_turn(
     runs: dict[str, Callable[[], None]], repetition: int
 ) -> list[tuple[str, Callable[[], None]]]:
-    """The runs in order, each compared run and its own swapped on every other repetition: a
-    run right after a heavy one is measured slower on this VM (measured: 4-9% on the summary),
-    so the pair alternates who goes first (A B, then B A)."""
-    order = list(runs.items())
-    if repetition % 2:
-        for i in range(len(order) - 1):
-            if order[i][0] == f"{order[i + 1][0]} (compared)":
-                order[i], order[i + 1] = order[i + 1], order[i]
-    return order
+    """The runs in order, each group of variants of one run (``w1``, ``w1 (compared)``, ...)
+    reversed on every other repetition: a run right after a heavy one is measured slower on this
+    VM (up to 10%), so the variants take turns going first."""
+    groups: list[list[tuple[str, Callable[[], None]]]] = []
+    for name, run in runs.items():
+        base = name.split(" (")[0]
+        if groups and groups[-1][0][0].split(" (")[0] == base:
+            groups[-1].append((name, run))
+        else:
+            groups.append([(name, run)])
+    return [item for group in groups for item in (group[::-1] if repetition % 2 else group)]
 
 
 def measure_floors(
@@ -534,6 +538,10 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
             runs[f"{name} (compared)"] = functools.partial(
                 run_dpone, internal_command(catalog, workload), old
             )
+        if name == "w1":  # the same code with its read-ahead off: what the read-ahead gains
+            runs["w1 (read-ahead off)"] = functools.partial(
+                run_dpone, internal_command(catalog, workload), {**base, READ_AHEAD_OFF: "0"}
+            )
         runs[name] = functools.partial(run_dpone, internal_command(catalog, workload), base)
     if old:
         runs["summary (compared)"] = functools.partial(run_summary, command, envs, old)
@@ -602,6 +610,7 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
         "summary": f"summary {ITEMS} items x {POOL} processes",
     }
     labels.update({f"{k} (compared)": f"{v} [compared]" for k, v in list(labels.items())})
+    labels["w1 (read-ahead off)"] = f"{labels['w1']} [{READ_AHEAD_OFF}=0]"
     report: dict[str, Any] = {"rows": args.rows, "repeat": args.repeat, "runs": {}}
     met = True
     for name, values in times.items():
