@@ -27,6 +27,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.settled = threading.Event()  # every canceller of the stop was called
         self.signum: int | None = None
         self._lock = threading.Lock()
         self._cancellers: dict[int, Callable[[], None]] = {}
@@ -78,11 +79,23 @@ class StopRequest:
         for cancel in cancellers:
             with contextlib.suppress(Exception):
                 cancel()
+        self.settled.set()
+
+    def settle(self, timeout_s: float = 10.0) -> None:
+        """After a stop request, wait until every statement in flight was asked to cancel.
+
+        The cancels go out one after another from the watcher thread, while the worker may
+        already be releasing its chunk after the first one landed: a later cancel request could
+        then cancel the statement that records the release. Once they are all sent, a cancel
+        reaching an idle session is ignored by the server."""
+        if self.requested:
+            self.settled.wait(timeout_s)
 
     def reset(self) -> None:
         """For tests that run several commands in one process."""
         with self._lock:
             self.event.clear()
+            self.settled.clear()
             self.signum = None
 
 

@@ -11,6 +11,7 @@ source replaces the whole target in one sink transaction (:func:`run_full_refres
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import queue
@@ -237,6 +238,7 @@ class ChunkMover:
                 # the ledger rolls the whole transaction back when this raises: no savepoint
                 written = sink.write_chunk(source, window, connection=connection, isolated=False)
             except DponeError as exc:
+                STOP.settle()  # a stop's last cancel must not land on the rollback or release
                 raise interrupted_or(exc, "the chunk's transaction was rolled back") from None
             fault_point("chunk_written")
             return ChunkResult(True, rows=written.rows, checksum=written.checksum)
@@ -244,6 +246,8 @@ class ChunkMover:
         try:
             return self.store.complete_in_transaction(lease, chunk, write)
         except DponeError as exc:
+            if STOP.requested and exc.code != errors.CHUNK_LEASE_LOST:
+                self._release_after_stop(lease, chunk)
             if exc.code == errors.CHUNK_LEASE_LOST and "fence" not in exc.message:
                 raise DponeError(
                     exc.code,
@@ -251,6 +255,16 @@ class ChunkMover:
                     "share one transaction)",
                 ) from None
             raise
+
+    def _release_after_stop(self, lease: Lease, chunk: Chunk) -> None:
+        """Make sure a chunk stopped in the one-database placement is released: the FAILED
+        record the ledger writes after the rollback may itself have met a stop's cancel. A
+        compare-and-set: refused (and ignored) when that record, or the commit, is there."""
+        STOP.settle()
+        stopped = STOP.record("the chunk's transaction was rolled back")
+        failed = ChunkResult(False, error_code=stopped.code, error_message=stopped.message[:500])
+        with contextlib.suppress(DponeError):
+            self.store.complete(lease, chunk, failed)
 
     def _move_fenced(
         self, lease: Lease, chunk: Chunk, source: Any, sink: Any, window: Any
@@ -262,6 +276,7 @@ class ChunkMover:
             with LeaseKeeper(self.ctx.open_store, lease, self.lease_seconds):
                 written = sink.write_chunk(source, window, fence=fence)
         except DponeError as exc:
+            STOP.settle()  # a stop's last cancel must not land on the release
             error = interrupted_or(exc, "the chunk's sink transaction was rolled back")
             failed = ChunkResult(False, error_code=error.code, error_message=error.message[:500])
             try:
