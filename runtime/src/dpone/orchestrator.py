@@ -540,13 +540,13 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             # reads already overlap each other's writes (docs/benchmarks.md). A chunk taken and
             # not moved goes back to the queue.
             upcoming = None
+            lease_s = float(bf.lease_seconds)
             try:
                 while not tally.stop.is_set() and not STOP.requested:
                     chunk = upcoming or take()
                     if chunk is None:
                         return
                     upcoming = take() if read_ahead else None
-                    lease_s = float(bf.lease_seconds)
                     keep_going = _run_chunk(mover, chunk, owner, tally, lease_s, upcoming)
                     if not keep_going and (mapped or tally.outcome.cancelled):
                         tally.stop.set()

@@ -156,9 +156,7 @@ class ReadAhead:
             ended = self._ended
         if not ended:
             self._send_cancel()
-        self._thread.join(wait_s)
-        with self._cond:
-            return self._ended and self._failure is None and not self.cancelled
+        return self.wait(wait_s)
 
     def wait(self, wait_s: float = 5.0) -> bool:
         """After the iterator of :meth:`take` ended: True when the thread ended cleanly."""

@@ -441,9 +441,13 @@ class PostgresSource(Source):
         ahead, self._ahead = self._ahead, None
         if ahead is None or (key is not None and ahead.key == key):
             return ahead
+        self._drop(ahead)
+        return None
+
+    def _drop(self, ahead: ReadAhead) -> None:
+        """End a read-ahead; its connection goes too unless its statement ended untouched."""
         if not ahead.drop():
             self._conn.discard()
-        return None
 
     def _start_read_ahead(
         self, conn: Connection, key: Hashable, stmt: str, block_bytes: int
@@ -579,8 +583,7 @@ class PostgresSource(Source):
         if ahead is not None and blocks is None:  # failed or outgrew the budget: read again
             if ahead.overflowed:
                 self._read_ahead_budget = 0
-            if not ahead.drop():
-                self._conn.discard()
+            self._drop(ahead)
             ahead = None
             if self._interrupted:  # the stop's cancel ended it: no second read
                 raise DponeError(
@@ -617,8 +620,8 @@ class PostgresSource(Source):
                             break
                         sink_copy.write(block)
         except BaseException:
-            if ahead is not None and not ahead.drop():  # the sink failed mid-stream
-                self._conn.discard()
+            if ahead is not None:  # the sink failed mid-stream
+                self._drop(ahead)
             raise
         if ahead is not None and not ahead.wait():
             self._conn.discard()
