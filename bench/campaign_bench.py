@@ -70,6 +70,10 @@ from campaign_floors import (
     ledger_work_while_reading,
     machine_busy_s,
     read_chunks,
+    relay_items,
+    relay_processes,
+    relay_statements,
+    relay_with_ledger_reading_ahead,
     target_work,
     target_work_while_reading,
 )
@@ -360,18 +364,17 @@ def measure_floors(
     ``--repeat`` runs, each with its pipe beside it appended to ``pipe``."""
     table = f"{SCHEMA}.{TABLE}"
     chunks = read_chunks(src, table, COLUMNS)
-    found: dict[str, list[tuple[float, float]]] = {
-        "target1": [],
-        "target4": [],
-        "pipelined1": [],
-        "ledger1": [],
-    }
+    statements = relay_statements(table, COLUMNS)
     runs: dict[str, Callable[[], float]] = {
         "target1": lambda: target_work(dst, table, COLUMNS, chunks, 1),
         "target4": lambda: target_work(dst, table, COLUMNS, chunks, 4),
         "pipelined1": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks),
         "ledger1": lambda: ledger_work_while_reading(src, dst, table, COLUMNS, chunks),
+        "relay_ledger1": lambda: relay_with_ledger_reading_ahead(src, dst, statements),
+        "relay4": lambda: relay_processes(src, dst, statements, 4),
+        "relay_items": lambda: relay_items(sys.executable, src, dst, statements, ITEMS, POOL),
     }
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(args.repeat):
         for name, run in runs.items():
             reset_target(dst)
@@ -419,9 +422,15 @@ def print_floors(
             floors["ledger1"][0],
             "w1",
         ),
+        "relay + that ledger work, next chunk read on a thread": (floors["relay_ledger1"][0], "w1"),
         "target work only, 4 connections": (target4_s, "w4"),
+        "relay, no ledger, 4 processes": (floors["relay4"][0], "w4"),
         f"summary: {ITEMS} x import psycopg + 4-way target work, CPU / {cores} cores": (
             summary_s,
+            "summary",
+        ),
+        f"summary: relay, no ledger, {ITEMS} fresh interpreters x {POOL}": (
+            floors["relay_items"][0],
             "summary",
         ),
     }
@@ -436,7 +445,8 @@ def print_floors(
     print(
         f"machine CPU seconds: target work 1 / 4 connections {floors['target1'][1]:.2f} / "
         f"{target4_cpu:.2f}, pipelined {floors['pipelined1'][1]:.2f}, with the ledger "
-        f"{floors['ledger1'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
+        f"{floors['ledger1'][1]:.2f}, relay + ledger {floors['relay_ledger1'][1]:.2f}, relay 4 "
+        f"processes {floors['relay4'][1]:.2f}, relay items {floors['relay_items'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
         + ", ".join(f"{name} {value:.2f}" for name, value in machine.items())
     )
     out["machine_cpu_s"] = {
@@ -444,6 +454,9 @@ def print_floors(
         "pipelined1": round(floors["pipelined1"][1], 3),
         "ledger1": round(floors["ledger1"][1], 3),
         "target4": round(target4_cpu, 3),
+        "relay_ledger1": round(floors["relay_ledger1"][1], 3),
+        "relay4": round(floors["relay4"][1], 3),
+        "relay_items": round(floors["relay_items"][1], 3),
         "import_psycopg": round(psycopg_cpu, 3),
     }
     return out

@@ -18,6 +18,16 @@ what bounds it, measured in the same run:
                 COPY and checksum). The leases are taken before the clock starts: a pipelined
                 worker could take them on another connection. It bounds a one-worker run of any
                 design that keeps the ledger's protocol.
+  relay         dpone's data path with no dpone code (relay_floor.py): each chunk relayed from
+                the source's binary COPY TO into the target's COPY FROM by the cheapest loop
+                psycopg allows, one transaction each, no ledger. With 4 forked processes it bounds
+                an internal run with 4 workers (processes, not threads: no shared interpreter
+                lock); run as 40 fresh interpreters, 8 at a time, each relaying its item's
+                contiguous chunks, it bounds the summary plan (every item is a process that starts
+                Python and imports psycopg).
+  relay+ledger  one process relaying every chunk inside dpone's complete_in_transaction (as the
+                "with ledger" floor) while a thread reads the next chunk whole from the source:
+                a one-worker process that read ahead and leased ahead perfectly.
   machine CPU   busy CPU seconds of the whole machine (/proc/stat) during a run, beside the CPU of
                 the dpone processes themselves: on 2 cores a run cannot end before half of it.
   installed     a no-op item re-run from the runtime wheel installed (bytecode compiled) in a fresh
@@ -26,20 +36,24 @@ what bounds it, measured in the same run:
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import datetime as dt
+import json
 import multiprocessing
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from dpone.connectors.postgres import checksum_select, raw_copy_blocks
 from psycopg import sql
+from relay_floor import relay, write_day
 
 ROOT = Path(__file__).resolve().parents[1]
 DAYS = 365
@@ -63,6 +77,21 @@ def machine_busy_s() -> float:
 
 def _days() -> list[tuple[dt.date, dt.date]]:
     return [(FIRST_DAY + dt.timedelta(d), FIRST_DAY + dt.timedelta(d + 1)) for d in range(DAYS)]
+
+
+def _iso_days() -> list[tuple[str, str]]:
+    return [(lower.isoformat(), upper.isoformat()) for lower, upper in _days()]
+
+
+def relay_statements(table: str, columns: str) -> dict[str, str]:
+    """The relay's SQL as plain text (a floor item is a script that imports no dpone)."""
+    rows = f"SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s"
+    return {
+        "copy_out": f"COPY ({rows}) TO STDOUT (FORMAT BINARY)",
+        "copy_in": f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)",
+        "delete": f"DELETE FROM {table} WHERE order_date >= %s AND order_date < %s",
+        "checksum": checksum_select(sql.SQL(f"({rows}) AS s"), CHECKSUM_COLUMNS).as_string(None),
+    }
 
 
 def read_chunks(src: str, table: str, columns: str) -> list[bytes]:
@@ -144,13 +173,11 @@ def target_work_while_reading(
 FLOOR_LEDGER = "bench_floor_audit"
 
 
-def ledger_work_while_reading(
-    src: str, dst: str, table: str, columns: str, chunks: list[bytes]
-) -> float:
-    """Seconds until the one-connection target work, each chunk inside dpone's
-    complete_in_transaction (compare-and-set, then the work, then the completion record, one
-    commit), and a full read of the source by another process (started together) have ended."""
-    from dpone.ledger.port import CampaignShape, ChunkResult
+@contextlib.contextmanager
+def floor_ledger(dst: str) -> Iterator[tuple[Any, list[Any], list[Any]]]:
+    """A fresh ledger in the target database with every daily chunk leased (before any clock
+    starts): the store, the planned chunks and their leases; dropped afterwards."""
+    from dpone.ledger.port import CampaignShape
     from dpone.ledger.postgres import PostgresLedger
     from dpone.plan.chunks import ChunkSpec, plan_chunks_hashed
 
@@ -162,11 +189,6 @@ def ledger_work_while_reading(
     with psycopg.connect(dst, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {FLOOR_LEDGER} CASCADE")
     store = PostgresLedger(dst, schema=FLOOR_LEDGER)
-    days = _days()
-    checksum = checksum_select(
-        sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
-        CHECKSUM_COLUMNS,
-    )
     try:
         store.initialize(shape, owner, 10.0)
         leases = []
@@ -175,6 +197,27 @@ def ledger_work_while_reading(
             if outcome.lease is None:
                 raise SystemExit(f"ledger floor: chunk {chunk.index} not leased")
             leases.append(outcome.lease)
+        yield store, list(planned), leases
+    finally:
+        store.close()
+        with psycopg.connect(dst, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {FLOOR_LEDGER} CASCADE")
+
+
+def ledger_work_while_reading(
+    src: str, dst: str, table: str, columns: str, chunks: list[bytes]
+) -> float:
+    """Seconds until the one-connection target work, each chunk inside dpone's
+    complete_in_transaction (compare-and-set, then the work, then the completion record, one
+    commit), and a full read of the source by another process (started together) have ended."""
+    from dpone.ledger.port import ChunkResult
+
+    days = _days()
+    checksum = checksum_select(
+        sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
+        CHECKSUM_COLUMNS,
+    )
+    with floor_ledger(dst) as (store, planned, leases):
 
         def write(i: int) -> Callable[[Any], ChunkResult]:
             def work(conn: Any) -> ChunkResult:
@@ -204,13 +247,94 @@ def ledger_work_while_reading(
                 raise SystemExit(f"ledger floor: chunk {chunk.index} not committed")
         reader.join()
         elapsed = time.perf_counter() - started
-    finally:
-        store.close()
-        with psycopg.connect(dst, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {FLOOR_LEDGER} CASCADE")
     if reader.exitcode != 0:
         raise SystemExit(f"ledger floor: the source reader failed (exit {reader.exitcode})")
     return elapsed
+
+
+def relay_with_ledger_reading_ahead(src: str, dst: str, statements: dict[str, str]) -> float:
+    """Seconds for one process to relay every chunk inside dpone's complete_in_transaction
+    while a thread reads the next chunk whole from the source (leases taken before the clock)."""
+    from dpone.ledger.port import ChunkResult
+    from relay_floor import read_day
+
+    days = _iso_days()
+
+    def write(day: tuple[str, str], blocks: list[bytearray]) -> Callable[[Any], ChunkResult]:
+        def work(conn: Any) -> ChunkResult:
+            with conn.cursor() as cur:
+                write_day(cur, statements, day, iter(blocks))
+            return ChunkResult(True)
+
+        return work
+
+    with (
+        floor_ledger(dst) as (store, planned, leases),
+        psycopg.connect(src, autocommit=True) as source,
+        concurrent.futures.ThreadPoolExecutor(1) as reader,
+    ):
+        started = time.perf_counter()
+        ahead = reader.submit(read_day, source, statements, days[0])
+        for i, chunk in enumerate(planned):
+            blocks = ahead.result()
+            if i + 1 < DAYS:
+                ahead = reader.submit(read_day, source, statements, days[i + 1])
+            result = store.complete_in_transaction(leases[i], chunk, write(days[i], blocks))
+            if not result.committed:
+                raise SystemExit(f"relay+ledger floor: chunk {chunk.index} not committed")
+        return time.perf_counter() - started
+
+
+def relay_processes(src: str, dst: str, statements: dict[str, str], workers: int) -> float:
+    """Seconds for ``workers`` forked processes (psycopg already imported) to relay every chunk,
+    process k taking the days k, k + workers, ..."""
+    days = _iso_days()
+    context = multiprocessing.get_context("fork")
+    processes = [
+        context.Process(target=relay, args=(src, dst, statements, days[k::workers]))
+        for k in range(workers)
+    ]
+    started = time.perf_counter()
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    elapsed = time.perf_counter() - started
+    if any(process.exitcode != 0 for process in processes):
+        raise SystemExit("relay floor: a relaying process failed")
+    return elapsed
+
+
+def contiguous(days: Sequence[tuple[str, str]], items: int) -> list[Sequence[tuple[str, str]]]:
+    """``days`` cut into ``items`` contiguous batches, the first ones one day longer."""
+    size, longer = divmod(len(days), items)
+    out, start = [], 0
+    for item in range(items):
+        end = start + size + (1 if item < longer else 0)
+        out.append(days[start:end])
+        start = end
+    return out
+
+
+def relay_items(
+    python: str, src: str, dst: str, statements: dict[str, str], items: int, pool: int
+) -> float:
+    """Seconds for ``items`` fresh interpreters, ``pool`` at a time, each relaying its contiguous
+    batch of days (relay_floor.py as a script: Python, psycopg, two connections, the chunks)."""
+    script = str(Path(__file__).with_name("relay_floor.py"))
+    jobs = [
+        json.dumps({"src": src, "dst": dst, "statements": statements, "days": list(batch)})
+        for batch in contiguous(_iso_days(), items)
+    ]
+
+    def run(job: str) -> None:
+        subprocess.run([python, script], input=job, text=True, check=True, capture_output=True)
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(pool) as executor:
+        for future in [executor.submit(run, job) for job in jobs]:
+            future.result()
+    return time.perf_counter() - started
 
 
 def installed_runtime(folder: Path) -> Path | None:
