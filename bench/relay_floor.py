@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 
 import psycopg
 from psycopg import pq
+from psycopg.copy import QueuedLibpqWriter
 
 BLOCK_BYTES = 1 << 20
 Day = tuple[str, str]
@@ -68,9 +69,10 @@ def read_day(src: psycopg.Connection, statements: dict[str, str], day: Day) -> l
 def write_day(
     cur: psycopg.Cursor, statements: dict[str, str], day: Day, blocks: Iterator[bytearray]
 ) -> None:
-    """The target's part of one chunk, inside the caller's transaction."""
+    """The target's part of one chunk, inside the caller's transaction. The blocks go to libpq
+    from a writer thread (as dpone's do), so reading the next block overlaps sending this one."""
     cur.execute(statements["delete"], day)
-    with cur.copy(statements["copy_in"]) as copy:
+    with cur.copy(statements["copy_in"], writer=QueuedLibpqWriter(cur)) as copy:
         for block in blocks:
             copy.write(block)
     cur.execute(statements["checksum"], day)
