@@ -12,6 +12,12 @@ daily chunks, inner_mode replace.
   summary   the 40-item summary plan of the generated DAG file run as 8 concurrent ``dpone run``
             processes (the pool), each with the env and command taken from that file
   no-op     one mapped item re-run whose chunks are all committed (a cleared task), wall time
+  estimates beside w1, w4 and the summary, in the same repetitions: the same campaign moved with
+            no dpone code (bench/campaign_relay.py): each chunk relayed by the cheapest psycopg
+            loop, one transaction each; for w1 inside dpone's ledger transaction while a thread
+            reads the next chunk, for w4 by 4 processes, for the summary by 40 fresh
+            interpreters 8 at a time. What the goal costs a Python client that relays the rows,
+            without dpone's own code; not a floor (a better relay may exist).
 
 Every run starts from an empty target and a fresh ledger schema; row count and sum(id) of the
 target are compared with the source after each. The repetitions are interleaved (pipe, w1, w4,
@@ -93,6 +99,11 @@ DDL = (
 ITEMS, POOL = 40, 8
 GOALS = {"w1": 0.5, "w4": 0.8, "summary": 0.35}
 READ_AHEAD_OFF = "DPONE_READ_AHEAD_MB"
+RELAY = {  # the relay estimate run beside each goal's dpone run, in the same group of variants
+    "w1": "w1 (relay + ledger, no dpone)",
+    "w4": "w4 (relay, 4 processes, no dpone)",
+    "summary": "summary (relay, 40 interpreters, no dpone)",
+}
 NOOP_GOAL_S = 0.15
 BREAKDOWN = ("lease", "cas", "sink_other", "delete", "copy_out", "copy_in", "checksum")
 BREAKDOWN += ("completion", "chunk")
@@ -336,18 +347,19 @@ def timing_file(folder: Path, name: str) -> Iterator[Path]:
     yield path
 
 
-def _children_cpu_s() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
+def _client_cpu_s() -> float:
+    """CPU seconds of the child processes and of this one (a relay estimate runs here)."""
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_CHILDREN, resource.RUSAGE_SELF)]
+    return sum(u.ru_utime + u.ru_stime for u in used)
 
 
 def in_turn(
-    runs: dict[str, Callable[[], None]], repetition: int
-) -> list[tuple[str, Callable[[], None]]]:
+    runs: dict[str, Callable[[], object]], repetition: int
+) -> list[tuple[str, Callable[[], object]]]:
     """The runs in order, each group of variants of one run (``w1``, ``w1 (compared)``, ...)
     reversed on every other repetition: a run right after a heavy one is measured slower on this
     VM (up to 10%), so the variants take turns going first."""
-    groups: list[list[tuple[str, Callable[[], None]]]] = []
+    groups: list[list[tuple[str, Callable[[], object]]]] = []
     for name, run in runs.items():
         base = name.split(" (")[0]
         if groups and groups[-1][0][0].split(" (")[0] == base:
@@ -364,15 +376,11 @@ def measure_floors(
     ``--repeat`` runs, each with its pipe beside it appended to ``pipe``."""
     table = f"{SCHEMA}.{TABLE}"
     chunks = read_chunks(src, table, COLUMNS)
-    statements = relay_statements(table, COLUMNS)
     runs: dict[str, Callable[[], float]] = {
         "target1": lambda: target_work(dst, table, COLUMNS, chunks, 1),
         "target4": lambda: target_work(dst, table, COLUMNS, chunks, 4),
         "pipelined1": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks),
         "ledger1": lambda: ledger_work_while_reading(src, dst, table, COLUMNS, chunks),
-        "relay_ledger1": lambda: relay_with_ledger_reading_ahead(src, dst, statements),
-        "relay4": lambda: relay_processes(src, dst, statements, 4),
-        "relay_items": lambda: relay_items(sys.executable, src, dst, statements, ITEMS, POOL),
     }
     found: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(args.repeat):
@@ -422,15 +430,9 @@ def print_floors(
             floors["ledger1"][0],
             "w1",
         ),
-        "relay + that ledger work, next chunk read on a thread": (floors["relay_ledger1"][0], "w1"),
         "target work only, 4 connections": (target4_s, "w4"),
-        "relay, no ledger, 4 processes": (floors["relay4"][0], "w4"),
         f"summary: {ITEMS} x import psycopg + 4-way target work, CPU / {cores} cores": (
             summary_s,
-            "summary",
-        ),
-        f"summary: relay, no ledger, {ITEMS} fresh interpreters x {POOL}": (
-            floors["relay_items"][0],
             "summary",
         ),
     }
@@ -445,8 +447,7 @@ def print_floors(
     print(
         f"machine CPU seconds: target work 1 / 4 connections {floors['target1'][1]:.2f} / "
         f"{target4_cpu:.2f}, pipelined {floors['pipelined1'][1]:.2f}, with the ledger "
-        f"{floors['ledger1'][1]:.2f}, relay + ledger {floors['relay_ledger1'][1]:.2f}, relay 4 "
-        f"processes {floors['relay4'][1]:.2f}, relay items {floors['relay_items'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
+        f"{floors['ledger1'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
         + ", ".join(f"{name} {value:.2f}" for name, value in machine.items())
     )
     out["machine_cpu_s"] = {
@@ -454,9 +455,6 @@ def print_floors(
         "pipelined1": round(floors["pipelined1"][1], 3),
         "ledger1": round(floors["ledger1"][1], 3),
         "target4": round(target4_cpu, 3),
-        "relay_ledger1": round(floors["relay_ledger1"][1], 3),
-        "relay4": round(floors["relay4"][1], 3),
-        "relay_items": round(floors["relay_items"][1], 3),
         "import_psycopg": round(psycopg_cpu, 3),
     }
     return out
@@ -545,7 +543,10 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     base = clean_env(src, dst)
     old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())} if args.compare_src else {}
 
-    runs: dict[str, Callable[[], None]] = {"pipe": lambda: run_pipe(src, dst)}
+    runs: dict[str, Callable[[], object]] = {"pipe": lambda: run_pipe(src, dst)}
+    # dpone's data path with no dpone code, beside each run (see campaign_floors: estimates)
+    statements = relay_statements(f"{SCHEMA}.{TABLE}", COLUMNS)
+    runs[RELAY["w1"]] = functools.partial(relay_with_ledger_reading_ahead, src, dst, statements)
     for name, workload in (("w1", "campaign_w1"), ("w4", "campaign_w4")):
         if old:
             runs[f"{name} (compared)"] = functools.partial(
@@ -556,6 +557,10 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
                 run_dpone, internal_command(catalog, workload), {**base, READ_AHEAD_OFF: "0"}
             )
         runs[name] = functools.partial(run_dpone, internal_command(catalog, workload), base)
+    runs[RELAY["w4"]] = functools.partial(relay_processes, src, dst, statements, 4)
+    runs[RELAY["summary"]] = functools.partial(
+        relay_items, sys.executable, src, dst, statements, ITEMS, POOL
+    )
     if old:
         runs["summary (compared)"] = functools.partial(run_summary, command, envs, old)
     runs["summary"] = functools.partial(run_summary, command, envs, base)  # last: see the no-op
@@ -566,16 +571,19 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
         for name, run in in_turn(runs, repetition):
             reset_target(dst)
             loads[name].append(load())
-            busy, children = machine_busy_s(), _children_cpu_s()
+            busy, client = machine_busy_s(), _client_cpu_s()
             started = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - started)
-            run_cpu[name].append((machine_busy_s() - busy, _children_cpu_s() - children))
+            run_cpu[name].append((machine_busy_s() - busy, _client_cpu_s() - client))
             found = table_facts(dst)
             if found != expected:
                 raise SystemExit(f"{name}: target has {found}, source {expected}")
             print(f"  {name}: {times[name][-1]:.2f} s (load {loads[name][-1]})", file=sys.stderr)
 
+    if name == RELAY["summary"]:  # ran last: the no-op below needs dpone's summary campaign
+        reset_target(dst)
+        run_summary(command, envs, base)
     # The summary campaign is complete now: re-run one item (a cleared task) several times.
     # Beside it, the floor no dpone change can go below: the interpreter, and importing psycopg.
     noop_env = {**base, **envs[0]}
@@ -624,6 +632,9 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     }
     labels.update({f"{k} (compared)": f"{v} [compared]" for k, v in list(labels.items())})
     labels["w1 (read-ahead off)"] = f"{labels['w1']} [{READ_AHEAD_OFF}=0]"
+    labels[RELAY["w1"]] = "  estimate: relay + ledger, no dpone code"
+    labels[RELAY["w4"]] = "  estimate: relay, 4 processes, no dpone code"
+    labels[RELAY["summary"]] = f"  estimate: relay, {ITEMS} interpreters x {POOL}, no dpone"
     report: dict[str, Any] = {"rows": args.rows, "repeat": args.repeat, "runs": {}}
     met = True
     for name, values in times.items():

@@ -18,16 +18,16 @@ what bounds it, measured in the same run:
                 COPY and checksum). The leases are taken before the clock starts: a pipelined
                 worker could take them on another connection. It bounds a one-worker run of any
                 design that keeps the ledger's protocol.
-  relay         dpone's data path with no dpone code (relay_floor.py): each chunk relayed from
-                the source's binary COPY TO into the target's COPY FROM by the cheapest loop
-                psycopg allows, one transaction each, no ledger. With 4 forked processes it bounds
-                an internal run with 4 workers (processes, not threads: no shared interpreter
-                lock); run as 40 fresh interpreters, 8 at a time, each relaying its item's
-                contiguous chunks, it bounds the summary plan (every item is a process that starts
-                Python and imports psycopg).
-  relay+ledger  one process relaying every chunk inside dpone's complete_in_transaction (as the
-                "with ledger" floor) while a thread reads the next chunk whole from the source:
-                a one-worker process that read ahead and leased ahead perfectly.
+  relay         not a floor but an estimate, run beside dpone's runs by campaign_bench.py: the
+                campaign moved with no dpone code (campaign_relay.py), each chunk relayed from the
+                source's binary COPY TO into the target's COPY FROM by the cheapest loop psycopg
+                allows, one transaction each. With 4 forked processes (no shared interpreter
+                lock), beside the 4-worker run; as 40 fresh interpreters, 8 at a time, each
+                relaying its item's contiguous chunks, beside the summary (every item is a process
+                that starts Python and imports psycopg); in one process inside dpone's
+                complete_in_transaction while a thread reads the next chunk whole, leases taken
+                before the clock, beside the 1-worker run. A better relay may exist, so these
+                bound nothing; they show what is left for dpone's own code to lose or win.
   machine CPU   busy CPU seconds of the whole machine (/proc/stat) during a run, beside the CPU of
                 the dpone processes themselves: on 2 cores a run cannot end before half of it.
   installed     a no-op item re-run from the runtime wheel installed (bytecode compiled) in a fresh
@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from campaign_relay import relay, write_day
 from dpone.connectors.postgres import checksum_select, raw_copy_blocks
 from psycopg import sql
-from relay_floor import relay, write_day
 
 ROOT = Path(__file__).resolve().parents[1]
 DAYS = 365
@@ -255,8 +255,8 @@ def ledger_work_while_reading(
 def relay_with_ledger_reading_ahead(src: str, dst: str, statements: dict[str, str]) -> float:
     """Seconds for one process to relay every chunk inside dpone's complete_in_transaction
     while a thread reads the next chunk whole from the source (leases taken before the clock)."""
+    from campaign_relay import read_day
     from dpone.ledger.port import ChunkResult
-    from relay_floor import read_day
 
     days = _iso_days()
 
@@ -281,7 +281,7 @@ def relay_with_ledger_reading_ahead(src: str, dst: str, statements: dict[str, st
                 ahead = reader.submit(read_day, source, statements, days[i + 1])
             result = store.complete_in_transaction(leases[i], chunk, write(days[i], blocks))
             if not result.committed:
-                raise SystemExit(f"relay+ledger floor: chunk {chunk.index} not committed")
+                raise SystemExit(f"relay + ledger: chunk {chunk.index} not committed")
         return time.perf_counter() - started
 
 
@@ -301,7 +301,7 @@ def relay_processes(src: str, dst: str, statements: dict[str, str], workers: int
         process.join()
     elapsed = time.perf_counter() - started
     if any(process.exitcode != 0 for process in processes):
-        raise SystemExit("relay floor: a relaying process failed")
+        raise SystemExit("relay: a relaying process failed")
     return elapsed
 
 
@@ -320,8 +320,8 @@ def relay_items(
     python: str, src: str, dst: str, statements: dict[str, str], items: int, pool: int
 ) -> float:
     """Seconds for ``items`` fresh interpreters, ``pool`` at a time, each relaying its contiguous
-    batch of days (relay_floor.py as a script: Python, psycopg, two connections, the chunks)."""
-    script = str(Path(__file__).with_name("relay_floor.py"))
+    batch of days (campaign_relay.py as a script: Python, psycopg, two connections, the chunks)."""
+    script = str(Path(__file__).with_name("campaign_relay.py"))
     jobs = [
         json.dumps({"src": src, "dst": dst, "statements": statements, "days": list(batch)})
         for batch in contiguous(_iso_days(), items)

@@ -17,6 +17,11 @@ import pytest
 from chaoskit import MYSQL, SAME, SPLIT, Variant
 
 CI_KILLS = 26  # per variant: at least 52 crash-and-restart rounds in CI
+# A campaign hands its forced fault points to half of its launches, at random: a campaign can end
+# before one was handed out, and a launch can exit before its point (a busy chunk). Seen once in
+# CI: CI_KILLS reached with 'data_committed' never fired. Campaigns go on, a few at most, until
+# every point has fired; the coverage is still asserted below.
+EXTRA_CAMPAIGNS = 4
 REPORT = os.environ.get("DPONE_CHAOS_REPORT")
 
 
@@ -59,7 +64,10 @@ def run_campaigns(
     reports: list[dict[str, object]] = []
     kills = 0
     fired: set[str] = set()
-    while kills < min_kills:
+    extra = 0  # campaigns run past min_kills because a fault point had not fired yet
+    while kills < min_kills or (set(variant.points) - fired and extra < EXTRA_CAMPAIGNS):
+        if kills >= min_kills:
+            extra += 1
         chaoskit.reset_campaign(data, ledger, variant, mysql_db)
         # the MySQL sink moves rows through pure-Python PyMySQL: slower campaigns on a busy machine
         deadline = 300.0 if variant.mysql else 150.0

@@ -1,7 +1,7 @@
-"""The relay floors of bench/campaign_floors.py do the whole work they claim to bound.
+"""The relay estimates of bench/campaign_floors.py do the whole work of the runs beside them.
 
-A floor that skipped rows, chunks or the ledger would make a goal look out of reach when it is
-not: each floor here moves a small copy of the benchmark's table (365 daily chunks) on a real
+An estimate that skipped rows, chunks or the ledger would make dpone's own code look slower than
+it is: each one here moves a small copy of the benchmark's table (365 daily chunks) on a real
 server, and the target must then hold exactly the source's rows.
 """
 
@@ -73,7 +73,7 @@ def facts(dsn: str, table: str) -> tuple[int, int, int]:
     return int(row[0]), int(row[1] or 0), int(row[2])
 
 
-def test_each_relay_floor_moves_every_row_of_every_chunk(
+def test_each_relay_estimate_moves_every_row_of_every_chunk(
     floors: object, tables: tuple[str, str, str]
 ) -> None:
     dsn, source, target = tables
@@ -109,7 +109,7 @@ def test_each_relay_floor_moves_every_row_of_every_chunk(
         assert facts(dsn, target) == expected, name
 
 
-def test_the_summary_floor_cuts_the_days_as_contiguous_items(floors: object) -> None:
+def test_the_summary_estimate_cuts_the_days_as_contiguous_items(floors: object) -> None:
     days = floors._iso_days()  # type: ignore[attr-defined]
     items = floors.contiguous(days, 40)  # type: ignore[attr-defined]
     assert [len(item) for item in items] == [10] * 5 + [9] * 35

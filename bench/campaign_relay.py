@@ -2,12 +2,12 @@
 the target's COPY FROM, one target transaction per chunk (DELETE of the range, COPY, checksum,
 COMMIT).
 
-The relay floors of campaign_floors.py are built from it. It imports psycopg and nothing of
-dpone, so a floor pays for none of dpone's code: run as a script it is one mapped item of the
-summary floor (a fresh interpreter, as every item is), given its job as JSON on stdin (not on
+The relay estimates of campaign_floors.py are built from it. It imports psycopg and nothing of
+dpone, so an estimate pays for none of dpone's code: run as a script it is one mapped item of the
+summary's estimate (a fresh interpreter, as every item is), given its job as JSON on stdin (not on
 argv, where another user's ``ps`` would see the DSNs):
 
-    echo '{"src": ..., "dst": ..., "statements": {...}, "days": [...]}' | python bench/relay_floor.py
+    echo '{"src": ..., "dst": ..., "statements": {...}, "days": [...]}' | python bench/campaign_relay.py
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def copy_out_blocks(conn: psycopg.Connection) -> Iterator[bytearray]:
             if result is None:
                 break
             if result.status != pq.ExecStatus.COMMAND_OK:
-                raise SystemExit("relay floor: the source's COPY TO failed")
+                raise SystemExit("relay: the source's COPY TO failed")
 
 
 def read_day(src: psycopg.Connection, statements: dict[str, str], day: Day) -> list[bytearray]:
