@@ -31,8 +31,8 @@ order alternating from one repetition to the next (use an even --repeat).
 Beside every run: the machine's busy CPU seconds and the CPU of the client processes. Then the
 floors of bench/campaign_floors.py, which bound what any client of this design reaches here:
 the target's own work per chunk over 1 and 4 connections (rows read beforehand; no source, no
-ledger, no dpone), the one-connection work while another process reads the source (pipelined),
-the same with dpone's compare-and-set and completion record inside each chunk's transaction,
+ledger, no dpone), the same while another process reads the source (pipelined, 1 and 4),
+the one-connection pipelined work with dpone's compare-and-set and completion inside each chunk,
 40 x ``import psycopg`` plus that work spread over every core, and the no-op
 item re-run from the runtime wheel installed in a fresh venv (``--no-wheel`` skips building it).
 
@@ -380,7 +380,9 @@ def measure_floors(
         "target1": lambda: target_work(dst, table, COLUMNS, chunks, 1),
         "target4": lambda: target_work(dst, table, COLUMNS, chunks, 4),
         "pipelined1": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks),
+        "pipelined4": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks, 4),
         "ledger1": lambda: ledger_work_while_reading(src, dst, table, COLUMNS, chunks),
+        "ledger4": lambda: ledger_work_while_reading(src, dst, table, COLUMNS, chunks, 4),
     }
     found: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(args.repeat):
@@ -431,6 +433,14 @@ def print_floors(
             "w1",
         ),
         "target work only, 4 connections": (target4_s, "w4"),
+        "4 connections while another process reads the source (pipelined)": (
+            floors["pipelined4"][0],
+            "w4",
+        ),
+        "the same with dpone's compare-and-set and completion, 4 processes": (
+            floors["ledger4"][0],
+            "w4",
+        ),
         f"summary: {ITEMS} x import psycopg + 4-way target work, CPU / {cores} cores": (
             summary_s,
             "summary",
@@ -446,14 +456,17 @@ def print_floors(
     machine = {name: statistics.median(m for m, _ in values) for name, values in cpu.items()}
     print(
         f"machine CPU seconds: target work 1 / 4 connections {floors['target1'][1]:.2f} / "
-        f"{target4_cpu:.2f}, pipelined {floors['pipelined1'][1]:.2f}, with the ledger "
-        f"{floors['ledger1'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
+        f"{target4_cpu:.2f}, pipelined 1 / 4 {floors['pipelined1'][1]:.2f} / "
+        f"{floors['pipelined4'][1]:.2f}, with the ledger 1 / 4 "
+        f"{floors['ledger1'][1]:.2f} / {floors['ledger4'][1]:.2f}; import psycopg {psycopg_cpu:.3f} per process; runs: "
         + ", ".join(f"{name} {value:.2f}" for name, value in machine.items())
     )
     out["machine_cpu_s"] = {
         "target1": round(floors["target1"][1], 3),
         "pipelined1": round(floors["pipelined1"][1], 3),
+        "pipelined4": round(floors["pipelined4"][1], 3),
         "ledger1": round(floors["ledger1"][1], 3),
+        "ledger4": round(floors["ledger4"][1], 3),
         "target4": round(target4_cpu, 3),
         "import_psycopg": round(psycopg_cpu, 3),
     }

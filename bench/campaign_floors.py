@@ -11,13 +11,17 @@ what bounds it, measured in the same run:
   pipelined     the one-connection target work while another process reads every chunk from the
                 source at the same time (binary COPY TO, discarded): a one-worker run whose source
                 reads were perfectly hidden behind its writes, still without a ledger, sharing
-                the machine's cores as such a run would.
+                the machine's cores as such a run would. Over 4 connections it bounds a 4-worker
+                run: any client that relays the rows makes the source send them and receives
+                them (here the reader) and sends them to the target (here the writers, from
+                memory); the relay adds its own work on top, the ledger more.
   with ledger   the pipelined floor with the ledger's work that must sit inside each chunk's
                 transaction in the one-database placement: dpone's compare-and-set and its
                 completion record (SqlLedger.complete_in_transaction around the same DELETE,
                 COPY and checksum). The leases are taken before the clock starts: a pipelined
                 worker could take them on another connection. It bounds a one-worker run of any
-                design that keeps the ledger's protocol.
+                design that keeps the ledger's protocol; over 4 connections (4 forked processes,
+                each with its own ledger connection), a 4-worker one.
   relay         not a floor but an estimate, run beside dpone's runs by campaign_bench.py: the
                 campaign moved with no dpone code (campaign_relay.py), each chunk relayed from the
                 source's binary COPY TO into the target's COPY FROM by the cheapest loop psycopg
@@ -153,16 +157,16 @@ def _read_and_discard(src: str, table: str, columns: str) -> None:
 
 
 def target_work_while_reading(
-    src: str, dst: str, table: str, columns: str, chunks: list[bytes]
+    src: str, dst: str, table: str, columns: str, chunks: list[bytes], connections: int = 1
 ) -> float:
-    """Seconds until both the one-connection target work and a full read of the source by
-    another process (started together) have ended."""
+    """Seconds until both the target work over ``connections`` connections and a full read of
+    the source by another process (started together) have ended."""
     reader = multiprocessing.get_context("fork").Process(
         target=_read_and_discard, args=(src, table, columns)
     )
     started = time.perf_counter()
     reader.start()
-    target_work(dst, table, columns, chunks, 1)
+    target_work(dst, table, columns, chunks, connections)
     reader.join()
     elapsed = time.perf_counter() - started
     if reader.exitcode != 0:
@@ -205,12 +209,14 @@ def floor_ledger(dst: str) -> Iterator[tuple[Any, list[Any], list[Any]]]:
 
 
 def ledger_work_while_reading(
-    src: str, dst: str, table: str, columns: str, chunks: list[bytes]
+    src: str, dst: str, table: str, columns: str, chunks: list[bytes], connections: int = 1
 ) -> float:
-    """Seconds until the one-connection target work, each chunk inside dpone's
-    complete_in_transaction (compare-and-set, then the work, then the completion record, one
-    commit), and a full read of the source by another process (started together) have ended."""
+    """Seconds until the target work, each chunk inside dpone's complete_in_transaction
+    (compare-and-set, then the work, then the completion record, one commit), and a full read of
+    the source by another process (started together) have ended. With several connections, each
+    is a forked process with its own ledger connection taking every ``connections``-th chunk."""
     from dpone.ledger.port import ChunkResult
+    from dpone.ledger.postgres import PostgresLedger
 
     days = _days()
     checksum = checksum_select(
@@ -236,19 +242,36 @@ def ledger_work_while_reading(
 
             return work
 
-        reader = multiprocessing.get_context("fork").Process(
-            target=_read_and_discard, args=(src, table, columns)
-        )
+        def complete(ledger: Any, indexes: range) -> None:
+            for i in indexes:
+                result = ledger.complete_in_transaction(leases[i], planned[i], write(i))
+                if not result.committed:
+                    raise SystemExit(f"ledger floor: chunk {planned[i].index} not committed")
+
+        def complete_in_child(indexes: range) -> None:
+            ledger = PostgresLedger(dst, schema=FLOOR_LEDGER)  # never the parent's connection
+            try:
+                complete(ledger, indexes)
+            finally:
+                ledger.close()
+
+        context = multiprocessing.get_context("fork")
+        reader = context.Process(target=_read_and_discard, args=(src, table, columns))
+        workers = [
+            context.Process(target=complete_in_child, args=(range(k, DAYS, connections),))
+            for k in range(connections if connections > 1 else 0)
+        ]
         started = time.perf_counter()
         reader.start()
-        for i, chunk in enumerate(planned):
-            result = store.complete_in_transaction(leases[i], chunk, write(i))
-            if not result.committed:
-                raise SystemExit(f"ledger floor: chunk {chunk.index} not committed")
-        reader.join()
+        for worker in workers:
+            worker.start()
+        if not workers:
+            complete(store, range(DAYS))
+        for process in [*workers, reader]:
+            process.join()
         elapsed = time.perf_counter() - started
-    if reader.exitcode != 0:
-        raise SystemExit(f"ledger floor: the source reader failed (exit {reader.exitcode})")
+    if any(process.exitcode != 0 for process in [*workers, reader]):
+        raise SystemExit("ledger floor: a writing or reading process failed")
     return elapsed
 
 
