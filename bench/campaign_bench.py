@@ -422,6 +422,8 @@ def print_floors(
     # 40 processes each start an interpreter and import psycopg; the target does the 4-way work;
     # nothing else (no source read, no ledger, no dpone) - spread perfectly over every core
     summary_s = (ITEMS * psycopg_cpu + target4_cpu) / cores
+    # the same with the work of the 4-process floor with the ledger (which reads the source too)
+    summary_ledger_s = (ITEMS * psycopg_cpu + floors["ledger4"][1]) / cores
     rows = {
         "target work only, 1 connection": (floors["target1"][0], "w1"),
         "the same while another process reads the source (pipelined)": (
@@ -443,6 +445,10 @@ def print_floors(
         ),
         f"summary: {ITEMS} x import psycopg + 4-way target work, CPU / {cores} cores": (
             summary_s,
+            "summary",
+        ),
+        f"summary: {ITEMS} x import psycopg + 4-process work with the ledger, CPU / {cores}": (
+            summary_ledger_s,
             "summary",
         ),
     }

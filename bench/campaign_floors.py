@@ -34,6 +34,9 @@ what bounds it, measured in the same run:
                 bound nothing; they show what is left for dpone's own code to lose or win.
   machine CPU   busy CPU seconds of the whole machine (/proc/stat) during a run, beside the CPU of
                 the dpone processes themselves: on 2 cores a run cannot end before half of it.
+                The summary's floors add 40 x ``import psycopg`` (every item is a process) to the
+                machine CPU of the 4-connection target work, or of the 4-process work with the
+                ledger (which also reads the source), spread over every core.
   installed     a no-op item re-run from the runtime wheel installed (bytecode compiled) in a fresh
                 venv, beside ``python -c 'import psycopg'`` of that venv: what a pod runs.
 """
