@@ -33,7 +33,8 @@ floors of bench/campaign_floors.py, which bound what any client of this design r
 the target's own work per chunk over 1 and 4 connections (rows read beforehand; no source, no
 ledger, no dpone), the same while another process reads the source (pipelined, 1 and 4),
 the one-connection pipelined work with dpone's compare-and-set and completion inside each chunk,
-40 x ``import psycopg`` plus that work spread over every core, and the no-op
+40 x ``import psycopg`` plus the 4-connection work (alone, or with the source read and the
+ledger) spread over every core, and the no-op
 item re-run from the runtime wheel installed in a fresh venv (``--no-wheel`` skips building it).
 
 A last pass runs w1 once more with DPONE_TIMING set (see runtime/src/dpone/timing.py) and prints
@@ -582,7 +583,7 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     )
     if old:
         runs["summary (compared)"] = functools.partial(run_summary, command, envs, old)
-    runs["summary"] = functools.partial(run_summary, command, envs, base)  # last: see the no-op
+    runs["summary"] = functools.partial(run_summary, command, envs, base)  # see the no-op below
     times: dict[str, list[float]] = {name: [] for name in runs}
     loads: dict[str, list[str]] = {name: [] for name in runs}
     run_cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}  # machine, clients
