@@ -18,6 +18,7 @@ from dpone.connectors import (
     open_source,
     table_checksum,
 )
+from dpone.connectors.base import RowChecksum
 from dpone.errors import DponeError
 from psycopg import sql
 
@@ -199,6 +200,20 @@ def test_checksum_can_be_switched_off(route: Route, mode: str) -> None:
     assert result.checksum is None
     assert result.rows == len(expected(window))
     assert pg_rows(route.sink, route.sink_schema) == expected(window)
+
+
+def test_replace_checksum_short_form_for_not_null_columns(route: Route) -> None:
+    """The target's NOT NULL columns (read from the catalog) take the cheaper SQL form; the value
+    is the one the source's full form and Python compute over the same rows."""
+    window = WINDOWS["date"]
+    create_pg(route.sink, route.sink_schema, rows=[])
+    with route.source() as source, route.open_sink("replace") as sink:
+        result = sink.write_chunk(source, window)
+        assert sink._not_null == {"id", "order_date", "created_at", "seq"}
+        assert result.checksum == source.checksum(window)
+    check = RowChecksum(list(COLUMNS))
+    check.add_many(pg_rows(route.sink, route.sink_schema))
+    assert result.checksum == check.value()
 
 
 def test_empty_chunk(route: Route) -> None:

@@ -16,7 +16,7 @@ import datetime as dt
 import selectors
 import uuid
 import weakref
-from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Hashable, Iterator, Sequence
 from typing import Any, Self
 
 import psycopg
@@ -266,23 +266,69 @@ def _canonical_sql(col: sql.Composable, oid: int) -> sql.Composable:
     return sql.SQL("{}::text").format(col)
 
 
-def row_hash_sql(columns: Sequence[tuple[str, int]]) -> sql.Composable:
-    """``hashtextextended`` of a row's canonical text (signed bigint; summed mod 2^64 in Python).
+def _row_text_sql(
+    columns: Sequence[tuple[str, int]], not_null: Collection[str] = ()
+) -> sql.Composable:
+    """A row's canonical text as one chain of ``||`` (see base.RowChecksum): fields in column-name
+    order, ``"``-quoted, NULL as ``N``, joined by ``,``.
 
-    ``COLLATE "C"`` keeps the hash on the bytes whatever the columns' collations.
+    Adjacent literals are merged (a field's quotes with the next separator) and a column in
+    ``not_null`` gets no coalesce: every ``||`` and coalesce is a call per row, and the
+    expression, not the scan, is most of what the checksum costs (measured: 410 ns a row
+    for the five-column benchmark table as first written, 290 in this form). A NULL in a column
+    named in ``not_null`` makes the whole text NULL, never a wrong text.
     """
-    fields: list[sql.Composable] = []
-    for name, oid in sorted(columns, key=lambda c: c[0]):
+    parts: list[sql.Composable | str] = []  # a str is literal text, merged with its neighbours
+    ordered = sorted(columns, key=lambda c: c[0])
+    for position, (name, oid) in enumerate(ordered):
+        comma = "," if position < len(ordered) - 1 else ""
         text = _canonical_sql(sql.Identifier(name), oid)
         if oid not in _QUOTE_FREE:
             text = sql.SQL("replace({}, '\"', '\"\"')").format(text)
-        fields.append(sql.SQL("coalesce('\"' || {} || '\"', 'N')").format(text))
-    row: sql.Composable = sql.SQL(" || ',' || ").join(fields)
+        if name in not_null:
+            parts += ['"', text, '"' + comma]
+        else:
+            field = sql.SQL("coalesce('\"' || {} || {}, {})").format(
+                text, sql.Literal('"' + comma), sql.Literal("N" + comma)
+            )
+            parts.append(field)
+    merged: list[sql.Composable] = []
+    pending = ""
+    for part in [*parts, sql.SQL("")]:
+        if isinstance(part, str):
+            pending += part
+            continue
+        if pending:
+            merged.append(sql.Literal(pending))
+            pending = ""
+        merged.append(part)
+    return sql.SQL(" || ").join(merged[:-1])
+
+
+def row_hash_sql(
+    columns: Sequence[tuple[str, int]], not_null: Collection[str] = ()
+) -> sql.Composable:
+    """``hashtextextended`` of a row's canonical text (signed bigint; summed mod 2^64 in Python).
+
+    ``COLLATE "C"`` keeps the hash on the bytes whatever the columns' collations. Columns the
+    catalog says are NOT NULL take the short form; should one hold a NULL all the same (a NOT
+    NULL constraint not yet validated), the row falls back to the full form, so the value never
+    depends on the catalog being right.
+    """
+    full = _row_text_sql(columns)
+    short = set(not_null) & {name for name, _ in columns}
+    row = sql.SQL("coalesce({}, {})").format(_row_text_sql(columns, short), full) if short else full
     return sql.SQL('hashtextextended(({}) COLLATE "C", 0)').format(row)
 
 
-def checksum_select(relation: sql.Composable, columns: Sequence[tuple[str, int]]) -> sql.Composed:
-    return sql.SQL("SELECT count(*), sum({}) FROM {}").format(row_hash_sql(columns), relation)
+def checksum_select(
+    relation: sql.Composable,
+    columns: Sequence[tuple[str, int]],
+    not_null: Collection[str] = (),
+) -> sql.Composed:
+    return sql.SQL("SELECT count(*), sum({}) FROM {}").format(
+        row_hash_sql(columns, not_null), relation
+    )
 
 
 def checksum_value(row: tuple[Any, ...] | None) -> tuple[int, str]:
@@ -335,21 +381,23 @@ def relation_checksum(
     columns: Sequence[tuple[str, int]],
     params: Sequence[object] | None = None,
     memo: tuple[StatementCache, Hashable] | None = None,
+    not_null: Collection[str] = (),
 ) -> str:
     """The checksum of every row of ``relation`` (a FROM item, or a function that builds it):
     in SQL when the server hashes like dpone, else by reading the rows (non-native types as
-    their text) into RowChecksum. ``memo`` keeps the SQL statement's text for the next call."""
+    their text) into RowChecksum. ``memo`` keeps the SQL statement's text for the next call;
+    ``not_null`` names the columns that cannot hold NULL (a cheaper expression, same value)."""
 
     def built() -> sql.Composable:
         return relation() if callable(relation) else relation
 
     if sql_checksum_supported(cur):
         if memo is None:
-            cur.execute(checksum_select(built(), columns), params)
+            cur.execute(checksum_select(built(), columns, not_null), params)
         else:
             cache, key = memo
             select = cached_statement(
-                cache, key, cur.connection, lambda: checksum_select(built(), columns)
+                cache, key, cur.connection, lambda: checksum_select(built(), columns, not_null)
             )
             cur.execute(select, params)
         return checksum_value(cur.fetchone())[1]
@@ -688,6 +736,7 @@ class PostgresSink(Sink):
             ident(key, "merge key")
         self._conn = PgConnection(dsn, spec.display())
         self._target: dict[tuple[str, ...], dict[str, int]] = {}
+        self._not_null: frozenset[str] | None = None
         self._fence_ready = False
         self._statements: StatementCache = {}
 
@@ -728,6 +777,7 @@ class PostgresSink(Sink):
             return result
         except Exception as exc:
             self._target.clear()
+            self._not_null = None
             err = translate_error(
                 exc,
                 errors.SINK_FAILED,
@@ -924,9 +974,10 @@ class PostgresSink(Sink):
                         _columns_sql(columns), self._table, _where(replaced)
                     )
 
-                key = ("checksum", replaced.column if replaced else None, tuple(typed))
+                not_null = self._not_null_columns(cur)
+                key = ("checksum", replaced.column if replaced else None, tuple(typed), not_null)
                 checksum = relation_checksum(
-                    cur, inner, typed, _params(replaced), (self._statements, key)
+                    cur, inner, typed, _params(replaced), (self._statements, key), not_null
                 )
             return ChunkWrite(rows, checksum, method)
         direct_upsert = method == "insert-select"
@@ -1025,6 +1076,18 @@ class PostgresSink(Sink):
             types = {d.name: int(d.type_code) for d in cur.description or []}
             self._target[columns] = types
         return types
+
+    def _not_null_columns(self, cur: Cursor) -> frozenset[str]:
+        """The target's NOT NULL columns, cached: the checksum's short form for them (see
+        row_hash_sql; it stays right should the catalog be wrong)."""
+        if self._not_null is None:
+            cur.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass"
+                " AND attnum > 0 AND NOT attisdropped AND attnotnull",
+                (self._table.as_string(cur.connection),),
+            )
+            self._not_null = frozenset(str(row[0]) for row in cur.fetchall())
+        return self._not_null
 
     # transactions -------------------------------------------------------------------------------
     def _external(self, connection: object | None) -> Connection | None:
