@@ -5,6 +5,9 @@ functions too (a lazy import hides a cycle from Python, not from a reader). The 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +91,21 @@ def test_nothing_imports_the_entry_point() -> None:
     assert importers == ["dpone.__main__"]
     for path in (ROOT / "generator").rglob("*.py"):
         assert "dpone.cli" not in _imports(path, set(graph)), path
+
+
+def test_the_run_entry_loads_no_connector_code() -> None:
+    """A mapped item whose chunks are all committed (a cleared task, a retry) imports the CLI,
+    the runner and the orchestrator and moves nothing: the connectors (about 9 ms of its start-up)
+    are imported only once a chunk is to move."""
+    probe = (
+        "import sys; import dpone.cli, dpone.runner, dpone.orchestrator; "
+        "print(sorted(m for m in sys.modules if m.startswith('dpone.connectors')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(RUNTIME)},
+    )
+    assert done.stdout.strip() == "[]"
