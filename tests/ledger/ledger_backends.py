@@ -69,6 +69,11 @@ class Backend:
         """Append a raw transition row (as a hand edit or a foreign writer would)."""
         raise NotImplementedError
 
+    def edit_shape_row(self, run_key: str, index: int, chunk_start: str | None) -> None:
+        """Hand-edit a stored chunk row of the campaign shape: its chunk_start text, or (None)
+        delete the row. SQL stores only."""
+        raise NotImplementedError
+
     @contextlib.contextmanager
     def hold_campaign_lock(self, run_key: str) -> Iterator[None]:
         raise NotImplementedError
@@ -136,6 +141,19 @@ class PostgresBackend(Backend):
                     row["chunk_index"],
                 ),
             )
+
+    def edit_shape_row(self, run_key: str, index: int, chunk_start: str | None) -> None:
+        table = f'"{self.schema}".campaign_chunk'
+        with self._connect() as conn:
+            if chunk_start is None:
+                conn.execute(
+                    f"DELETE FROM {table} WHERE run_key = %s AND chunk_index = %s", (run_key, index)
+                )
+            else:
+                conn.execute(
+                    f"UPDATE {table} SET chunk_start = %s WHERE run_key = %s AND chunk_index = %s",
+                    (chunk_start, run_key, index),
+                )
 
     @contextlib.contextmanager
     def hold_campaign_lock(self, run_key: str) -> Iterator[None]:
@@ -229,6 +247,19 @@ class MssqlDoubleBackend(Backend):
                     row["chunk_index"],
                 ),
             )
+
+    def edit_shape_row(self, run_key: str, index: int, chunk_start: str | None) -> None:
+        table = f'"{self.schema}__campaign_chunk"'
+        with contextlib.closing(self._raw()) as raw, raw:
+            if chunk_start is None:
+                raw.execute(
+                    f"DELETE FROM {table} WHERE run_key = ? AND chunk_index = ?", (run_key, index)
+                )
+            else:
+                raw.execute(
+                    f"UPDATE {table} SET chunk_start = ? WHERE run_key = ? AND chunk_index = ?",
+                    (chunk_start, run_key, index),
+                )
 
     @contextlib.contextmanager
     def hold_campaign_lock(self, run_key: str) -> Iterator[None]:

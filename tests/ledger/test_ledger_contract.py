@@ -234,6 +234,50 @@ def test_a_corrupt_record_is_refused_naming_campaign_and_chunk(
         assert on_lease.value.code == errors.LEDGER_CORRUPT
 
 
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        ('"1999-01-01"', "do not hash to the snapshot's plan_hash"),
+        ("1", "do not hash to the snapshot's plan_hash"),
+        ('"2024-01-02', "not JSON scalars"),
+        (None, "2 chunk rows stored, the snapshot says 3"),
+    ],
+    ids=["other-date", "other-type", "not-json", "deleted"],
+)
+def test_an_edited_shape_row_is_refused_by_initialize_and_load(
+    backend: Backend, edit: str | None, why: str
+) -> None:
+    """initialize compares the stored chunk rows with the planned ones as text and, when they
+    differ, rebuilds the stored shape to say why: a fresh store (nothing verified yet) and the
+    plain load both refuse an edited row, and the planned chunks are never taken instead."""
+    if not backend.sql:
+        pytest.skip("the local file store keeps no separate chunk rows")
+    shape = make_shape("bf-shape-edit", chunks=3)
+    backend.open().initialize(shape, "a", 5)
+    backend.edit_shape_row(shape.run_key, 2, edit)
+    for read in (
+        lambda store: store.initialize(shape, "b", 5),
+        lambda store: store.load(shape.run_key),
+    ):
+        with pytest.raises(DponeError) as caught:
+            read(backend.open())
+        assert caught.value.code == errors.LEDGER_CORRUPT
+        assert "bf-shape-edit" in caught.value.message and why in caught.value.message
+
+
+def test_a_stored_shape_row_in_another_json_spelling_is_the_same_chunk(backend: Backend) -> None:
+    """A stored bound whose text differs from the planned one but parses to the same value (JSON
+    allows spaces around a scalar) is the same chunk: initialize takes the slower path that
+    parses the rows and accepts it, as it did before comparing texts."""
+    if not backend.sql:
+        pytest.skip("the local file store keeps no separate chunk rows")
+    shape = make_shape("bf-shape-spelling", chunks=3)
+    backend.open().initialize(shape, "a", 5)
+    backend.edit_shape_row(shape.run_key, 2, ' "2024-01-02" ')
+    ledger = backend.open().initialize(shape, "b", 5)
+    assert ledger.shape.chunks == shape.chunks
+
+
 def test_campaign_lock_busy_within_the_bounded_wait(backend: Backend) -> None:
     shape = make_shape("bf-busy", chunks=2)
     store = backend.open()

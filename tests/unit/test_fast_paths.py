@@ -193,3 +193,48 @@ def test_item_env_value_falls_back_for_unusual_fields() -> None:
     item = MappingItem(Level.ONE, 3, 4)
     assert odd.item_env_value(item) == canonical_text(odd.item_payload(item))
     assert plan.item_env_value(item) == canonical_text(plan.item_payload(item))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(), st.integers(), st.booleans()))
+def test_bound_text_is_the_json_dumps_form(value: Any) -> None:
+    """The stored bound text (dpone.ledger.sql.bound_text) takes json_scalar for str and int:
+    still byte for byte what json.dumps wrote before, NUL, quotes, non-ASCII and bool included."""
+    from dpone.ledger.sql import bound_text
+
+    assert bound_text(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_plan_hash_is_kept_per_tuple_and_never_for_what_can_change() -> None:
+    """plan_hash keeps the hash of a tuple of exact chunks (immutable) by identity; an equal
+    tuple hashes equal, more tuples than are kept still hash right, and a sequence that can
+    change (a list, or objects that are not exact chunks) is hashed anew each time."""
+    spec = ChunkSpec("c", "integer", 0, 40, 1, "value")
+    chunks = plan_chunks(spec, "bf-keep")
+    first = plan_hash(chunks)
+    assert plan_hash(chunks) == first == plan_hash(tuple(list(chunks)))
+    others = [
+        plan_chunks(ChunkSpec("c", "integer", 0, n, 1, "value"), "bf-keep") for n in range(1, 20)
+    ]
+    for other in others:
+        assert plan_hash(other) == independent_fingerprint([c.canonical() for c in other])
+    assert plan_hash(chunks) == first
+    listed = list(chunks)
+    assert plan_hash(listed) == first  # type: ignore[arg-type]
+    listed.pop()
+    assert plan_hash(listed) == plan_hash(chunks[:-1]) != first  # type: ignore[arg-type]
+
+    @dataclasses.dataclass
+    class Loose:  # a chunk-like object whose bounds can change after hashing
+        index: int
+        start: int
+        end: int
+        idempotency_key: str
+
+        def canonical(self) -> dict[str, object]:
+            return dataclasses.asdict(self)
+
+    loose = (Loose(1, 0, 1, "k"),)
+    before = plan_hash(loose)  # type: ignore[arg-type]
+    loose[0].end = 2
+    assert plan_hash(loose) != before  # type: ignore[arg-type]

@@ -380,8 +380,18 @@ def backfill_run_key(dataset: str, spec: ChunkSpec, inner_mode: str) -> str:
     return "bf-" + digest[7:31]
 
 
+#: plan hashes of the last few chunk tuples, by identity (the tuple is kept, so its id stays its
+#: own): a run hashes its plan when it compiles the pack and again when the ledger checks the
+#: shape it is handed, 20 ms each for a year of hourly chunks
+_HASHED: dict[int, tuple[tuple[Chunk, ...], str]] = {}
+_HASHED_MAX = 8
+
+
 def plan_hash(chunks: tuple[Chunk, ...]) -> str:
     """``backfill_plan_hash``: the fingerprint of the canonical chunk list."""
+    hit = _HASHED.get(id(chunks))
+    if hit is not None and hit[0] is chunks:
+        return hit[1]
     parts: list[str] = []
     for chunk in chunks:
         if type(chunk) is not Chunk or type(chunk.index) is not int:
@@ -394,4 +404,9 @@ def plan_hash(chunks: tuple[Chunk, ...]) -> str:
         parts.append(
             f'{{"end":{high},"idempotency_key":{key},"index":{chunk.index},"start":{low}}}'
         )
-    return fingerprint_text("[" + ",".join(parts) + "]")
+    digest = fingerprint_text("[" + ",".join(parts) + "]")
+    if type(chunks) is tuple:  # of frozen chunks of exact str and int: it cannot change
+        if len(_HASHED) >= _HASHED_MAX:
+            _HASHED.clear()
+        _HASHED[id(chunks)] = (chunks, digest)
+    return digest
