@@ -31,7 +31,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("pack", "dpone.runner", "load_workload_pack"),
     ("ledger_open", "dpone.orchestrator", "RunContext.open_store"),
     ("initialize", "dpone.ledger.sql", "SqlLedger.initialize"),
-    ("load", "dpone.ledger.sql", "SqlLedger.load"),
+    ("load", "dpone.ledger.sql", "SqlLedger._load"),
     ("preflight", "dpone.orchestrator", "ChunkMover.preflight"),
     ("connect", "dpone.connectors.postgres", "PgConnection.get"),
     ("chunk", "dpone.orchestrator", "_run_chunk"),
