@@ -278,6 +278,33 @@ def test_a_stored_shape_row_in_another_json_spelling_is_the_same_chunk(backend: 
     assert ledger.shape.chunks == shape.chunks
 
 
+def test_committed_count_counts_chunks_ever_committed(backend: Backend) -> None:
+    """committed_count: 0 for an unknown campaign; a failed or running chunk does not count, a
+    committed one does once, however often it is read; all chunks committed = the chunk count."""
+    shape = make_shape("bf-count", chunks=4)
+    store = backend.open()
+    assert store.committed_count(shape.run_key) == 0
+    store.initialize(shape, "a", 5)
+    assert store.committed_count(shape.run_key) == 0
+    outcomes = {}
+    for chunk in shape.chunks:
+        outcome = store.acquire_lease(shape, chunk, "a", 30)
+        assert outcome.lease is not None
+        outcomes[chunk.index] = outcome.lease
+    store.complete(outcomes[1], shape.chunks[0], ChunkResult(committed=True, rows=3))
+    store.complete(outcomes[2], shape.chunks[1], ChunkResult(committed=False, error_code="X"))
+    assert store.committed_count(shape.run_key) == 1
+    assert backend.open().committed_count(shape.run_key) == 1
+    store.complete(outcomes[3], shape.chunks[2], ChunkResult(committed=True))
+    store.complete(outcomes[4], shape.chunks[3], ChunkResult(committed=True))
+    assert store.committed_count(shape.run_key) == 3
+    retry = store.acquire_lease(shape, shape.chunks[1], "b", 30)
+    assert retry.lease is not None
+    store.complete(retry.lease, shape.chunks[1], ChunkResult(committed=True))
+    assert store.committed_count(shape.run_key) == 4 == shape.chunk_count
+    assert backend.open().load(shape.run_key).complete  # type: ignore[union-attr]
+
+
 def test_campaign_lock_busy_within_the_bounded_wait(backend: Backend) -> None:
     shape = make_shape("bf-busy", chunks=2)
     store = backend.open()

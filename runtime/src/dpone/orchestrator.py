@@ -33,6 +33,7 @@ from dpone.ledger.port import (
     ChunkResult,
     Lease,
     LeaseStatus,
+    Ledger,
     LedgerStore,
 )
 from dpone.metrics import RunObserver
@@ -574,8 +575,10 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             tally.record(ChunkTiming(chunk.index, "not_started"))
         # A run that found nothing to do (a cleared task, a retry) reports the campaign as it
         # loaded it: whoever commits a campaign's last chunk reloads after its own commit and
-        # sees it complete, so this run owes no second read.
-        final = store.load(ctx.shape().run_key) if pending else ledger
+        # sees it complete, so this run owes no second read. A run that moved chunks reloads the
+        # whole campaign only once every chunk is committed: until then the count of committed
+        # chunks says it is not complete in one short read.
+        final = _reload_if_complete(store, ctx.shape()) if pending else ledger
         outcome.campaign_complete = bool(final and final.complete)
         if final is not None and final.complete:
             _write_verification(final)
@@ -646,6 +649,13 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
                     pass
     outcome.duration_ms = int((time.monotonic() - started) * 1000)
     return outcome
+
+
+def _reload_if_complete(store: LedgerStore, shape: CampaignShape) -> Ledger | None:
+    """The merged campaign when all its chunks are committed, else None (not complete)."""
+    if store.committed_count(shape.run_key) < shape.chunk_count:
+        return None
+    return store.load(shape.run_key)
 
 
 def _write_verification(ledger: Any) -> None:

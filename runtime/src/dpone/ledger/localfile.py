@@ -37,6 +37,7 @@ from dpone.ledger.port import (
     Capabilities,
     ChunkRecord,
     ChunkResult,
+    ChunkState,
     Lease,
     LeaseOutcome,
     LeaseStatus,
@@ -447,6 +448,14 @@ class LocalFileLedger:
     def load(self, run_key: str) -> Ledger | None:
         with self._locked():
             return self._ledger(run_key)
+
+    def committed_count(self, run_key: str) -> int:
+        with self._locked():
+            campaign = self._campaigns.get(run_key)
+            if campaign is None:
+                return 0
+            committed = ChunkState.COMMITTED.value
+            return sum(1 for row in campaign.latest.values() if row.state == committed)
 
     def _view(self, run_key: str, chunk: Chunk) -> tuple[CampaignEntry, ChunkRecord | None, int]:
         campaign = self._campaigns.get(run_key)

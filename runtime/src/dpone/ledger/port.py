@@ -149,6 +149,10 @@ class LedgerStore(Protocol):
       Stores that cannot do that raise NotImplementedError.
     - renew: extend an owned lease (CAS on owner and attempt) for chunks that run long.
     - cancel: mark the campaign cancelled (or undo it); acquire_lease reads it before every lease.
+    - committed_count: how many of the campaign's chunks were ever committed (0 for an unknown
+      campaign). A COMMITTED record is final, so a campaign is complete only when this is its
+      chunk count: one short read that spares a run the full load of every chunk's record
+      while the campaign cannot be complete yet.
     """
 
     capabilities: Capabilities
@@ -157,6 +161,8 @@ class LedgerStore(Protocol):
     def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger: ...
 
     def load(self, run_key: str) -> Ledger | None: ...
+
+    def committed_count(self, run_key: str) -> int: ...
 
     def acquire_lease(
         self, shape: CampaignShape, chunk: Chunk, owner: str, lease_seconds: float

@@ -749,6 +749,10 @@ class SqlLedger(ABC):
     def load(self, run_key: str) -> Ledger | None:
         return self._load(run_key, None)
 
+    def committed_count(self, run_key: str) -> int:
+        with self._transaction("committed_count", TxMode.READ) as tx:
+            return len(tx.committed_marks(run_key))
+
     def _load(self, run_key: str, planned: CampaignShape | None) -> Ledger | None:
         with self._transaction("load", TxMode.READ) as tx:
             head = tx.campaign_head(run_key)
