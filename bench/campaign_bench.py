@@ -77,6 +77,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from campaign_floors import (
     installed_runtime,
+    ledger_work_leasing_while_reading,
     ledger_work_while_reading,
     machine_busy_s,
     read_chunks,
@@ -406,6 +407,7 @@ def measure_floors(
         "pipelined1": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks),
         "pipelined4": lambda: target_work_while_reading(src, dst, table, COLUMNS, chunks, 4),
         "ledger1": lambda: ledger_work_while_reading(src, dst, table, COLUMNS, chunks),
+        "leasing1": lambda: ledger_work_leasing_while_reading(src, dst, table, COLUMNS, chunks),
         "ledger4": lambda: ledger_work_while_reading(src, dst, table, COLUMNS, chunks, 4),
     }
     found: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
@@ -439,9 +441,9 @@ def print_floors(
 ) -> dict[str, Any]:
     """What bounds each goal: the floors beside the goals, as ratios to the same pipe."""
     cores = os.cpu_count() or 1
-    psycopg_cpu = starts["floor: python -c 'import psycopg'"][1]
+    psycopg_wall, psycopg_cpu, _ = starts["floor: python -c 'import psycopg'"]
     if "floor: installed venv, import psycopg" in starts:
-        psycopg_cpu = starts["floor: installed venv, import psycopg"][1]
+        psycopg_wall, psycopg_cpu, _ = starts["floor: installed venv, import psycopg"]
     target4_s, target4_cpu = floors["target4"]
     # 40 processes each start an interpreter and import psycopg; the target does the 4-way work;
     # nothing else (no source read, no ledger, no dpone) - spread perfectly over every core
@@ -458,6 +460,14 @@ def print_floors(
             floors["ledger1"][0],
             "w1",
         ),
+        "the same with the leases inside the clock, taken ahead by another process": (
+            floors["leasing1"][0],
+            "w1",
+        ),
+        "the same + the process's start (python + import psycopg, measured above)": (
+            floors["leasing1"][0] + psycopg_wall,
+            "w1",
+        ),
         "target work only, 4 connections": (target4_s, "w4"),
         "4 connections while another process reads the source (pipelined)": (
             floors["pipelined4"][0],
@@ -465,6 +475,10 @@ def print_floors(
         ),
         "the same with dpone's compare-and-set and completion, 4 processes": (
             floors["ledger4"][0],
+            "w4",
+        ),
+        "the same + the process's start (python + import psycopg), 4 processes": (
+            floors["ledger4"][0] + psycopg_wall,
             "w4",
         ),
         f"summary: {ITEMS} x import psycopg + 4-way target work, CPU / {cores} cores": (
@@ -496,6 +510,7 @@ def print_floors(
         "pipelined1": round(floors["pipelined1"][1], 3),
         "pipelined4": round(floors["pipelined4"][1], 3),
         "ledger1": round(floors["ledger1"][1], 3),
+        "leasing1": round(floors["leasing1"][1], 3),
         "ledger4": round(floors["ledger4"][1], 3),
         "target4": round(target4_cpu, 3),
         "import_psycopg": round(psycopg_cpu, 3),

@@ -22,6 +22,14 @@ what bounds it, measured in the same run:
                 worker could take them on another connection. It bounds a one-worker run of any
                 design that keeps the ledger's protocol; over 4 connections (4 forked processes,
                 each with its own ledger connection), a 4-worker one.
+  leasing       the one-connection floor with the ledger, with the leases inside the clock: a
+                forked process takes every chunk's lease (one committed transaction each, as
+                dpone's acquire_lease) as fast as it can from the start, the writer waiting only
+                for the lease of the chunk it is about to write. The fence needs each chunk's
+                lease committed before its data; no one-worker design hides the leases better
+                than an unbounded lease-ahead on another core. campaign_bench.py adds to it, and
+                to the 4-process floor with the ledger, the process's start (python + ``import
+                psycopg``, measured in the same run): every ``dpone run`` is a process.
   relay         not a floor but an estimate, run beside dpone's runs by campaign_bench.py: the
                 campaign moved with no dpone code (campaign_relay.py), each chunk relayed from the
                 source's binary COPY TO into the target's COPY FROM by the cheapest loop psycopg
@@ -186,35 +194,81 @@ def target_work_while_reading(
 FLOOR_LEDGER = "bench_floor_audit"
 
 
-@contextlib.contextmanager
-def floor_ledger(dst: str) -> Iterator[tuple[Any, list[Any], list[Any]]]:
-    """A fresh ledger in the target database with every daily chunk leased (before any clock
-    starts): the store, the planned chunks and their leases; dropped afterwards."""
+FLOOR_OWNER = "bench-floor"
+
+
+def _floor_shape() -> Any:
+    """The floors' campaign: the 365 daily chunks of 2023."""
     from dpone.ledger.port import CampaignShape
-    from dpone.ledger.postgres import PostgresLedger
     from dpone.plan.chunks import ChunkSpec, plan_chunks_hashed
 
-    run_key, owner = "bf-bench-floor", "bench-floor"
+    run_key = "bf-bench-floor"
     spec = ChunkSpec("order_date", "date", FIRST_DAY.isoformat(), "2024-01-01", 1, "day")
     planned, digest = plan_chunks_hashed(spec, run_key)
     assert len(planned) == DAYS
-    shape = CampaignShape(run_key, "bench", "orders", digest, "sha256:" + "0" * 64, planned)
+    return CampaignShape(run_key, "bench", "orders", digest, "sha256:" + "0" * 64, planned)
+
+
+def _lease(store: Any, shape: Any, chunk: Any) -> Any:
+    outcome = store.acquire_lease(shape, chunk, FLOOR_OWNER, 3600.0)
+    if outcome.lease is None:
+        raise SystemExit(f"ledger floor: chunk {chunk.index} not leased")
+    return outcome.lease
+
+
+@contextlib.contextmanager
+def floor_ledger(dst: str, leased: bool = True) -> Iterator[tuple[Any, list[Any], list[Any]]]:
+    """A fresh ledger in the target database with every daily chunk leased (before any clock
+    starts; none with ``leased=False``): the store, the planned chunks and their leases; dropped
+    afterwards."""
+    from dpone.ledger.postgres import PostgresLedger
+
+    shape = _floor_shape()
     with psycopg.connect(dst, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {FLOOR_LEDGER} CASCADE")
     store = PostgresLedger(dst, schema=FLOOR_LEDGER)
     try:
-        store.initialize(shape, owner, 10.0)
-        leases = []
-        for chunk in planned:
-            outcome = store.acquire_lease(shape, chunk, owner, 3600.0)
-            if outcome.lease is None:
-                raise SystemExit(f"ledger floor: chunk {chunk.index} not leased")
-            leases.append(outcome.lease)
-        yield store, list(planned), leases
+        store.initialize(shape, FLOOR_OWNER, 10.0)
+        leases = [_lease(store, shape, chunk) for chunk in shape.chunks] if leased else []
+        yield store, list(shape.chunks), leases
     finally:
         store.close()
         with psycopg.connect(dst, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {FLOOR_LEDGER} CASCADE")
+
+
+def _chunk_writer(
+    table: str, columns: str, chunks: list[bytes]
+) -> Callable[[int], Callable[[Any], Any]]:
+    """write(i): the work of chunk i inside complete_in_transaction (DELETE of its range, binary
+    COPY of its rows read beforehand, dpone's checksum query)."""
+    from dpone.ledger.port import ChunkResult
+
+    days = _days()
+    checksum = checksum_select(
+        sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
+        CHECKSUM_COLUMNS,
+        NOT_NULL,
+    )
+
+    def write(i: int) -> Callable[[Any], ChunkResult]:
+        def work(conn: Any) -> ChunkResult:
+            lower, upper = days[i]
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"DELETE FROM {table} WHERE order_date >= %s AND order_date < %s",
+                    (lower, upper),
+                )
+                with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as cp:
+                    cp.write(chunks[i])
+                rows = cur.rowcount
+                cur.execute(checksum, (lower, upper))
+                found = cur.fetchone()
+            return ChunkResult(True, rows=rows, checksum=str(found))
+
+        return work
+
+    return write
 
 
 def ledger_work_while_reading(
@@ -224,33 +278,10 @@ def ledger_work_while_reading(
     (compare-and-set, then the work, then the completion record, one commit), and a full read of
     the source by another process (started together) have ended. With several connections, each
     is a forked process with its own ledger connection taking every ``connections``-th chunk."""
-    from dpone.ledger.port import ChunkResult
     from dpone.ledger.postgres import PostgresLedger
 
-    days = _days()
-    checksum = checksum_select(
-        sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
-        CHECKSUM_COLUMNS,
-        NOT_NULL,
-    )
+    write = _chunk_writer(table, columns, chunks)
     with floor_ledger(dst) as (store, planned, leases):
-
-        def write(i: int) -> Callable[[Any], ChunkResult]:
-            def work(conn: Any) -> ChunkResult:
-                lower, upper = days[i]
-                with conn.cursor() as cur:
-                    cur.execute(
-                        f"DELETE FROM {table} WHERE order_date >= %s AND order_date < %s",
-                        (lower, upper),
-                    )
-                    with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as cp:
-                        cp.write(chunks[i])
-                    rows = cur.rowcount
-                    cur.execute(checksum, (lower, upper))
-                    found = cur.fetchone()
-                return ChunkResult(True, rows=rows, checksum=str(found))
-
-            return work
 
         def complete(ledger: Any, indexes: range) -> None:
             for i in indexes:
@@ -282,6 +313,56 @@ def ledger_work_while_reading(
         elapsed = time.perf_counter() - started
     if any(process.exitcode != 0 for process in [*workers, reader]):
         raise SystemExit("ledger floor: a writing or reading process failed")
+    return elapsed
+
+
+def _lease_every_chunk(dst: str, send: Any) -> None:
+    """In a forked process: lease the floor campaign's chunks in order on its own ledger
+    connection, each lease its own committed transaction (as dpone's acquire_lease), sending
+    each lease as soon as it is committed."""
+    from dpone.ledger.postgres import PostgresLedger
+
+    shape = _floor_shape()
+    store = PostgresLedger(dst, schema=FLOOR_LEDGER)  # never the parent's connection
+    try:
+        for chunk in shape.chunks:
+            send.send(_lease(store, shape, chunk))
+    finally:
+        store.close()
+        send.close()
+
+
+def ledger_work_leasing_while_reading(
+    src: str, dst: str, table: str, columns: str, chunks: list[bytes]
+) -> float:
+    """The one-connection floor with the ledger, with the leases inside the clock: another
+    process takes every chunk's lease (one committed transaction each, as the fence requires
+    before the chunk's data moves) as fast as it can, from the start, while a third reads the
+    source; the writer waits only for the lease of the chunk it is about to write. A one-worker
+    run of any design that keeps the ledger's protocol leases every chunk; none can hide the
+    leases better than a process that takes them all ahead, unbounded."""
+    write = _chunk_writer(table, columns, chunks)
+    with floor_ledger(dst, leased=False) as (store, planned, _):
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+        leaser = context.Process(target=_lease_every_chunk, args=(dst, send))
+        reader = context.Process(target=_read_and_discard, args=(src, table, columns))
+        started = time.perf_counter()
+        reader.start()
+        leaser.start()
+        send.close()  # the child's copy is the only writer left
+        for i, chunk in enumerate(planned):
+            lease = receive.recv()
+            if lease.chunk_index != chunk.index:
+                raise SystemExit(f"ledger floor: lease {lease.chunk_index} for chunk {chunk.index}")
+            if not store.complete_in_transaction(lease, chunk, write(i)).committed:
+                raise SystemExit(f"ledger floor: chunk {chunk.index} not committed")
+        for process in (leaser, reader):
+            process.join()
+        elapsed = time.perf_counter() - started
+        receive.close()
+    if any(process.exitcode != 0 for process in (leaser, reader)):
+        raise SystemExit("ledger floor: the leasing or the reading process failed")
     return elapsed
 
 
