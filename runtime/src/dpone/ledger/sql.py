@@ -348,10 +348,11 @@ def shape_from_rows(head: CampaignHead, rows: Sequence[ShapeRow]) -> CampaignSha
 def verified_shape(
     head: CampaignHead, rows: Sequence[ShapeRow], planned: CampaignShape | None
 ) -> CampaignShape:
-    """The stored shape, verified. When the rows are, text for text, the planned chunks' rows
-    under the same plan_hash (the common case: every run plans before it loads), the planned
-    chunks are that shape: parsing them back and hashing them again would give the same chunks
-    and hash, at a cost that grows with the campaign. Anything else is rebuilt from the rows by
+    """The stored shape, verified. ``planned`` is a shape check_shape_input accepted (chunks
+    1..n that hash to its plan_hash). When the rows are, text for text, its chunks' rows under
+    the same plan_hash (the common case: every run plans before it loads), its chunks are that
+    shape: parsing the rows back and hashing them again would give the same chunks and hash, at
+    a cost that grows with the campaign. Anything else is rebuilt from the rows by
     shape_from_rows, which names what is wrong."""
     if (
         planned is not None
