@@ -132,6 +132,13 @@ def _notes() -> dict[tuple[str, str], str]:
         ),
         ("pipeline.v1", "processes[].source"): "Exactly one of `table` or `query`.",
         ("pipeline.v1", "processes[].sink.keys"): "Required by `inner_mode: merge`.",
+        ("pipeline.v1", "processes[].sink.read_back"): (
+            "Default: `checksum`. Before each chunk commits, inside its transaction: `checksum` "
+            "compares the sink's read-back with the source's checksum of the chunk (the one "
+            "`dpone verify` computes), `count` only the row counts, `off` nothing. A difference "
+            "rolls the chunk back (`DPONE_READ_BACK_MISMATCH`); see docs/ledger.md, What "
+            "`passed` proves. Not part of the campaign's config hash."
+        ),
         ("pipeline.v1", "processes[].sink.strategy.mode"): (
             "`backfill`: chunk by chunk under the ledger (needs `backfill`). `full_refresh`: "
             "`dpone run` deletes every target row and inserts every source row in one "

@@ -251,6 +251,17 @@ SINK_FAILED = _register(
     "A constraint violation, a type mismatch or a missing target table.",
     "Fix the data or the target; re-run the task: committed chunks are skipped.",
 )
+READ_BACK_MISMATCH = _register(
+    "DPONE_READ_BACK_MISMATCH",
+    "After writing a chunk, the sink does not hold what the source holds for it (row count, or "
+    "same count with different content); the chunk's transaction was rolled back and the chunk "
+    "failed.",
+    "The target stores values differently (a narrower column rounded a timestamp into another "
+    "chunk, truncated text or a number), a trigger or default changed rows, merge keys repeat or "
+    "are NULL in the chunk, or the source changed while the chunk moved.",
+    "Widen the target column (or accept the narrowing explicitly), fix the duplicate keys, or "
+    "re-run once the source is quiet; `sink.read_back: count` or `off` trades the proof away.",
+)
 CONNECTOR_INVALID = _register(
     "DPONE_CONNECTOR_INVALID",
     "A source, sink or chunk window cannot be used as specified.",

@@ -170,7 +170,9 @@ class ChunkMover:
             source_spec, sink_spec = connector_specs(self.ctx.plan)
             cfg = self.ctx.plan.config
             self._source = open_source(source_spec, self.ctx.dsn(cfg.source.connection))
-            self._sink = open_sink(sink_spec, self.ctx.dsn(cfg.sink.connection))
+            self._sink = open_sink(
+                sink_spec, self.ctx.dsn(cfg.sink.connection), sink_options(self.ctx.plan)
+            )
         return self._source, self._sink
 
     def window(self, chunk: Chunk) -> Any:
@@ -241,7 +243,7 @@ class ChunkMover:
                 STOP.settle()  # a stop's last cancel must not land on the rollback or release
                 raise interrupted_or(exc, "the chunk's transaction was rolled back") from None
             fault_point("chunk_written")
-            return ChunkResult(True, rows=written.rows, checksum=written.checksum)
+            return committed(written)
 
         try:
             return self.store.complete_in_transaction(lease, chunk, write)
@@ -292,7 +294,7 @@ class ChunkMover:
                     ) from None
             raise error from None
         fault_point("data_committed")
-        result = ChunkResult(True, rows=written.rows, checksum=written.checksum)
+        result = committed(written)
         try:
             self.store.complete(lease, chunk, result)
         except DponeError as exc:
@@ -314,6 +316,19 @@ class ChunkMover:
                     close()
                 except Exception:
                     pass
+
+
+def committed(written: Any) -> ChunkResult:
+    """The completion of a chunk the sink wrote (and the read-back gate let through)."""
+    extra = {"source_checksum": written.source_checksum} if written.source_checksum else {}
+    return ChunkResult(True, rows=written.rows, checksum=written.checksum, extra=extra)
+
+
+def sink_options(plan: ProcessPlan) -> Any:
+    """The sink's options for ``plan``: the read-back gate's level from the manifest."""
+    from dpone.connectors.base import SinkOptions
+
+    return SinkOptions(read_back=cast(Any, plan.config.sink.read_back))
 
 
 def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:
@@ -469,6 +484,7 @@ def _run_chunk(
             rows=result.rows,
             checksum=result.checksum,
             duration_ms=int((time.monotonic() - started) * 1000),
+            source_checksum=result.extra.get("source_checksum"),
         )
     )
     return True
@@ -623,7 +639,7 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     settings.progress.start(1, f"{ctx.pack.workload.name}/{plan.name}")
     try:
         source = open_source(source_spec, ctx.dsn(cfg.source.connection))
-        sink = open_sink(sink_spec, ctx.dsn(cfg.sink.connection))
+        sink = open_sink(sink_spec, ctx.dsn(cfg.sink.connection), sink_options(plan))
         for warning in sink.preflight():
             settings.warn(warning)
         moving = time.monotonic()
@@ -638,7 +654,17 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         else:
             elapsed = int((time.monotonic() - moving) * 1000)
             outcome.method = written.method
-            tally.record(ChunkTiming(1, "committed", 1, written.rows, written.checksum, elapsed))
+            tally.record(
+                ChunkTiming(
+                    1,
+                    "committed",
+                    1,
+                    written.rows,
+                    written.checksum,
+                    elapsed,
+                    source_checksum=written.source_checksum,
+                )
+            )
     finally:
         settings.progress.finish()
         for thing in (source, sink):

@@ -21,7 +21,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.connections import require_connections, resolve_dsn
-from dpone.connectors.base import ChunkWindow, Source, SourceSpec
+from dpone.connectors.base import ChunkWindow, Source, SourceSpec, checksum_rows
 from dpone.errors import DponeError, ErrorRecord
 from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack, select_process
 from dpone.plan.chunks import Bound
@@ -64,11 +64,6 @@ class ChunkComparison:
             "target_checksum": self.target_checksum,
             "matches": self.matches,
         }
-
-
-def checksum_rows(checksum: str) -> int:
-    """The row count inside a checksum string (``scheme:count:hash``)."""
-    return int(checksum.split(":")[-2])
 
 
 def parse_chunk_ranges(text: str, total: int) -> list[int]:

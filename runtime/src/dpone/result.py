@@ -36,9 +36,11 @@ class ChunkTiming:
     checksum: str | None = None
     duration_ms: int | None = None
     error_code: str | None = None
+    #: the source's checksum of the chunk, when the read-back gate compared content
+    source_checksum: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "status": self.status,
             "attempt": self.attempt,
@@ -47,6 +49,9 @@ class ChunkTiming:
             "duration_ms": self.duration_ms,
             "error_code": self.error_code,
         }
+        if self.source_checksum is not None:
+            out["source_checksum"] = self.source_checksum
+        return out
 
 
 @dataclass

@@ -215,6 +215,7 @@ def _process(
             table=TableName(sink_raw["table"].get("schema"), sink_raw["table"]["name"]),
             keys=keys,
             strategy=strategy,
+            read_back=sink_raw.get("read_back", "checksum"),
         ),
         backfill=backfill,
         state=state,

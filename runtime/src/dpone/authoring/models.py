@@ -45,14 +45,18 @@ class SinkConfig:
     table: TableName
     keys: tuple[str, ...]
     strategy: str
+    read_back: str = "checksum"  # the read-back gate: checksum | count | off
 
     def canonical(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "connection": self.connection,
             "table": self.table.canonical(),
             "keys": list(self.keys),
             "strategy": self.strategy,
         }
+        if self.read_back != "checksum":  # the default leaves packs and fingerprints as they were
+            out["read_back"] = self.read_back
+        return out
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,12 @@ import decimal
 import math
 import re
 import struct
+import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Literal, Self
 
@@ -28,6 +30,9 @@ Bound = str | int
 InnerMode = Literal["replace", "merge", "append", "full_refresh"]
 INNER_MODES: tuple[str, ...] = ("replace", "merge", "append", "full_refresh")
 CHUNK_TYPES: tuple[str, ...] = ("date", "timestamp", "integer")
+ReadBack = Literal["checksum", "count", "off"]
+#: The read-back gate's levels (manifest ``sink.read_back``), strongest first.
+READ_BACK_LEVELS: tuple[str, ...] = ("checksum", "count", "off")
 
 #: Name and version of the checksum scheme; part of every checksum string.
 CHECKSUM_SCHEME = "rowsum-pghash64-v1"
@@ -153,12 +158,14 @@ def scope_display(window: ChunkWindow | None) -> str:
 
 @dataclass(frozen=True)
 class ChunkWrite:
-    """What one write (a chunk, or every row) wrote: its row count, its checksum (None if
-    disabled) and the path used."""
+    """What one write (a chunk, or every row) wrote: its row count, its read-back checksum (None
+    if disabled), the path used and, when the read-back gate compared content, the source's
+    checksum of the same rows."""
 
     rows: int
     checksum: str | None
     method: str
+    source_checksum: str | None = None
 
 
 FENCE_TABLE = "dpone_chunk_fence"
@@ -205,17 +212,31 @@ class ChunkFence:
 class SinkOptions:
     """Tuning knobs; the defaults are what the orchestrator uses.
 
-    ``checksum=False`` skips the read-back pass (measured separately in bench/data_bench.py).
+    ``read_back`` is the gate (see :class:`ReadBackGate`): ``checksum`` compares the sink's
+    read-back with the source's checksum of the chunk, ``count`` only the row counts, ``off``
+    nothing. ``checksum=False`` also skips the read-back pass itself (only with ``read_back``
+    off; measured separately in bench/data_bench.py).
     """
 
     checksum: bool = True
     batch_rows: int = 10_000
     copy_block_bytes: int = 4 << 20
+    read_back: ReadBack = "checksum"
 
     def __post_init__(self) -> None:
         if self.batch_rows < 1 or self.copy_block_bytes < 1:
             raise DponeError(
                 errors.CONNECTOR_INVALID, "batch_rows and copy_block_bytes must be positive"
+            )
+        if self.read_back not in READ_BACK_LEVELS:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"read_back must be one of {', '.join(READ_BACK_LEVELS)}, got {self.read_back!r}",
+            )
+        if self.read_back != "off" and not self.checksum:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"read_back {self.read_back!r} compares the sink's read-back: it needs checksum=True",
             )
 
 
@@ -254,6 +275,11 @@ class Source(ABC):
         """The window this worker reads next (None: none): a source may read it ahead while
         the current chunk is written. A hint only: the next read may ask for another window."""
 
+    def sibling(self) -> Source:
+        """A new source over the same spec and DSN with its own connections (a Source is not
+        thread-safe): the read-back gate checksums the chunk on it while the sink writes."""
+        return type(self)(self.spec, self._dsn)
+
     def read_only(self) -> Self:
         """Open this source's connections so that the database refuses writes, where it can
         (Postgres: read-only transactions; SQLite: the file opened read-only). Call it before
@@ -289,6 +315,7 @@ class Sink(ABC):
         self.spec = spec
         self.options = options
         self._dsn = dsn
+        self._twin: tuple[Source, Source] | None = None  # (source, its sibling for the gate)
 
     def write_chunk(
         self,
@@ -382,6 +409,32 @@ class Sink(ABC):
             )
         return cols
 
+    @contextmanager
+    def _read_back(self, source: Source, window: ChunkWindow | None) -> Iterator[ReadBackGate]:
+        """The read-back gate around one write transaction: entered before the write starts
+        (the source's checksum then runs beside it), ``gate.check(written)`` called by the
+        dialect after its read-back and before its commit."""
+        sibling = None
+        if self.options.read_back == "checksum":
+            if self._twin is None or self._twin[0] is not source:
+                self._close_read_back()
+                self._twin = (source, source.sibling().read_only())
+            sibling = self._twin[1]
+        gate = ReadBackGate(self.spec, self.options.read_back, window, sibling)
+        try:
+            yield gate
+        finally:
+            gate.close()
+
+    def _close_read_back(self) -> None:
+        """Close the gate's sibling source (dialects call it from close())."""
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            try:
+                twin[1].close()
+            except Exception:
+                pass
+
     def _no_external_connection(self, connection: object | None) -> None:
         if connection is not None:
             raise DponeError(
@@ -389,6 +442,106 @@ class Sink(ABC):
                 f"{self.spec.display()}: an external transaction is only supported for "
                 "Postgres sinks",
             )
+
+
+class ReadBackGate:
+    """Proves, inside the sink's transaction and before its commit, that the sink now holds what
+    the source holds for the chunk; raises DponeError(READ_BACK_MISMATCH) otherwise.
+
+    The sink's side is its read-back checksum (replace/full_refresh: the target's rows in the
+    range; merge: the target's rows whose keys the chunk carries; append: the rows this attempt
+    added). The source's side is ``Source.checksum`` (the implementation ``dpone verify`` uses)
+    computed on a sibling source in a thread while the sink writes (level ``checksum``), or the
+    number of rows the write read from the source (level ``count``). A failed comparison raises
+    before the commit, so the dialect's rollback leaves nothing of the chunk behind.
+    """
+
+    def __init__(
+        self, spec: SinkSpec, level: str, window: ChunkWindow | None, sibling: Source | None
+    ) -> None:
+        self._spec = spec
+        self.level = level
+        self._window = window
+        self._sibling = sibling
+        self._source_checksum: str | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if sibling is not None:
+            self._thread = threading.Thread(target=self._run, name="dpone-read-back", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self._sibling is not None
+        try:
+            self._source_checksum = self._sibling.checksum(self._window)
+        except BaseException as exc:  # re-raised in check(), on the writing thread
+            self._error = exc
+
+    def _source_side(self) -> str:
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._source_checksum is not None
+        return self._source_checksum
+
+    def check(self, written: ChunkWrite) -> ChunkWrite:
+        """``written`` with the source's checksum, or DponeError(READ_BACK_MISMATCH)."""
+        if self.level == "off":
+            return written
+        if written.checksum is None:
+            raise DponeError(
+                errors.CONNECTOR_INVALID,
+                f"{self._spec.display()}: the read-back gate needs the sink's read-back checksum",
+            )
+        target_rows = checksum_rows(written.checksum)
+        source_checksum = None
+        source_rows = written.rows
+        if self.level == "checksum":
+            source_checksum = self._source_side()
+            source_rows = checksum_rows(source_checksum)
+        if source_rows != target_rows:
+            self._refuse(
+                f"the source has {source_rows} row(s), the target holds {target_rows} "
+                f"({self._what()})"
+            )
+        if source_checksum is not None and source_checksum != written.checksum:
+            self._refuse(f"same count ({source_rows} row(s)), different content ({self._what()})")
+        if source_checksum is not None and written.rows != source_rows:
+            self._refuse(
+                f"the write read {written.rows} row(s) from the source, which holds "
+                f"{source_rows} now: the source changed during the move"
+            )
+        return replace(written, source_checksum=source_checksum)
+
+    def _what(self) -> str:
+        return {
+            "replace": "the target's rows in the chunk's range",
+            "full_refresh": "every row of the target",
+            "merge": "the target's rows with the chunk's keys",
+            "append": "the rows this write added",
+        }[self._spec.inner_mode]
+
+    def _refuse(self, difference: str) -> None:
+        raise DponeError(
+            errors.READ_BACK_MISMATCH,
+            f"{self._spec.display()}: read-back of {scope_display(self._window)} differs from "
+            f"the source: {difference}; the chunk's transaction was rolled back (read_back "
+            f"{self.level})",
+        )
+
+    def close(self) -> None:
+        """Stop and join the source side (a failed write leaves it running)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            assert self._sibling is not None
+            self._sibling.interrupt()
+            thread.join()
+
+
+def checksum_rows(checksum: str) -> int:
+    """The row count inside a checksum string (``scheme:count:hash``)."""
+    return int(checksum.split(":")[-2])
 
 
 # --- identifiers and SQL text ---------------------------------------------------------------------

@@ -203,6 +203,11 @@ class MssqlConnection:
         self.current: Any = None
 
     @property
+    def driver_given(self) -> Driver | None:
+        """The driver passed in (None: pyodbc, imported on first use)."""
+        return self._driver
+
+    @property
     def driver(self) -> Driver:
         if self._driver is None:
             self._driver = load_driver()
@@ -312,6 +317,9 @@ class MssqlSource(Source):
         self._columns = None
         return self.db.translate(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
 
+    def sibling(self) -> MssqlSource:
+        return MssqlSource(self.spec, self._dsn, self.db.driver_given)
+
     def close(self) -> None:
         self.db.discard()
 
@@ -347,9 +355,10 @@ class MssqlSink(Sink):
             try:
                 cur = conn.cursor()
                 cur.fast_executemany = True
-                if fence is not None:
-                    self._claim_fence(conn, cur, fence)
-                result = self._write(cur, source, window, columns)
+                with self._read_back(source, window) as gate:
+                    if fence is not None:
+                        self._claim_fence(conn, cur, fence)
+                    result = gate.check(self._write(cur, source, window, columns))
                 if fence is not None:
                     fault_point("sink_written")
                 cur.close()
@@ -395,6 +404,7 @@ class MssqlSink(Sink):
         return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
 
     def close(self) -> None:
+        self._close_read_back()
         self.db.discard()
 
     # fence --------------------------------------------------------------------------------------
@@ -536,7 +546,16 @@ class MssqlSink(Sink):
             cur.execute(f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}")
         rows = int(cur.rowcount)
         if self.options.checksum:
-            checksum = self._read_checksum(cur, columns, f"SELECT {cols} FROM {stage}", ())
+            read = f"SELECT {cols} FROM {stage}"
+            if mode == "merge":  # the target's rows whose keys the stage carries
+                on = " AND ".join(
+                    f"[s].{quote(k, 'key')} = [t].{quote(k, 'key')}" for k in self.spec.keys
+                )
+                read = (
+                    f"SELECT {_columns_sql(columns, '[t].')} FROM {self._table} AS [t] "
+                    f"WHERE EXISTS (SELECT 1 FROM {stage} AS [s] WHERE {on})"
+                )
+            checksum = self._read_checksum(cur, columns, read, ())
         cur.execute(f"DROP TABLE {stage}")
         return ChunkWrite(rows, checksum, method)
 

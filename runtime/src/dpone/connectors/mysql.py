@@ -562,10 +562,10 @@ class MysqlSink(Sink):
             try:
                 try:
                     conn.begin()
-                    with conn.cursor() as cur:
+                    with conn.cursor() as cur, self._read_back(source, window) as gate:
                         if fence is not None:
                             self._claim(cur, fence)
-                        result = self._write(cur, source, window, columns)
+                        result = gate.check(self._write(cur, source, window, columns))
                         if fence is not None:
                             fault_point("sink_written")
                     conn.commit()
@@ -679,6 +679,7 @@ class MysqlSink(Sink):
         return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
 
     def close(self) -> None:
+        self._close_read_back()
         self.db.discard()
 
     # paths --------------------------------------------------------------------------------------
@@ -799,7 +800,16 @@ class MysqlSink(Sink):
                 insert += " " + self._on_duplicate(columns)
             cur.execute(insert)
             if self.options.checksum:
-                checksum = self._read_checksum(cur, columns, f"SELECT {cols} FROM {stage}", None)
+                read = f"SELECT {cols} FROM {stage}"
+                if mode == "merge":  # the target's rows whose keys the stage carries
+                    on = " AND ".join(
+                        f"`s`.{quote(k, 'key')} = `t`.{quote(k, 'key')}" for k in self.spec.keys
+                    )
+                    read = (
+                        f"SELECT {_columns_sql(columns, '`t`.')} FROM {self._table} AS `t` "
+                        f"WHERE EXISTS (SELECT 1 FROM {stage} AS `s` WHERE {on})"
+                    )
+                checksum = self._read_checksum(cur, columns, read, None)
         finally:
             with contextlib.suppress(pymysql.err.Error):
                 cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")

@@ -769,9 +769,10 @@ class PostgresSink(Sink):
                     # set these at connect (mark_text_forms), which saves a round trip a chunk
                     with conn.cursor() as cur:
                         _set_local(cur, [value for _, value in TEXT_FORM_SETTINGS])
-                if fence is not None:
-                    self._claim_fence(conn, fence)
-                result = self._write(conn, source, window, columns)
+                with self._read_back(source, window) as gate:
+                    if fence is not None:
+                        self._claim_fence(conn, fence)
+                    result = gate.check(self._write(conn, source, window, columns))
                 if fence is not None:
                     fault_point("sink_written")
                 if saved is not None:
@@ -826,6 +827,7 @@ class PostgresSink(Sink):
         self._conn.interrupt()
 
     def close(self) -> None:
+        self._close_read_back()
         self._conn.discard()
 
     # fence --------------------------------------------------------------------------------------
@@ -958,9 +960,10 @@ class PostgresSink(Sink):
         """The inner mode around a ``fill(relation, upsert)`` that loads the rows somewhere.
 
         The checksum reads the rows back as the target's types hold them: from the replaced range
-        (the whole table for full_refresh), or from a temp stage table for merge/append (measured:
-        a RETURNING CTE costs twice as much as a second scan). COPY cannot upsert, so merge over
-        COPY always goes through the stage.
+        (the whole table for full_refresh); for append from the temp stage table (the target's
+        types, the rows this write added; measured: a RETURNING CTE costs twice as much as a
+        second scan); for merge the target's rows whose keys the stage carries, after the
+        upsert. COPY cannot upsert, so merge over COPY always goes through the stage.
         """
         mode = self.spec.inner_mode
         typed = [(c, types[c]) for c in columns]
@@ -992,7 +995,7 @@ class PostgresSink(Sink):
             )
         )
         fill(stage, False)
-        if self.options.checksum:
+        if self.options.checksum and mode == "append":
             checksum = relation_checksum(cur, stage, typed)
         insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
             self._table, _columns_sql(columns), _columns_sql(columns), stage
@@ -1001,10 +1004,28 @@ class PostgresSink(Sink):
             insert = sql.SQL("{} {}").format(insert, self._on_conflict(columns))
         cur.execute(insert)
         rows = cur.rowcount
+        if self.options.checksum and mode == "merge":
+            checksum = relation_checksum(cur, self._merged(stage, columns), typed)
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
         return ChunkWrite(rows, checksum, method)
 
     # statements ---------------------------------------------------------------------------------
+    def _merged(self, stage: sql.Composable, columns: Sequence[str]) -> sql.Composed:
+        """The target's rows whose merge keys the stage carries (a semi-join: a key repeated in
+        the stage still reads its target row once), as a FROM item."""
+        on = sql.SQL(" AND ").join(
+            sql.SQL("s.{} = t.{}").format(ident(k, "merge key"), ident(k, "merge key"))
+            for k in self.spec.keys
+        )
+        return sql.SQL(
+            "(SELECT {} FROM {} AS t WHERE EXISTS (SELECT 1 FROM {} AS s WHERE {})) AS m"
+        ).format(
+            sql.SQL(", ").join(sql.SQL("t.{}").format(ident(c, "column")) for c in columns),
+            self._table,
+            stage,
+            on,
+        )
+
     def _delete(self, cur: Cursor, window: ChunkWindow | None) -> None:
         """Delete the chunk's range, or (no window) every row of the target.
 

@@ -256,18 +256,19 @@ class SqliteSink(Sink):
                     "chunk_index INTEGER NOT NULL, attempt INTEGER NOT NULL, claimed_at TEXT, "
                     "PRIMARY KEY (campaign, chunk_index))"
                 )
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if fence is not None:
-                    self._claim_fence(conn, fence)
-                result = self._write(conn, source, window, columns)
-                if fence is not None:
-                    fault_point("sink_written")
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            with self._read_back(source, window) as gate:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if fence is not None:
+                        self._claim_fence(conn, fence)
+                    result = gate.check(self._write(conn, source, window, columns))
+                    if fence is not None:
+                        fault_point("sink_written")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
             return result
         except Exception as exc:
             what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
@@ -305,6 +306,7 @@ class SqliteSink(Sink):
                 conn.interrupt()
 
     def close(self) -> None:
+        self._close_read_back()
         self.db.close()
 
     # fence: BEGIN IMMEDIATE holds the file's write lock, which is the per-chunk lock here -------
@@ -407,8 +409,18 @@ class SqliteSink(Sink):
             rows = conn.execute(insert).rowcount
             checksum = None
             if self.options.checksum:
+                read = f"SELECT {cols} FROM temp.{stage}"
+                if mode == "merge":  # the target's rows whose keys the stage carries
+                    on = " AND ".join(
+                        f"s.{quote(k, 'key')} = t.{quote(k, 'key')}" for k in self.spec.keys
+                    )
+                    read = (
+                        f"SELECT {', '.join('t.' + quote(c, 'column') for c in columns)} "
+                        f"FROM {self._table} AS t "
+                        f"WHERE EXISTS (SELECT 1 FROM temp.{stage} AS s WHERE {on})"
+                    )
                 check = RowChecksum(columns)
-                check.add_many(conn.execute(f"SELECT {cols} FROM temp.{stage}").fetchall())
+                check.add_many(conn.execute(read).fetchall())
                 checksum = check.value()
         finally:
             conn.execute(f"DROP TABLE IF EXISTS temp.{stage}")
