@@ -195,6 +195,12 @@ class Engine:
     def matches(self, where: exp.Where | None, row: dict[str, Any], params: list[Any]) -> bool:
         if where is None:
             return True
+        exists = where.find(exp.Exists)
+        if exists is not None:  # WHERE EXISTS (SELECT 1 FROM stage AS s WHERE s.k = t.k ..)
+            sub = exists.this
+            stage = self.tables[table_key(sub.find(exp.From).this)]
+            keys = [eq.this.name for eq in sub.find_all(exp.EQ)]
+            return any(all(s[k] == row[k] for k in keys) for s in stage.rows)
         equalities = list(where.find_all(exp.EQ))
         if equalities and all(isinstance(eq.expression, exp.Placeholder) for eq in equalities):
             # WHERE a = ? AND b = ? (the fence row), parameters in order

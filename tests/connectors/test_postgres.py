@@ -194,7 +194,7 @@ def test_checksum_can_be_switched_off(route: Route, mode: str) -> None:
     create_pg(route.sink, route.sink_schema, rows=[])
     with (
         route.source() as source,
-        route.open_sink(mode, options=SinkOptions(checksum=False)) as sink,
+        route.open_sink(mode, options=SinkOptions(checksum=False, read_back="off")) as sink,
     ):
         result = sink.write_chunk(source, window)
     assert result.checksum is None
