@@ -92,11 +92,13 @@ def test_timing_reports_every_phase_of_every_chunk(
     phases = json.loads(line)["phases"]
     for name in ("chunk", "lease", "cas", "delete", "copy_in", "checksum", "completion"):
         calls, own_ns, total_ns, trips = phases[name]
-        assert calls == CHUNKS, (name, phases[name])
+        # the read-back gate: the sink's read-back and the source's checksum of every chunk
+        assert calls == CHUNKS * (2 if name == "checksum" else 1), (name, phases[name])
         assert 0 < own_ns <= total_ns, (name, phases[name])
         if name != "chunk":
             assert trips >= CHUNKS, (name, phases[name])  # every phase talks to the server
     assert phases["copy_out"][3] == CHUNKS  # the source's COPY TO, one per chunk
+    assert phases["read_back"][0] == CHUNKS  # the gate, once per chunk
     assert phases["chunk"][2] >= sum(phases[n][1] for n in ("lease", "cas", "completion"))
 
 

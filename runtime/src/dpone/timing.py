@@ -43,7 +43,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("delete", "dpone.connectors.postgres", "PostgresSink._delete"),
     ("copy_in", "dpone.connectors.postgres", "PostgresSource.copy_into"),
     ("copy_out", "dpone.connectors.postgres", "raw_copy_blocks"),
-    ("checksum", "dpone.connectors.postgres", "relation_checksum"),
+    ("checksum", "dpone.connectors.postgres", "relation_checksum"),  # sink's and source's
+    ("read_back", "dpone.connectors.base", "ReadBackGate.check"),  # the wait for the source's
 )
 
 _local = threading.local()
