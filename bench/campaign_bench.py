@@ -11,6 +11,8 @@ daily chunks, inner_mode replace.
             its read-ahead off (DPONE_READ_AHEAD_MB=0), the same code: what the read-ahead gains
   summary   the 40-item summary plan of the generated DAG file run as 8 concurrent ``dpone run``
             processes (the pool), each with the env and command taken from that file
+  gate      w1 also with ``sink.read_back: count`` and ``off`` (w1 itself runs the default,
+            ``checksum``): what the read-back gate costs; --gate-only runs just these and the pipe
   no-op     one mapped item re-run whose chunks are all committed (a cleared task), wall time
   estimates beside w1, w4 and the summary, in the same repetitions: the same campaign moved with
             no dpone code (bench/campaign_relay.py): each chunk relayed by the cheapest psycopg
@@ -103,6 +105,8 @@ DDL = (
 )
 ITEMS, POOL = 40, 8
 GOALS = {"w1": 0.5, "w4": 0.8, "summary": 0.35}
+GATE_GOAL = 0.10  # the default read-back gate (w1) loses at most 10% against read_back: off
+GATE_LEVELS = {"w1 (read_back off)": "campaign_w1_off", "w1 (read_back count)": "campaign_w1_count"}
 READ_AHEAD_OFF = "DPONE_READ_AHEAD_MB"
 RELAY = {  # the relay estimate run beside each goal's dpone run, in the same group of variants
     "w1": "w1 (relay + ledger, no dpone)",
@@ -125,7 +129,7 @@ processes:
       connection: bench_dst
       table: {{schema: {schema}, name: {table}}}
       keys: [id]
-      strategy: {{mode: backfill}}
+      strategy: {{mode: backfill}}{read_back}
     backfill:
       chunk: {{column: order_date, type: date, start: 2023-01-01, end: 2024-01-01, step: 1, unit: day}}
       inner_mode: replace
@@ -148,6 +152,12 @@ workloads:
   campaign_w1:
     manifest: campaign_w1.yaml
     airflow: {{dag_id: dpone_bench_campaign_w1}}
+  campaign_w1_count:
+    manifest: campaign_w1_count.yaml
+    airflow: {{dag_id: dpone_bench_campaign_w1_count}}
+  campaign_w1_off:
+    manifest: campaign_w1_off.yaml
+    airflow: {{dag_id: dpone_bench_campaign_w1_off}}
   campaign_w4:
     manifest: campaign_w4.yaml
     airflow: {{dag_id: dpone_bench_campaign_w4}}
@@ -244,8 +254,22 @@ def table_facts(dsn: str) -> tuple[int, int]:
 # --- the project and its generated DAG ---------------------------------------------------------------
 def write_project(folder: Path) -> Path:
     catalog = folder / "workloads.yaml"
-    for name, workers in (("campaign_w1", 1), ("campaign_w4", 4), ("campaign_summary", 1)):
-        text = MANIFEST.format(name=name, schema=SCHEMA, table=TABLE, workers=workers, audit=AUDIT)
+    for name, workers, level in (
+        ("campaign_w1", 1, None),  # the default gate, read_back: checksum
+        ("campaign_w1_count", 1, "count"),
+        ("campaign_w1_off", 1, "off"),
+        ("campaign_w4", 4, None),
+        ("campaign_summary", 1, None),
+    ):
+        read_back = f"\n      read_back: {level}" if level else ""
+        text = MANIFEST.format(
+            name=name,
+            schema=SCHEMA,
+            table=TABLE,
+            workers=workers,
+            audit=AUDIT,
+            read_back=read_back,
+        )
         (folder / f"{name}.yaml").write_text(text, encoding="utf-8")
     catalog.write_text(
         CATALOG.format(
@@ -562,6 +586,11 @@ def main() -> int:
         help="skip building the runtime wheel into a fresh venv for the installed no-op figure",
     )
     parser.add_argument(
+        "--gate-only",
+        action="store_true",
+        help="only the pipe and w1 at each read-back level (checksum, count, off)",
+    )
+    parser.add_argument(
         "--compare-src",
         help="also run w1, w4, summary and the no-op with this runtime source tree (an older "
         "checkout's runtime/src) first on PYTHONPATH, interleaved with this one in the same run",
@@ -577,6 +606,52 @@ def main() -> int:
         shutil.rmtree(folder, ignore_errors=True)
         if not args.keep:
             drop_databases(base_dsn)
+
+
+def print_gate(times: dict[str, list[float]]) -> bool:
+    """The read-back gate's cost: w1 (default, checksum) and count against off, same runs."""
+    off = statistics.median(times["w1 (read_back off)"])
+    met = True
+    for name, label in (("w1 (read_back count)", "count"), ("w1", "checksum (default)")):
+        loss = statistics.median(times[name]) / off - 1
+        goal = f" (goal <= {GATE_GOAL:.0%})" if name == "w1" else ""
+        print(f"read-back gate {label} vs off, 1 worker: {loss:+.1%}{goal}")
+        met = met and (name != "w1" or loss <= GATE_GOAL)
+    return met
+
+
+def gate_only(
+    args: argparse.Namespace,
+    src: str,
+    runs: dict[str, Callable[[], object]],
+    expected: tuple[int, int],
+    dst: str,
+) -> int:
+    """--gate-only: the pipe and w1 at each read-back level, interleaved; nothing else."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for repetition in range(args.repeat):
+        for name, run in in_turn(runs, repetition):
+            reset_target(dst)
+            before = load()
+            started = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - started)
+            if table_facts(dst) != expected:
+                raise SystemExit(f"{name}: wrong target")
+            print(f"  {name}: {times[name][-1]:.2f} s (load {before})", file=sys.stderr)
+    baseline = statistics.median(times["pipe"])
+    print(
+        f"\ncampaign_bench --gate-only: {args.rows:,} rows, 365 daily chunks, median of "
+        f"{args.repeat}, {os.cpu_count()} CPUs"
+    )
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:<24} {median:>8.2f} s {baseline / median:>6.2f} x pipe")
+    met = print_gate(times)
+    if args.json:
+        report = {name: [round(v, 3) for v in values] for name, values in times.items()}
+        print(json.dumps({"rows": args.rows, "repeat": args.repeat, "seconds": report}, indent=2))
+    return 0 if met else 1
 
 
 def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
@@ -602,6 +677,11 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())} if args.compare_src else {}
 
     runs: dict[str, Callable[[], object]] = {"pipe": lambda: run_pipe(src, dst)}
+    for name, workload in GATE_LEVELS.items():  # w1 at each read-back level, beside w1 itself
+        runs[name] = functools.partial(run_dpone, internal_command(catalog, workload), base)
+    if args.gate_only:
+        runs["w1"] = functools.partial(run_dpone, internal_command(catalog, "campaign_w1"), base)
+        return gate_only(args, src, runs, expected, dst)
     # dpone's data path with no dpone code, beside each run (see campaign_floors: estimates)
     statements = relay_statements(f"{SCHEMA}.{TABLE}", COLUMNS)
     runs[RELAY["w1"]] = functools.partial(relay_with_ledger_reading_ahead, src, dst, statements)
@@ -691,6 +771,7 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     }
     labels.update({f"{k} (compared)": f"{v} [compared]" for k, v in list(labels.items())})
     labels["w1 (read-ahead off)"] = f"{labels['w1']} [{READ_AHEAD_OFF}=0]"
+    labels.update({name: f"{labels['w1']} [{name[4:-1]}]" for name in GATE_LEVELS})
     labels[RELAY["w1"]] = "  estimate: relay + ledger, no dpone code"
     labels[RELAY["w4"]] = "  estimate: relay, 4 processes, no dpone code"
     labels[RELAY["summary"]] = f"  estimate: relay, {ITEMS} interpreters x {POOL}, no dpone"
@@ -716,6 +797,7 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
             "all_seconds": [round(v, 3) for v in values],
             "load": loads[name],
         }
+    met = print_gate(times) and met
     print(
         f"\n{'one process, median of ' + str(args.noop_repeat):<42} {'wall s':>7} {'cpu s':>7}"
         f"  {'runs > ' + str(NOOP_GOAL_S) + ' s':>12}"

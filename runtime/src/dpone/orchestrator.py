@@ -325,10 +325,13 @@ def committed(written: Any) -> ChunkResult:
 
 
 def sink_options(plan: ProcessPlan) -> Any:
-    """The sink's options for ``plan``: the read-back gate's level from the manifest."""
+    """The sink's options for ``plan``: the read-back gate's level and the columns whose
+    narrowing the manifest accepts (the gate leaves their content out, not their rows)."""
     from dpone.connectors.base import SinkOptions
 
-    return SinkOptions(read_back=cast(Any, plan.config.sink.read_back))
+    sink = plan.config.sink
+    accepted = tuple(getattr(sink, "accept_narrowing", ()))
+    return SinkOptions(read_back=cast(Any, sink.read_back), accept_narrowing=accepted)
 
 
 def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:

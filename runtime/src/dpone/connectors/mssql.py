@@ -317,8 +317,8 @@ class MssqlSource(Source):
         self._columns = None
         return self.db.translate(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
 
-    def sibling(self) -> MssqlSource:
-        return MssqlSource(self.spec, self._dsn, self.db.driver_given)
+    def sibling(self, columns: tuple[str, ...] | None = None) -> MssqlSource:
+        return MssqlSource(self._spec_of(columns), self._dsn, self.db.driver_given)
 
     def close(self) -> None:
         self.db.discard()
@@ -519,6 +519,7 @@ class MssqlSink(Sink):
         """
         mode = self.spec.inner_mode
         cols = _columns_sql(columns)
+        hashed = self._hashed(columns)
         checksum: str | None = None
         if mode in ("replace", "full_refresh"):
             replaced = window if mode == "replace" else None  # None: every row of the target
@@ -530,8 +531,8 @@ class MssqlSink(Sink):
             )
             rows = fill(self._table)
             if self.options.checksum:
-                read = f"SELECT {cols} FROM {self._table} AS [dpone_src]{where}"
-                checksum = self._read_checksum(cur, columns, read, _params(replaced))
+                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS [dpone_src]{where}"
+                checksum = self._read_checksum(cur, hashed, read, _params(replaced))
             return ChunkWrite(rows, checksum, method)
         if mode == "append" and not self.options.checksum:
             return ChunkWrite(fill(self._table), None, method)
@@ -546,16 +547,16 @@ class MssqlSink(Sink):
             cur.execute(f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}")
         rows = int(cur.rowcount)
         if self.options.checksum:
-            read = f"SELECT {cols} FROM {stage}"
+            read = f"SELECT {_columns_sql(hashed)} FROM {stage}"
             if mode == "merge":  # the target's rows whose keys the stage carries
                 on = " AND ".join(
                     f"[s].{quote(k, 'key')} = [t].{quote(k, 'key')}" for k in self.spec.keys
                 )
                 read = (
-                    f"SELECT {_columns_sql(columns, '[t].')} FROM {self._table} AS [t] "
+                    f"SELECT {_columns_sql(hashed, '[t].')} FROM {self._table} AS [t] "
                     f"WHERE EXISTS (SELECT 1 FROM {stage} AS [s] WHERE {on})"
                 )
-            checksum = self._read_checksum(cur, columns, read, ())
+            checksum = self._read_checksum(cur, hashed, read, ())
         cur.execute(f"DROP TABLE {stage}")
         return ChunkWrite(rows, checksum, method)
 

@@ -774,6 +774,7 @@ class MysqlSink(Sink):
         """
         mode = self.spec.inner_mode
         cols = _columns_sql(columns)
+        hashed = self._hashed(columns)
         checksum: str | None = None
         if mode in ("replace", "full_refresh"):
             replaced = window if mode == "replace" else None  # None: every row of the target
@@ -783,8 +784,8 @@ class MysqlSink(Sink):
             )
             rows = fill(self._table)
             if self.options.checksum:
-                read = f"SELECT {cols} FROM {self._table} AS `dpone_src`{where}"
-                checksum = self._read_checksum(cur, columns, read, _params(replaced))
+                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS `dpone_src`{where}"
+                checksum = self._read_checksum(cur, hashed, read, _params(replaced))
             return ChunkWrite(rows, checksum, method)
         if mode == "append" and not self.options.checksum:
             return ChunkWrite(fill(self._table), None, method)
@@ -800,16 +801,16 @@ class MysqlSink(Sink):
                 insert += " " + self._on_duplicate(columns)
             cur.execute(insert)
             if self.options.checksum:
-                read = f"SELECT {cols} FROM {stage}"
+                read = f"SELECT {_columns_sql(hashed)} FROM {stage}"
                 if mode == "merge":  # the target's rows whose keys the stage carries
                     on = " AND ".join(
                         f"`s`.{quote(k, 'key')} = `t`.{quote(k, 'key')}" for k in self.spec.keys
                     )
                     read = (
-                        f"SELECT {_columns_sql(columns, '`t`.')} FROM {self._table} AS `t` "
+                        f"SELECT {_columns_sql(hashed, '`t`.')} FROM {self._table} AS `t` "
                         f"WHERE EXISTS (SELECT 1 FROM {stage} AS `s` WHERE {on})"
                     )
-                checksum = self._read_checksum(cur, columns, read, None)
+                checksum = self._read_checksum(cur, hashed, read, None)
         finally:
             with contextlib.suppress(pymysql.err.Error):
                 cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")

@@ -966,7 +966,8 @@ class PostgresSink(Sink):
         upsert. COPY cannot upsert, so merge over COPY always goes through the stage.
         """
         mode = self.spec.inner_mode
-        typed = [(c, types[c]) for c in columns]
+        hashed = self._hashed(columns)
+        typed = [(c, types[c]) for c in hashed]
         checksum: str | None = None
         if mode in ("replace", "full_refresh"):
             replaced = window if mode == "replace" else None  # None: every row of the target
@@ -976,7 +977,7 @@ class PostgresSink(Sink):
 
                 def inner() -> sql.Composable:
                     return sql.SQL("(SELECT {} FROM {} AS dpone_src{}) AS s").format(
-                        _columns_sql(columns), self._table, _where(replaced)
+                        _columns_sql(hashed), self._table, _where(replaced)
                     )
 
                 not_null = self._not_null_columns(cur)
@@ -1005,7 +1006,7 @@ class PostgresSink(Sink):
         cur.execute(insert)
         rows = cur.rowcount
         if self.options.checksum and mode == "merge":
-            checksum = relation_checksum(cur, self._merged(stage, columns), typed)
+            checksum = relation_checksum(cur, self._merged(stage, hashed), typed)
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
         return ChunkWrite(rows, checksum, method)
 

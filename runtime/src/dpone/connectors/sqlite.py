@@ -380,6 +380,7 @@ class SqliteSink(Sink):
         (BEGIN IMMEDIATE already keeps other writers out of the file until commit)."""
         mode = self.spec.inner_mode
         cols = _columns_sql(columns)
+        hashed = self._hashed(columns)
         if mode in ("replace", "full_refresh"):
             replaced = window if mode == "replace" else None  # None: every row of the target
             where = _where(replaced)
@@ -387,8 +388,8 @@ class SqliteSink(Sink):
             rows = fill(self._table)
             checksum = None
             if self.options.checksum:
-                check = RowChecksum(columns)
-                read = f"SELECT {cols} FROM {self._table} AS dpone_src{where}"
+                check = RowChecksum(hashed)
+                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS dpone_src{where}"
                 cur = conn.execute(read, _params(replaced))
                 while batch := cur.fetchmany(10_000):
                     check.add_many(batch)
@@ -409,17 +410,17 @@ class SqliteSink(Sink):
             rows = conn.execute(insert).rowcount
             checksum = None
             if self.options.checksum:
-                read = f"SELECT {cols} FROM temp.{stage}"
+                read = f"SELECT {_columns_sql(hashed)} FROM temp.{stage}"
                 if mode == "merge":  # the target's rows whose keys the stage carries
                     on = " AND ".join(
                         f"s.{quote(k, 'key')} = t.{quote(k, 'key')}" for k in self.spec.keys
                     )
                     read = (
-                        f"SELECT {', '.join('t.' + quote(c, 'column') for c in columns)} "
+                        f"SELECT {', '.join('t.' + quote(c, 'column') for c in hashed)} "
                         f"FROM {self._table} AS t "
                         f"WHERE EXISTS (SELECT 1 FROM temp.{stage} AS s WHERE {on})"
                     )
-                check = RowChecksum(columns)
+                check = RowChecksum(hashed)
                 check.add_many(conn.execute(read).fetchall())
                 checksum = check.value()
         finally:
