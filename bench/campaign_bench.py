@@ -116,7 +116,7 @@ RELAY = {  # the relay estimate run beside each goal's dpone run, in the same gr
 NOOP_GOAL_S = 0.15
 NOOP_FLOOR = "floor: installed venv, no-op subset"
 BREAKDOWN = ("lease", "cas", "sink_other", "delete", "copy_out", "copy_in", "checksum")
-BREAKDOWN += ("completion", "chunk")
+BREAKDOWN += ("read_back", "completion", "chunk")
 
 MANIFEST = """schema: dpone.pipeline.v1
 name: {name}
@@ -622,12 +622,13 @@ def print_gate(times: dict[str, list[float]]) -> bool:
 
 def gate_only(
     args: argparse.Namespace,
-    src: str,
     runs: dict[str, Callable[[], object]],
     expected: tuple[int, int],
     dst: str,
+    timing: tuple[Path, dict[str, list[str]], dict[str, str]],
 ) -> int:
-    """--gate-only: the pipe and w1 at each read-back level, interleaved; nothing else."""
+    """--gate-only: the pipe and w1 at each read-back level, interleaved; then one timed run
+    (DPONE_TIMING) of w1 at checksum and at off: the gate's phases per chunk."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for repetition in range(args.repeat):
         for name, run in in_turn(runs, repetition):
@@ -648,6 +649,18 @@ def gate_only(
         median = statistics.median(values)
         print(f"{name:<24} {median:>8.2f} s {baseline / median:>6.2f} x pipe")
     met = print_gate(times)
+    folder, commands, base = timing
+    for level, command in commands.items():
+        with timing_file(folder, f"gate_{level}") as path:
+            reset_target(dst)
+            run_dpone(command, {**base, "DPONE_TIMING": str(path)})
+            print_breakdown(
+                f"per chunk, 1 worker, read_back {level} (exclusive ms; checksum counts the "
+                "sink's read-back and the source's, which runs on its own thread beside the "
+                "write; read_back is the writer's wait for it):",
+                phase_totals(path),
+                365,
+            )
     if args.json:
         report = {name: [round(v, 3) for v in values] for name, values in times.items()}
         print(json.dumps({"rows": args.rows, "repeat": args.repeat, "seconds": report}, indent=2))
@@ -681,7 +694,11 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
         runs[name] = functools.partial(run_dpone, internal_command(catalog, workload), base)
     if args.gate_only:
         runs["w1"] = functools.partial(run_dpone, internal_command(catalog, "campaign_w1"), base)
-        return gate_only(args, src, runs, expected, dst)
+        timed = {
+            level: [*internal_command(catalog, workload)]
+            for level, workload in (("checksum", "campaign_w1"), ("off", "campaign_w1_off"))
+        }
+        return gate_only(args, runs, expected, dst, (folder, timed, base))
     # dpone's data path with no dpone code, beside each run (see campaign_floors: estimates)
     statements = relay_statements(f"{SCHEMA}.{TABLE}", COLUMNS)
     runs[RELAY["w1"]] = functools.partial(relay_with_ledger_reading_ahead, src, dst, statements)

@@ -55,7 +55,9 @@ class Column:
         if db == "sqlite":
             return "TEXT"  # SQLite keeps what it is given; dpone writes decimals and times as text
         if self.kind == "dec":
-            return ("numeric" if db == "postgres" else "DECIMAL") + f"({self.precision},{self.scale})"
+            return (
+                "numeric" if db == "postgres" else "DECIMAL"
+            ) + f"({self.precision},{self.scale})"
         if self.kind == "text":
             return f"varchar({self.precision})"
         return ("timestamp" if db == "postgres" else "DATETIME") + f"({self.precision})"
@@ -91,7 +93,12 @@ def cases(draw: st.DrawFn) -> tuple[list[Column], list[Column], list[tuple[Any, 
     for col in source:
         if col.kind == "dec":
             target.append(
-                Column(col.name, "dec", draw(st.sampled_from((18, 10))), draw(st.sampled_from((6, 2, 0))))
+                Column(
+                    col.name,
+                    "dec",
+                    draw(st.sampled_from((18, 10))),
+                    draw(st.sampled_from((6, 2, 0))),
+                )
             )
         elif col.kind == "text":
             target.append(Column(col.name, "text", draw(st.sampled_from((24, 4)))))
@@ -100,9 +107,7 @@ def cases(draw: st.DrawFn) -> tuple[list[Column], list[Column], list[tuple[Any, 
         else:
             target.append(col)
     ids = draw(st.lists(st.integers(1, 999_999), max_size=8, unique=True))
-    rows = [
-        (i, *(draw(st.none() | _values(c.kind)) for c in source)) for i in ids
-    ]
+    rows = [(i, *(draw(st.none() | _values(c.kind)) for c in source)) for i in ids]
     return source, target, rows
 
 
@@ -121,7 +126,9 @@ class Db:
         key = {"postgres": "bigint", "mysql": "BIGINT", "sqlite": "INTEGER"}[self.kind]
         self.execute(f"CREATE TABLE {table} ({q}id{q} {key} PRIMARY KEY, {cols})", None)
         if rows:
-            marks = ", ".join("?" if self.kind == "sqlite" else "%s" for _ in range(len(columns) + 1))
+            marks = ", ".join(
+                "?" if self.kind == "sqlite" else "%s" for _ in range(len(columns) + 1)
+            )
             if self.kind == "sqlite":
                 rows = [tuple(to_sqlite(v) for v in row) for row in rows]
             self.execute(f"INSERT INTO {table} VALUES ({marks})", rows)
@@ -130,7 +137,9 @@ class Db:
     def read(self, table: TableRef, columns: list[Column]) -> list[tuple[Any, ...]]:
         q = '"' if self.kind != "mysql" else "`"
         names = ", ".join(f"{q}{c}{q}" for c in ["id", *(c.name for c in columns)])
-        where = f"{q}{table.schema}{q}.{q}{table.name}{q}" if table.schema else f"{q}{table.name}{q}"
+        where = (
+            f"{q}{table.schema}{q}.{q}{table.name}{q}" if table.schema else f"{q}{table.name}{q}"
+        )
         got = self.execute(f"SELECT {names} FROM {where} ORDER BY {q}id{q}", None)
         return [
             (int(row[0]), *(_plain(c.kind, v) for c, v in zip(columns, row[1:], strict=True)))

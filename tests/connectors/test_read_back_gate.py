@@ -63,7 +63,9 @@ class Side:
 
 
 def _pg_side(pg: Pg, schema: str, name: str, ts_type: str) -> Side:
-    pg.run(f'CREATE TABLE "{schema}"."{name}" (id int PRIMARY KEY, ts {ts_type} NOT NULL, note text)')
+    pg.run(
+        f'CREATE TABLE "{schema}"."{name}" (id int PRIMARY KEY, ts {ts_type} NOT NULL, note text)'
+    )
     pg.run(f'CREATE INDEX ON "{schema}"."{name}" (ts)')
     return Side("postgres", pg.dsn, TableRef(schema, name), pg.rows, pg.run)
 
@@ -95,9 +97,7 @@ def sides(pg: Pg, my: My) -> Iterator[Callable[[str, str, bool], tuple[Side, Sid
         else:
             source = _my_side(my, db, "src", "datetime(6)")
         for row in ROWS:
-            source.run(
-                f"INSERT INTO {source.qualified} VALUES ({row[0]}, '{row[1]}', '{row[2]}')"
-            )
+            source.run(f"INSERT INTO {source.qualified} VALUES ({row[0]}, '{row[1]}', '{row[2]}')")
         if dst == "postgres":
             target = _pg_side(pg, schema, "dst", "timestamp(0)" if narrow else "timestamp(6)")
         else:

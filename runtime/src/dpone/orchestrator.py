@@ -204,6 +204,8 @@ class ChunkMover:
             interrupt = getattr(thing, "interrupt", None)
             if interrupt is not None:
                 interrupt()
+        # the read-back gate's source side, when it runs
+        getattr(self._sink, "interrupt_read_back", lambda: None)()
 
     def _release(self, lease: Lease, chunk: Chunk, failed: ChunkResult) -> None:
         """Record a FAILED completion; after a stop request, try once more when the first try
@@ -362,6 +364,7 @@ def connector_specs(plan: ProcessPlan) -> tuple[Any, Any]:
 def _interrupt(*things: Any) -> None:
     for thing in things:
         thing.interrupt()
+        getattr(thing, "interrupt_read_back", lambda: None)()
 
 
 def interrupted_or(exc: DponeError, what: str) -> DponeError:

@@ -212,7 +212,7 @@ class ChunkFence:
 class SinkOptions:
     """Tuning knobs; the defaults are what the orchestrator uses.
 
-    ``read_back`` is the gate (see :class:`ReadBackGate`; ``accept_narrowing`` below): ``checksum`` compares the sink's
+    ``read_back`` is the gate (see :class:`ReadBackGate`): ``checksum`` compares the sink's
     read-back with the source's checksum of the chunk, ``count`` only the row counts, ``off``
     nothing. ``checksum=False`` also skips the read-back pass itself (only with ``read_back``
     off; measured separately in bench/data_bench.py).
@@ -239,7 +239,8 @@ class SinkOptions:
         if self.read_back != "off" and not self.checksum:
             raise DponeError(
                 errors.CONNECTOR_INVALID,
-                f"read_back {self.read_back!r} compares the sink's read-back: it needs checksum=True",
+                f"read_back {self.read_back!r} compares the sink's read-back: "
+                "it needs checksum=True",
             )
 
 
@@ -323,6 +324,7 @@ class Sink(ABC):
         self.options = options
         self._dsn = dsn
         self._twin: tuple[Source, Source] | None = None  # (source, its sibling for the gate)
+        self._gate: ReadBackGate | None = None  # the gate of the write in flight
 
     def write_chunk(
         self,
@@ -436,11 +438,18 @@ class Sink(ABC):
                 only = None if hashed == columns else hashed
                 self._twin = (source, source.sibling(only).read_only())
             sibling = self._twin[1]
-        gate = ReadBackGate(self.spec, level, window, sibling)
+        gate = self._gate = ReadBackGate(self.spec, level, window, sibling)
         try:
             yield gate
         finally:
+            self._gate = None
             gate.close()
+
+    def interrupt_read_back(self) -> None:
+        """Abort the gate's source side in flight (from another thread, like interrupt())."""
+        gate = self._gate
+        if gate is not None:
+            gate.interrupt()
 
     def _hashed(self, columns: tuple[str, ...]) -> tuple[str, ...]:
         """The columns the read-back hashes: the moved ones but those whose narrowing the
@@ -552,12 +561,16 @@ class ReadBackGate:
             f"{self.level})",
         )
 
+    def interrupt(self) -> None:
+        """Cancel the source side's statement in flight (thread-safe; a no-op when done)."""
+        if self._thread is not None and self._thread.is_alive() and self._sibling is not None:
+            self._sibling.interrupt()
+
     def close(self) -> None:
         """Stop and join the source side (a failed write leaves it running)."""
         thread = self._thread
         if thread is not None and thread.is_alive():
-            assert self._sibling is not None
-            self._sibling.interrupt()
+            self.interrupt()
             thread.join()
 
 
