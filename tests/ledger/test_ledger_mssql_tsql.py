@@ -9,7 +9,7 @@ import pytest
 import sqlglot
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.ledger.mssql import MssqlLedger, MssqlStatements, ddl_v1, odbc_connection_string
+from dpone.ledger.mssql import MIGRATIONS, MssqlLedger, MssqlStatements, odbc_connection_string
 from dpone.ledger.port import ChunkResult, LeaseStatus
 from ledger_backends import MssqlDoubleBackend, make_shape
 from ledger_mssql_double import split_statements
@@ -44,7 +44,9 @@ def test_every_statement_sent_parses_as_tsql(tmp_path: Path) -> None:
 
 def test_every_statement_the_adapter_defines_parses_as_tsql() -> None:
     sql = MssqlStatements("dpone_audit")
-    texts = [v for k, v in vars(sql).items() if k != "schema"] + ddl_v1(sql.schema)
+    texts = [v for k, v in vars(sql).items() if k != "schema"]
+    for version in sorted(MIGRATIONS):
+        texts += MIGRATIONS[version](sql.schema)
     for batch in texts:
         for statement in split_statements(batch):
             assert not isinstance(sqlglot.parse_one(statement, read="tsql"), exp.Command)

@@ -234,4 +234,5 @@ def test_eight_processes_create_the_schema_at_once(
     assert _sql(pg_dsn, f'SELECT version FROM "{pg_schema}".schema_version ORDER BY version') == [
         (1,),
         (2,),
+        (3,),
     ]

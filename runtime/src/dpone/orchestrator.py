@@ -322,8 +322,9 @@ class ChunkMover:
 
 def committed(written: Any) -> ChunkResult:
     """The completion of a chunk the sink wrote (and the read-back gate let through)."""
-    extra = {"source_checksum": written.source_checksum} if written.source_checksum else {}
-    return ChunkResult(True, rows=written.rows, checksum=written.checksum, extra=extra)
+    return ChunkResult(
+        True, rows=written.rows, checksum=written.checksum, source_checksum=written.source_checksum
+    )
 
 
 def sink_options(plan: ProcessPlan) -> Any:
@@ -490,7 +491,7 @@ def _run_chunk(
             rows=result.rows,
             checksum=result.checksum,
             duration_ms=int((time.monotonic() - started) * 1000),
-            source_checksum=result.extra.get("source_checksum"),
+            source_checksum=result.source_checksum,
         )
     )
     return True

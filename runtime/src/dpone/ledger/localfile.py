@@ -109,6 +109,7 @@ def _transition_json(
         "error_code": record.error_code,
         "error_message": record.error_message,
         "recorded_at": _stamp(now),
+        **({"source_checksum": record.source_checksum} if record.source_checksum else {}),
     }
 
 
@@ -130,6 +131,7 @@ def _stored(entry: dict[str, Any]) -> StoredTransition:
         error_code=entry.get("error_code"),
         error_message=entry.get("error_message"),
         recorded_at=_unstamp(entry.get("recorded_at")),
+        source_checksum=entry.get("source_checksum"),
     )
 
 
@@ -153,6 +155,7 @@ def _stored_json(row: StoredTransition, run_key: str) -> dict[str, Any]:
         "error_code": row.error_code,
         "error_message": row.error_message,
         "recorded_at": _stamp(row.recorded_at),
+        **({"source_checksum": row.source_checksum} if row.source_checksum else {}),
     }
 
 

@@ -187,7 +187,12 @@ def ddl_v2(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: ddl_v1, 2: ddl_v2}
+def ddl_v3(s: str) -> list[str]:
+    """Version 3: ``source_checksum`` on every transition (the read-back gate's source side)."""
+    return [f"ALTER TABLE {s}.[chunk_transition] ADD source_checksum NVARCHAR(200) NULL"]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: ddl_v3}
 
 
 def _naive_utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -235,7 +240,7 @@ class MssqlStatements:
         insert_columns = INSERT_TRANSITION_COLUMNS.replace("transition,", "[transition],")
         self.append_transition = (
             f"INSERT INTO {s}.[chunk_transition] ({insert_columns}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         self.latest_transitions = (
             f"SELECT {columns} FROM (SELECT {columns}, ROW_NUMBER() OVER "

@@ -72,6 +72,8 @@ class ChunkRecord:
     seq: int = 0
     recorded_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
+    #: the source's checksum of the chunk, when the read-back gate compared content
+    source_checksum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class ChunkResult:
     error_code: str | None = None
     error_message: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the source's checksum of the chunk, when the read-back gate compared content
+    source_checksum: str | None = None
 
 
 class LedgerStore(Protocol):

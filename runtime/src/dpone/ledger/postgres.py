@@ -123,7 +123,8 @@ VIEW_ROW_TYPE = (
     "sh_end text, sh_key text, seq bigint, chunk_index integer, transition integer, state text, "
     "attempt integer, idempotency_key text, chunk_start text, chunk_end text, lease_owner text, "
     "lease_expires_at timestamptz, started_at timestamptz, rows_moved bigint, checksum text, "
-    "error_code text, error_message text, recorded_at timestamptz, new_transition integer, "
+    "error_code text, error_message text, recorded_at timestamptz, source_checksum text, "
+    "new_transition integer, "
     "new_attempt integer, new_lease_expires_at timestamptz"
 )
 """The row both chunk functions return: the chunk view (as view_from_row reads it) + what was
@@ -197,14 +198,15 @@ def chunk_functions(s: str) -> list[str]:
         f"CREATE OR REPLACE FUNCTION {s}.close_append(p_lock_class integer, p_run_key text, "
         "p_chunk_index integer, p_key text, p_start text, p_end text, p_owner text, "
         "p_attempt integer, p_state text, p_rows bigint, p_checksum text, p_error_code text, "
-        "p_error_message text, p_lock_timeout text, p_idle_timeout text) "
+        "p_error_message text, p_source_checksum text, p_lock_timeout text, p_idle_timeout text) "
         f"RETURNS TABLE ({VIEW_ROW_TYPE}) LANGUAGE plpgsql VOLATILE AS $fn$ "
         "#variable_conflict use_column\nBEGIN "
         f"{_LOCK}"
         f"RETURN QUERY WITH v AS ({view}), ins AS (INSERT INTO {s}.chunk_transition "
         f"({INSERT_TRANSITION_COLUMNS}) "
         "SELECT p_run_key, p_chunk_index, v.transition + 1, p_state, v.attempt, p_key, p_start, "
-        "p_end, p_owner, NULL, v.started_at, p_rows, p_checksum, p_error_code, p_error_message "
+        "p_end, p_owner, NULL, v.started_at, p_rows, p_checksum, p_error_code, p_error_message, "
+        "p_source_checksum "
         f"FROM v WHERE {_SAME_CHUNK} AND {_SAME_RECORD} AND v.state = 'running' AND "
         "v.lease_owner = p_owner AND v.attempt = p_attempt AND v.lease_expires_at IS NOT NULL "
         f"{_RETURNING}; "
@@ -233,7 +235,20 @@ def ddl_v2(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: ddl_v1, 2: ddl_v2}
+def ddl_v3(s: str) -> list[str]:
+    """Version 3: ``source_checksum`` on every transition (the read-back gate's source side);
+    both chunk functions return and close_append writes it, so they are replaced."""
+    return [
+        f"ALTER TABLE {s}.chunk_transition ADD COLUMN IF NOT EXISTS source_checksum text",
+        f"DROP FUNCTION IF EXISTS {s}.lease_append(integer, text, integer, text, text, text, "
+        "text, double precision, text, text)",
+        f"DROP FUNCTION IF EXISTS {s}.close_append(integer, text, integer, text, text, text, "
+        "text, integer, text, bigint, text, text, text, text, text)",
+        *chunk_functions(s),
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: ddl_v3}
 
 
 class PostgresStatements:
@@ -273,11 +288,11 @@ class PostgresStatements:
         self.close_append = (
             f"SELECT * FROM {s}.close_append(%s::integer, %s::text, %s::integer, %s::text, "
             "%s::text, %s::text, %s::text, %s::integer, %s::text, %s::bigint, %s::text, %s::text, "
-            "%s::text, %s::text, %s::text)"
+            "%s::text, %s::text, %s::text, %s::text)"
         )
         self.append_transition = (
             f"INSERT INTO {s}.chunk_transition ({INSERT_TRANSITION_COLUMNS}) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
         )
         self.latest_transitions = (
             f"SELECT DISTINCT ON (chunk_index) {TRANSITION_COLUMNS} FROM {s}.chunk_transition "
@@ -397,8 +412,8 @@ class PostgresTx:
         row = self._one(query, params)
         self.store.pending_chunk_lock = None
         assert row is not None
-        appended = None if row[23] is None else Appended(int(row[23]), int(row[24]), row[25])
-        return view_from_row(row[:23]), appended
+        appended = None if row[24] is None else Appended(int(row[24]), int(row[25]), row[26])
+        return view_from_row(row[:24]), appended
 
     def _lock_params(self, run_key: str, chunk: Chunk) -> list[Any]:
         shape = ShapeRow.of(chunk)
@@ -442,6 +457,7 @@ class PostgresTx:
             result.checksum,
             result.error_code,
             stored_text(message),
+            result.source_checksum,
             *self._timeouts(),
         ]
         return self._combined(self.sql.close_append, params)

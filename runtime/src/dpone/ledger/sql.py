@@ -42,7 +42,7 @@ from dpone.plan.canonical import json_scalar
 from dpone.plan.chunks import Bound, Chunk, plan_hash
 from dpone.redaction import redact_text
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The audit-schema version this release writes; a newer stored version is refused.
 
 Version 2 adds ``committed_chunk``: one row per chunk ever committed, written in the same
@@ -197,6 +197,7 @@ class StoredTransition:
     error_code: str | None
     error_message: str | None
     recorded_at: dt.datetime | None
+    source_checksum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,7 @@ class NewTransition:
     checksum: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    source_checksum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,7 @@ def validate_transition(
         seq=row.seq,
         recorded_at=row.recorded_at,
         started_at=row.started_at,
+        source_checksum=row.source_checksum,
     )
 
 
@@ -529,6 +532,7 @@ def completion_record(
         checksum=result.checksum,
         error_code=result.error_code,
         error_message=stored_text(result.error_message),
+        source_checksum=result.source_checksum,
     )
 
 
@@ -945,13 +949,14 @@ def rows_as_shape(rows: Iterator[Sequence[Any]] | Sequence[Sequence[Any]]) -> li
 TRANSITION_COLUMNS = (
     "seq, chunk_index, transition, state, attempt, idempotency_key, chunk_start, chunk_end, "
     "lease_owner, lease_expires_at, started_at, rows_moved, checksum, error_code, error_message, "
-    "recorded_at"
+    "recorded_at, source_checksum"
 )
 """The transition columns every dialect selects, in the order ``transition_from_row`` reads."""
 
 INSERT_TRANSITION_COLUMNS = (
     "run_key, chunk_index, transition, state, attempt, idempotency_key, chunk_start, chunk_end, "
-    "lease_owner, lease_expires_at, started_at, rows_moved, checksum, error_code, error_message"
+    "lease_owner, lease_expires_at, started_at, rows_moved, checksum, error_code, error_message, "
+    "source_checksum"
 )
 
 
@@ -973,6 +978,7 @@ def transition_params(run_key: str, record: NewTransition) -> tuple[Any, ...]:
         record.checksum,
         record.error_code,
         record.error_message,
+        record.source_checksum,
     )
 
 
@@ -994,6 +1000,7 @@ def transition_from_row(row: Sequence[Any]) -> StoredTransition:
         error_code=row[13],
         error_message=row[14],
         recorded_at=optional_utc(row[15]),
+        source_checksum=row[16],
     )
 
 
@@ -1038,11 +1045,11 @@ def campaign_from_row(row: Sequence[Any]) -> CampaignHead:
 
 
 def view_from_row(row: Sequence[Any]) -> ChunkView:
-    """Decode the chunk-view row: now, campaign found/cancelled/reason, shape (3), transition (16)."""
+    """Decode the chunk-view row: now, campaign found/cancelled/reason, shape (3), transition (17)."""
     shape = None
     if row[4] is not None:
         shape = ShapeRow(int(row[3]), str(row[4]), str(row[5]), str(row[6]))
-    latest = None if row[7] is None else transition_from_row(row[7:23])
+    latest = None if row[7] is None else transition_from_row(row[7:24])
     return ChunkView(
         now=utc(row[0]),
         campaign_found=row[1] is not None,
