@@ -155,6 +155,16 @@ def _process(
     sink_raw = raw["sink"]
     strategy = sink_raw["strategy"]["mode"]
     keys = tuple(sink_raw.get("keys", ()))
+    accepted = tuple(sink_raw.get("accept_narrowing", ()))
+    listed = src.get("columns")
+    for i, column in enumerate(accepted):
+        if listed is not None and column not in listed:
+            out.add(
+                errors.MANIFEST_INVALID,
+                f"process {name!r}: sink.accept_narrowing names {column!r}, which is not among "
+                "source.columns",
+                doc.locate((*path, "sink", "accept_narrowing", i)),
+            )
     backfill: BackfillConfig | None = None
     bf_raw = raw.get("backfill")
     if strategy == "backfill" and bf_raw is None:
@@ -215,6 +225,11 @@ def _process(
             table=TableName(sink_raw["table"].get("schema"), sink_raw["table"]["name"]),
             keys=keys,
             strategy=strategy,
+            accept_narrowing=accepted,
+            table_location=doc.locate((*path, "sink", "table")),
+            narrowing_locations=tuple(
+                doc.locate((*path, "sink", "accept_narrowing", i)) for i in range(len(accepted))
+            ),
         ),
         backfill=backfill,
         state=state,

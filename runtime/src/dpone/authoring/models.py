@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpone.errors import Location
@@ -45,14 +45,22 @@ class SinkConfig:
     table: TableName
     keys: tuple[str, ...]
     strategy: str
+    #: Columns whose narrower target type the manifest accepts (the type preflight lets them by).
+    accept_narrowing: tuple[str, ...] = ()
+    #: Where the manifest names the target table and each accepted column, for preflight errors.
+    table_location: Location | None = field(default=None, compare=False)
+    narrowing_locations: tuple[Location, ...] = field(default=(), compare=False)
 
     def canonical(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "connection": self.connection,
             "table": self.table.canonical(),
             "keys": list(self.keys),
             "strategy": self.strategy,
         }
+        if self.accept_narrowing:  # absent when unset: existing packs keep their fingerprints
+            out["accept_narrowing"] = list(self.accept_narrowing)
+        return out
 
 
 @dataclass(frozen=True)

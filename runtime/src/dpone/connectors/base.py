@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 from dpone import errors
+from dpone.connectors.column_types import ColumnType
 from dpone.errors import DponeError
 
 Bound = str | int
@@ -253,6 +254,12 @@ class Source(ABC):
     def expect(self, window: ChunkWindow | None) -> None:  # noqa: B027 - optional hint
         """The window this worker reads next (None: none): a source may read it ahead while
         the current chunk is written. A hint only: the next read may ask for another window."""
+
+    def column_types(self) -> dict[str, ColumnType | None]:
+        """Each moved column's type as the database's catalog describes it, for the type
+        preflight (dpone.preflight); None for a column the catalog gives no type to compare
+        (a SQLite query's result). Empty when the dialect cannot describe types."""
+        return {}
 
     def read_only(self) -> Self:
         """Open this source's connections so that the database refuses writes, where it can
