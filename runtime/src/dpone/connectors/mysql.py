@@ -603,6 +603,18 @@ def _result_type(item: Any) -> ColumnType:
     return ColumnType(declared, "other")
 
 
+class _WarningCounter(pymysql.cursors.Cursor):  # type: ignore[misc]  # untyped driver
+    """A cursor that adds up the warnings of every statement it runs: executemany sends one
+    INSERT per max_stmt_length of rows, and the server reports warnings per statement."""
+
+    warnings_seen = 0
+
+    def execute(self, query: Any, args: Any = None) -> int:
+        result = super().execute(query, args)
+        self.warnings_seen += int(self.warning_count)
+        return int(result)
+
+
 # --- sink -----------------------------------------------------------------------------------------
 class MysqlSink(Sink):
     """Writes chunks into one MySQL/MariaDB table (InnoDB), one transaction per chunk."""
@@ -780,6 +792,7 @@ class MysqlSink(Sink):
 
             def fill_select(rel: str) -> int:
                 cur.execute(f"INSERT INTO {rel} ({cols}) {select}", _params(window))
+                self._no_warnings(int(cur.warning_count), "INSERT .. SELECT")
                 return int(cur.rowcount)
 
             return self._modes(cur, window, columns, fill_select, "insert-select")
@@ -815,10 +828,12 @@ class MysqlSink(Sink):
                 out.writelines("\t".join(map(tsv_field, row)) + "\n" for row in batch)
         except BinaryValue:
             marks = ", ".join("%s" for _ in columns)
-            cur.executemany(
-                f"INSERT INTO {rel} ({cols}) VALUES ({marks})",
-                [tuple(map(to_mysql, row)) for row in batch],
-            )
+            with cur.connection.cursor(_WarningCounter) as counted:
+                counted.executemany(
+                    f"INSERT INTO {rel} ({cols}) VALUES ({marks})",
+                    [tuple(map(to_mysql, row)) for row in batch],
+                )
+                self._no_warnings(counted.warnings_seen, "batched insert")
             return
         try:
             cur.execute(
@@ -841,6 +856,18 @@ class MysqlSink(Sink):
                 f"{self.spec.display()}: the server loaded {loaded} of {len(batch)} rows with "
                 f"{warnings} warning(s) (a value that does not fit its column, or a duplicate "
                 "key); the chunk was rolled back",
+            )
+
+    def _no_warnings(self, warnings: int, path: str) -> None:
+        """Strict mode makes a value that does not fit an error, but the server still rounds
+        DECIMAL scale (and trailing spaces) with a note only: any warning or note fails the
+        chunk, as it does on the LOAD DATA path, so the outcome never depends on the path."""
+        if warnings:
+            raise DponeError(
+                errors.SINK_FAILED,
+                f"{self.spec.display()}: the server changed values while writing ({path}, "
+                f"{warnings} warning(s): a value that does not fit its column, e.g. more "
+                "decimal places than the column keeps); the chunk was rolled back",
             )
 
     def _modes(
