@@ -78,13 +78,15 @@ class WorkloadPack:
 
 
 def config_hash(config: ProcessConfig) -> str:
-    """What decides the campaign's data: not mapping, workers or lease length (those may change
-    without starting a new campaign)."""
+    """What decides the campaign's data: not mapping, workers, lease length or accepted
+    narrowings (those may change without starting a new campaign: a campaign the type preflight
+    refuses mid-way can accept a narrowing and go on)."""
     bf = config.backfill
+    sink = {k: v for k, v in config.sink.canonical().items() if k != "accept_narrowing"}
     return fingerprint(
         {
             "source": config.source.canonical(),
-            "sink": config.sink.canonical(),
+            "sink": sink,
             "chunk": bf.chunk.canonical() if bf else None,
             "inner_mode": bf.inner_mode if bf else None,
         }
