@@ -339,3 +339,49 @@ def test_accept_narrowing_naming_a_column_that_is_not_moved_is_refused_at_its_li
     assert last["line"] == TABLE_LINE + 2, last  # the accept_narrowing entry
     assert "accept_narrowing names 'nope'" in str(last["message"])
     assert _transitions(sides) == 0
+
+
+FULL_REFRESH = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: moves
+    source: {{connection: src, table: {source}}}
+    sink:
+      connection: dst
+      table: {target}
+      strategy: {{mode: full_refresh}}{accept}
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("direction", ["postgres->postgres", "postgres->mysql"])
+def test_a_full_refresh_is_refused_before_it_deletes_anything(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+) -> None:
+    types = (
+        "numeric(40,12)",
+        "DECIMAL(38,10)" if direction.endswith("mysql") else "numeric(38,10)",
+    )
+    source, target = _prepare(sides, tmp_path, monkeypatch, direction, types, "1.5")
+    manifest = FULL_REFRESH.format(
+        source=source.table("src"), target=target.table("dst"), accept=""
+    )
+    (tmp_path / "moves.yaml").write_text(manifest)
+    assert _run(tmp_path) == 3
+    last = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert last["code"] == "DPONE_PREFLIGHT_FAILED" and last["line"] == TABLE_LINE, last
+    assert "column 'v'" in str(last["message"])
+    assert _target_ids(target) == [99], "the full refresh deleted or wrote rows"
+    (tmp_path / "moves.yaml").write_text(
+        FULL_REFRESH.format(
+            source=source.table("src"),
+            target=target.table("dst"),
+            accept="\n      accept_narrowing: [v]",
+        )
+    )
+    assert _run(tmp_path) == 0, capsys.readouterr().err
+    assert _target_ids(target) == [1, 2, 3]

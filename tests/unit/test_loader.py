@@ -290,6 +290,15 @@ def test_accept_narrowing_must_name_a_listed_source_column(tmp_path: Path) -> No
     assert where(problem) == ("orders.yaml", 10, 26)
 
 
+def test_accept_narrowing_names_a_column_once(tmp_path: Path) -> None:
+    manifest = backfill_manifest(
+        **{"      keys: [order_id]\n": "      keys: [order_id]\n      accept_narrowing: [a, a]\n"}
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID and "names 'a' twice" in problem.message
+    assert where(problem) == ("orders.yaml", 10, 29)
+
+
 def test_accept_narrowing_changes_the_pack_but_not_the_campaign(tmp_path: Path) -> None:
     plain = compile_project(tmp_path / "a", catalog_with(), {"orders.yaml": BACKFILL_MANIFEST})
     accepting = compile_project(

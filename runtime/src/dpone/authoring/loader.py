@@ -158,7 +158,13 @@ def _process(
     accepted = tuple(sink_raw.get("accept_narrowing", ()))
     listed = src.get("columns")
     for i, column in enumerate(accepted):
-        if listed is not None and column not in listed:
+        if column in accepted[:i]:
+            out.add(
+                errors.MANIFEST_INVALID,
+                f"process {name!r}: sink.accept_narrowing names {column!r} twice",
+                doc.locate((*path, "sink", "accept_narrowing", i)),
+            )
+        elif listed is not None and column not in listed:
             out.add(
                 errors.MANIFEST_INVALID,
                 f"process {name!r}: sink.accept_narrowing names {column!r}, which is not among "
