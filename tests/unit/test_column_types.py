@@ -254,3 +254,31 @@ def test_mssql_system_type_names() -> None:
     )
     assert narrowing(pg("text"), mssql_column_type("varchar(max)")) is not None  # a code page
     assert narrowing(pg("text"), mssql_column_type("nvarchar(max)")) is None
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "refused"),
+    [
+        (pg("uuid"), my("char(36)"), False),
+        (pg("uuid"), pg("character(36)"), False),
+        (pg("uuid"), my("varchar(36)", charset="latin1"), False),
+        (pg("uuid"), pg("character varying(32)"), True),
+        (pg("integer"), pg("character varying(11)"), False),
+        (pg("integer"), pg("character varying(10)"), True),
+        (pg("integer"), pg("character(11)"), True),  # padded with spaces
+        (pg("numeric(10,2)"), my("varchar(12)"), False),
+        (pg("numeric(10,2)"), my("varchar(11)"), True),
+        (pg("numeric"), my("varchar(100)"), True),
+        (pg("jsonb"), my("longtext", charset="latin1"), True),
+        (my("char(5)"), pg("character varying(5)"), False),  # MySQL reads CHAR trimmed
+        (my("char(5)"), pg("character varying(4)"), True),
+        (my("binary(16)"), pg("bytea"), False),  # read as exactly 16 bytes
+        (my("binary(16)"), my("varbinary(15)"), True),
+        (pg("character(5)"), pg("character varying(5)"), True),  # a cast trims the padding
+    ],
+    ids=lambda v: getattr(v, "declared", v),
+)
+def test_values_into_text_and_out_of_fixed_width(
+    source: ColumnType, target: ColumnType, refused: bool
+) -> None:
+    assert (narrowing(source, target) is not None) == refused, narrowing(source, target)

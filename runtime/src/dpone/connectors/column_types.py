@@ -108,6 +108,9 @@ def _decimal_fits(source: ColumnType, target: ColumnType) -> str | None:
 
 
 def _length_fits(source: ColumnType, target: ColumnType, unit: str) -> str | None:
+    if source.padded and not target.padded and (source.padded == "trimmed" or unit == "bytes"):
+        # read back without padding (MySQL CHAR) or as exactly n bytes: a value of at most n
+        source = ColumnType(source.declared, source.family, length=source.length)
     if source.padded or target.padded:
         same = (
             source.padded == target.padded
@@ -218,9 +221,7 @@ def narrowing(source: ColumnType, target: ColumnType) -> str | None:
         return "dpone cannot tell whether the target type holds every value of the source type"
     if target.family == "text" and source.family != "text":
         if source.family in _EXACT_AS_TEXT:
-            if target.length is None and target.charset is None and not target.padded:
-                return None
-            return "the target text column is bounded or not Unicode"
+            return _as_text(source, target)
         return _different(source, target)
     if source.family == "boolean" and target.family in ("boolean", "integer", "decimal", "float"):
         return None
@@ -249,6 +250,33 @@ def narrowing(source: ColumnType, target: ColumnType) -> str | None:
         return _length_fits(source, target, "bytes")
     if source.family in ("time", "timestamp"):
         return _to_temporal(source, target)
+    return None
+
+
+def _text_width(source: ColumnType) -> tuple[int | None, int]:
+    """The longest and shortest text of a value of an exact-as-text family (None: unbounded):
+    digits and a sign for integers, and a point for decimals; 36 for a UUID."""
+    if source.family == "integer":
+        low, high = integer_range(source)
+        return max(len(str(low)), len(str(high))), 1
+    if source.family == "decimal" and source.precision is not None:
+        return source.precision + (2 if source.scale else 1), 1
+    if source.family == "uuid":
+        return 36, 36
+    return None, 0
+
+
+def _as_text(source: ColumnType, target: ColumnType) -> str | None:
+    """A value of an exact-as-text family into a text column: its text must fit, unpadded;
+    JSON and unknown types need Unicode (numbers and UUIDs are ASCII)."""
+    longest, shortest = _text_width(source)
+    if longest is None and target.charset is not None:
+        return f"the target's character set {target.charset} cannot hold every character"
+    if target.length is not None and (longest is None or longest > target.length):
+        held = "text of any length" if longest is None else f"text of up to {longest} characters"
+        return f"the target holds up to {target.length} characters, the source's values {held}"
+    if target.padded == "kept" and shortest != target.length:
+        return "the target char(n) pads shorter values with spaces"
     return None
 
 
