@@ -385,3 +385,80 @@ def test_a_full_refresh_is_refused_before_it_deletes_anything(
     )
     assert _run(tmp_path) == 0, capsys.readouterr().err
     assert _target_ids(target) == [1, 2, 3]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("blob", [False, True], ids=["load-data", "with-a-blob-column"])
+@pytest.mark.parametrize(("value", "passes"), [("1.123456789012", False), ("1.5", True)])
+def test_an_accepted_decimal_narrowing_into_mariadb_has_one_outcome_whatever_the_columns(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    blob: bool,
+    value: str,
+    passes: bool,
+) -> None:
+    """The issue's case: numeric(40,12) -> DECIMAL(38,10) accepted; a value the server would
+    round fails the run on LOAD DATA and on the batched inserts a BLOB column selects alike."""
+    types = ("numeric(40,12)", "DECIMAL(38,10)")
+    source, target = _prepare(sides, tmp_path, monkeypatch, "postgres->mysql", types, value, "v")
+    if blob:
+        source.run(
+            f"ALTER TABLE {source.qualified('src')} ADD COLUMN b bytea DEFAULT '\\x00ff'::bytea"
+        )
+        target.run(f"ALTER TABLE {target.qualified('dst')} ADD COLUMN b LONGBLOB")
+    code = _run(tmp_path)
+    err = capsys.readouterr().err
+    if passes:
+        assert code == 0, err
+        assert _target_ids(target) == [1, 2, 3, 99]
+    else:
+        assert code != 0 and "DPONE_SINK_FAILED" in err and "warning(s)" in err, err
+        assert value not in err
+        assert _target_ids(target) == [99]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("direction", "types", "query", "refused"),
+    [
+        ("postgres->postgres", ("numeric(12,2)", "numeric(12,2)"), "v * 2 AS v", True),
+        (
+            "postgres->postgres",
+            ("numeric(12,2)", "numeric(12,2)"),
+            "(v * 2)::numeric(12,2) AS v",
+            False,
+        ),
+        ("postgres->postgres", ("timestamp(6)", "timestamp(0)"), "v", True),
+        ("mysql->postgres", ("DECIMAL(40,12)", "numeric(38,10)"), "v", True),
+        ("mysql->postgres", ("DECIMAL(12,2)", "numeric(12,2)"), "v * 2 AS v", True),
+        ("mysql->postgres", ("DECIMAL(12,2)", "numeric(30,4)"), "v * 2 AS v", False),
+    ],
+)
+def test_a_query_source_is_described_too(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+    types: tuple[str, str],
+    query: str,
+    refused: bool,
+) -> None:
+    """A query's columns by the server's description: a column taken from a table keeps its
+    type, a computed one its own (Postgres: numeric without a modifier, unbounded)."""
+    value = "2024-01-01 10:00:00" if "timestamp" in types[0] else "1.25"
+    source, target = _prepare(sides, tmp_path, monkeypatch, direction, types, value)
+    text = (tmp_path / "moves.yaml").read_text()
+    select = f"SELECT id, {query} FROM {source.qualified('src')}"
+    text = text.replace(f"table: {source.table('src')}}}", f'query: "{select}"}}')
+    (tmp_path / "moves.yaml").write_text(text)
+    code = _run(tmp_path)
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 3 and "DPONE_PREFLIGHT_FAILED" in err and "column 'v'" in err, err
+        assert _target_ids(target) == [99]
+    else:
+        assert code == 0, err
+        assert _target_ids(target) == [1, 2, 3, 99]
