@@ -263,7 +263,7 @@ def private_mysql_database(server_dsn: str) -> Iterator[str]:
         cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
         cur.execute(
             f"CREATE TABLE `{name}`.`{MYSQL.sink_table}` (id bigint NOT NULL, d date NOT NULL, "
-            "amount decimal(12,2) NOT NULL, note text, KEY (d)) ENGINE=InnoDB"
+            "amount decimal(12,2) NOT NULL, note longtext, KEY (d)) ENGINE=InnoDB"
         )
     try:
         yield server_dsn.split("?", 1)[0].rstrip("/") + "/" + name

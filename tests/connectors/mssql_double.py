@@ -52,10 +52,25 @@ TYPES: dict[str, Converter] = {
 }
 
 
+#: How sys.dm_exec_describe_first_result_set spells each of the double's types
+#: (a Table's ``declared`` overrides it per column).
+SYSTEM_TYPE_NAMES = {
+    "int": "int",
+    "date": "date",
+    "datetime2": "datetime2(7)",
+    "decimal": "decimal(18,2)",
+    "nvarchar": "nvarchar(max)",
+}
+
+
 @dataclass
 class Table:
     columns: dict[str, str]  # name -> type in TYPES
     rows: list[dict[str, Any]] = field(default_factory=list)
+    declared: dict[str, str] = field(default_factory=dict)  # name -> system_type_name
+
+    def system_type_name(self, name: str) -> str:
+        return self.declared.get(name, SYSTEM_TYPE_NAMES[self.columns.get(name, "nvarchar")])
 
     def coerce(self, name: str, value: Any) -> Any:
         return TYPES[self.columns.get(name, "nvarchar")](value)
@@ -107,6 +122,8 @@ class Engine:
             names = [c.name for c in tree.this.expressions]
             self.tables[table_key(into.this)] = Table({n: source.columns[n] for n in names})
             return [], []
+        if isinstance(tree, exp.Select) and "dm_exec_describe_first_result_set" in sql:
+            return self.describe_first_result_set(str(params[0]))
         if isinstance(tree, exp.Select):
             return self.select(tree, list(params))
         if isinstance(tree, exp.Delete):
@@ -166,6 +183,21 @@ class Engine:
                 del self.tables[table_key(table)]
             return [], []
         raise AssertionError(f"the double does not know {type(tree).__name__}: {sql}")
+
+    def describe_first_result_set(self, tsql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """(name, system_type_name) of the statement's columns, which must parse as T-SQL."""
+        inner = sqlglot.parse_one(tsql, read="tsql")
+        assert isinstance(inner, exp.Select), tsql
+        source = inner.find(exp.From).this
+        if isinstance(source, exp.Subquery):
+            inner = source.this
+            source = inner.find(exp.From).this
+        table = self.tables[table_key(source)]
+        star = any(
+            isinstance(e, exp.Star) or isinstance(e.this, exp.Star) for e in inner.expressions
+        )
+        names = list(table.columns) if star else [e.alias_or_name for e in inner.expressions]
+        return ["name", "system_type_name"], [(n, table.system_type_name(n)) for n in names]
 
     def select(
         self, tree: exp.Select, params: list[Any]

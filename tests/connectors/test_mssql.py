@@ -276,6 +276,35 @@ def test_preflight(engine: Engine) -> None:
         sqlglot.parse_one(sql, read="tsql")
 
 
+def test_column_types_are_described_by_the_server_for_tables_and_queries(engine: Engine) -> None:
+    """UNVERIFIED against a real SQL Server: the double answers the describe query from its
+    tables; the statement and the T-SQL it describes must parse."""
+    from dpone.connectors.column_types import narrowing
+    from dpone.connectors.dialect_types import pg_column_type
+    from dpone.connectors.mssql import MssqlSource
+
+    engine.tables["dbo.orders"].declared.update(customer="varchar(5)", created_at="datetime")
+    table = MssqlSource(SourceSpec("wh", TableRef("dbo", "orders")), DSN, driver=engine)  # type: ignore[arg-type]
+    described = table.column_types()
+    assert list(described) == list(TYPES)
+    amount, customer = described["amount"], described["customer"]
+    assert amount is not None and (amount.precision, amount.scale) == (18, 2)
+    assert customer is not None and customer.length == 5 and customer.charset == "code page"
+    stamp = described["created_at"]
+    assert stamp is not None and stamp.fsp == 2
+    assert narrowing(pg_column_type("timestamp without time zone"), stamp) is not None
+    assert narrowing(pg_column_type("numeric(12,2)"), amount) is None
+    query = MssqlSource(
+        SourceSpec("wh", query="SELECT id, amount FROM [dbo].[orders]"), DSN, driver=engine  # type: ignore[arg-type]
+    )
+    assert {n: t.declared for n, t in query.column_types().items() if t} == {
+        "id": "int",
+        "amount": "decimal(18,2)",
+    }
+    for sql in engine.statements():
+        sqlglot.parse_one(sql, read="tsql")
+
+
 def test_external_connection_is_refused(engine: Engine, sqlite_db: MakeDb) -> None:
     _, source = sqlite_source(sqlite_db)
     with pytest.raises(DponeError) as caught:

@@ -262,6 +262,62 @@ def test_merge_needs_keys(tmp_path: Path) -> None:
     assert where(problem) == ("orders.yaml", 12, 19)
 
 
+def test_accept_narrowing_loads_with_its_locations(tmp_path: Path) -> None:
+    manifest = backfill_manifest(
+        **{"      keys: [order_id]\n": "      keys: [order_id]\n      accept_narrowing: [a, b]\n"}
+    )
+    path = write_project(tmp_path, catalog_with(), {"orders.yaml": manifest})
+    catalog, problems = load_catalog(path)
+    assert problems == [] and catalog is not None
+    [process] = catalog.workloads[0].manifest.processes
+    sink = process.sink
+    assert sink.accept_narrowing == ("a", "b")
+    assert sink.table_location is not None and sink.table_location.line == 8
+    assert [(loc.line, loc.column) for loc in sink.narrowing_locations] == [(10, 26), (10, 29)]
+    assert sink.canonical()["accept_narrowing"] == ["a", "b"]
+
+
+def test_accept_narrowing_must_name_a_listed_source_column(tmp_path: Path) -> None:
+    manifest = backfill_manifest(
+        **{
+            "name: orders}}": "name: orders}, columns: [order_id, order_date]}",
+            "      keys: [order_id]\n": "      keys: [order_id]\n      accept_narrowing: [amount]\n",
+        }
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID
+    assert "accept_narrowing names 'amount'" in problem.message
+    assert where(problem) == ("orders.yaml", 10, 26)
+
+
+def test_accept_narrowing_names_a_column_once(tmp_path: Path) -> None:
+    manifest = backfill_manifest(
+        **{"      keys: [order_id]\n": "      keys: [order_id]\n      accept_narrowing: [a, a]\n"}
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID and "names 'a' twice" in problem.message
+    assert where(problem) == ("orders.yaml", 10, 29)
+
+
+def test_accept_narrowing_changes_the_pack_but_not_the_campaign(tmp_path: Path) -> None:
+    plain = compile_project(tmp_path / "a", catalog_with(), {"orders.yaml": BACKFILL_MANIFEST})
+    accepting = compile_project(
+        tmp_path / "b",
+        catalog_with(),
+        {
+            "orders.yaml": backfill_manifest(
+                **{
+                    "      keys: [order_id]\n": "      keys: [order_id]\n      accept_narrowing: [x]\n"
+                }
+            )
+        },
+    )
+    assert "accept_narrowing" not in plain.only_plan().config.sink.canonical()
+    assert plain.packs[0].fingerprint != accepting.packs[0].fingerprint
+    assert plain.only_plan().config_hash == accepting.only_plan().config_hash
+    assert plain.only_plan().run_key == accepting.only_plan().run_key
+
+
 def test_source_needs_exactly_one_of_table_or_query(tmp_path: Path) -> None:
     manifest = backfill_manifest(**{"name: orders}}": 'name: orders}, query: "SELECT 1"}'})
     problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))

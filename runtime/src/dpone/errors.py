@@ -337,12 +337,18 @@ OUTPUT_UNWRITABLE = _register(
 )
 PREFLIGHT_FAILED = _register(
     "DPONE_PREFLIGHT_FAILED",
-    "Before any chunk was leased, a table or column the process needs was not found; nothing "
-    "was moved or recorded as failed.",
-    "The source or target table does not exist (yet), the chunk column is not in the source, or "
-    "the target lacks a column the source moves, so every chunk would fail.",
+    "Before any chunk was leased, a table or column the process needs was not found, or a "
+    "target column can change the values it receives; nothing was moved or recorded as failed.",
+    "The source or target table does not exist (yet), the chunk column is not in the source, "
+    "the target lacks a column the source moves, so every chunk would fail; or a moved column's "
+    "target type is narrower than its source type (fewer digits or decimal places, shorter or "
+    "fixed-width text, fewer fractional seconds, a narrower integer, no time zone, a narrower "
+    "character set, another kind of value: docs/connectors.md, Type preflight), so the sink "
+    "would round, truncate or pad values without an error.",
     "Create or correct the table, or fix the process's source, sink or chunk column at the "
-    "reported manifest location, then run again.",
+    "reported manifest location, then run again. For a narrowing: widen the target column, or "
+    "list the column in `sink.accept_narrowing` when the target's form of the values is what "
+    "you want.",
 )
 VERIFY_MISMATCH = _register(
     "DPONE_VERIFY_MISMATCH",

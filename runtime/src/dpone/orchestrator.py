@@ -647,6 +647,9 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     try:
         source = open_source(source_spec, ctx.dsn(cfg.source.connection))
         sink = open_sink(sink_spec, ctx.dsn(cfg.sink.connection), sink_options(plan))
+        from dpone.preflight import require_types
+
+        require_types(plan, source_spec, sink_spec, ctx.dsn)  # refuse a narrowing before I/O
         for warning in sink.preflight():
             settings.warn(warning)
         moving = time.monotonic()

@@ -78,10 +78,15 @@ class WorkloadPack:
 
 
 def config_hash(config: ProcessConfig) -> str:
-    """What decides the campaign's data: not mapping, workers, lease length or the read-back
-    gate's level (those may change without starting a new campaign)."""
+    """What decides the campaign's data: not mapping, workers, lease length, the read-back
+    gate's level or accepted narrowings (those may change without starting a new campaign: a
+    campaign the type preflight refuses mid-way can accept a narrowing and go on)."""
     bf = config.backfill
-    sink = {k: v for k, v in config.sink.canonical().items() if k != "read_back"}
+    sink = {
+        k: v
+        for k, v in config.sink.canonical().items()
+        if k not in ("read_back", "accept_narrowing")
+    }
     return fingerprint(
         {
             "source": config.source.canonical(),

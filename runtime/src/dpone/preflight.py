@@ -1,25 +1,34 @@
-"""Refuse a run whose tables cannot work before any chunk is leased.
+"""Refuse a run whose tables cannot work, or would change values, before any chunk is leased.
 
 A missing target table used to be a warning, then every chunk of the campaign was leased, failed
 and recorded as failed. Here both sides are described read-only through the connectors (the
 source as the process reads it, the target table whole): the source must be readable and hold
-the chunk column, the target must exist and hold every column the source moves. A problem is
-DPONE_PREFLIGHT_FAILED at the process's manifest location (exit 3); a database that cannot be
-reached stays DPONE_CONNECTION_FAILED (exit 4, retry).
+the chunk column, the target must exist and hold every column the source moves, and no moved
+column's target type may be narrower than its source type (dpone.connectors.column_types: a
+narrower column rounds, truncates, pads or drops a time zone without an error on most servers)
+unless the manifest accepts it in ``sink.accept_narrowing``. A problem is DPONE_PREFLIGHT_FAILED
+at the manifest location (exit 3); a database that cannot be reached stays
+DPONE_CONNECTION_FAILED (exit 4, retry).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dpone import errors
 from dpone.connections import dsn_kind
 from dpone.connectors.base import SinkSpec, Source, SourceSpec
+from dpone.connectors.column_types import ColumnType, narrowing
 from dpone.errors import DponeError
 from dpone.pack import ProcessPlan
 
 OpenSource = Callable[[SourceSpec, str], Source]
+Types = Mapping[str, ColumnType | None]
 _UNREADABLE = (errors.SOURCE_FAILED, errors.SINK_FAILED)
+_WAY_OUT = (
+    "widen the target column(s), or list them in sink.accept_narrowing to accept that the "
+    "target changes such values"
+)
 
 
 def _open_source(spec: SourceSpec, dsn: str) -> Source:
@@ -28,16 +37,24 @@ def _open_source(spec: SourceSpec, dsn: str) -> Source:
     return open_source(spec, dsn)
 
 
-def _columns(spec: SourceSpec, dsn: str, open_source: OpenSource) -> tuple[str, ...] | str:
-    """The described columns, or the reason they could not be read (a missing table or column);
-    connection failures propagate."""
+def _describe(
+    spec: SourceSpec, dsn: str, open_source: OpenSource, types: bool = False
+) -> tuple[tuple[str, ...], Types] | str:
+    """The described columns (and their types when asked), or the reason they could not be
+    read (a missing table or column); connection failures propagate."""
     try:
         with open_source(spec, dsn).read_only() as side:
-            return side.columns()
+            columns = side.columns()
+            return columns, side.column_types() if types else {}
     except DponeError as exc:
         if exc.code not in _UNREADABLE:
             raise
         return exc.message.removeprefix(f"{spec.display()}: ")
+
+
+def _columns(spec: SourceSpec, dsn: str, open_source: OpenSource) -> tuple[str, ...] | str:
+    found = _describe(spec, dsn, open_source)
+    return found if isinstance(found, str) else found[0]
 
 
 def require_tables(
@@ -48,14 +65,18 @@ def require_tables(
     open_source: OpenSource = _open_source,
 ) -> None:
     """DPONE_PREFLIGHT_FAILED unless the source, its chunk column and the target's columns are
-    all there. ``dsn`` resolves a connection name; ``open_source`` is the connector factory."""
+    all there and no moved column narrows (see :func:`check_types`). ``dsn`` resolves a
+    connection name; ``open_source`` is the connector factory."""
     cfg = plan.config
     problems: list[str] = []
     source_dsn, target_dsn = dsn(source_spec.connection), dsn(sink_spec.connection)
-    moved = _columns(source_spec, source_dsn, open_source)
-    if isinstance(moved, str):
-        problems.append(f"the source cannot be read: {moved}")
-        moved = ()
+    described = _describe(source_spec, source_dsn, open_source, types=True)
+    source_types: Types = {}
+    if isinstance(described, str):
+        problems.append(f"the source cannot be read: {described}")
+        moved: tuple[str, ...] = ()
+    else:
+        moved, source_types = described
     chunk_column = cfg.backfill.chunk.column if cfg.backfill is not None else None
     if moved and chunk_column is not None and not _has(moved, chunk_column, source_dsn):
         probe = SourceSpec(
@@ -64,16 +85,15 @@ def require_tables(
         found = _columns(probe, source_dsn, open_source)
         if isinstance(found, str):
             problems.append(f"the source has no chunk column {chunk_column!r}: {found}")
-    target = _columns(
-        SourceSpec(sink_spec.connection, table=sink_spec.table), target_dsn, open_source
-    )
+    target_spec = SourceSpec(sink_spec.connection, table=sink_spec.table)
+    target = _describe(target_spec, target_dsn, open_source, types=True)
     if isinstance(target, str):
         problems.append(f"target table {sink_spec.table.display()!r} cannot be read: {target}")
     else:
         wanted = [*moved]
         if chunk_column is not None and sink_spec.inner_mode == "replace":
             wanted.append(chunk_column)  # replace deletes the chunk's range by it
-        missing = sorted({c for c in wanted if not _has(target, c, target_dsn)})
+        missing = sorted({c for c in wanted if not _has(target[0], c, target_dsn)})
         if missing:
             problems.append(
                 f"target table {sink_spec.table.display()!r} has no column(s) "
@@ -85,6 +105,69 @@ def require_tables(
             f"process {plan.name!r}: {'; '.join(problems)}; no chunk was started",
             cfg.location,
         )
+    assert not isinstance(target, str)
+    check_types(plan, source_types, target[1], target_dsn)
+
+
+def require_types(
+    plan: ProcessPlan,
+    source_spec: SourceSpec,
+    sink_spec: SinkSpec,
+    dsn: Callable[[str], str],
+    open_source: OpenSource = _open_source,
+) -> None:
+    """The type check alone, for a full refresh (which reports a missing table as a failed
+    write): both sides described read-only, then :func:`check_types`."""
+    target_dsn = dsn(sink_spec.connection)
+    source = _describe(source_spec, dsn(source_spec.connection), open_source, types=True)
+    target_spec = SourceSpec(sink_spec.connection, table=sink_spec.table)
+    target = _describe(target_spec, target_dsn, open_source, types=True)
+    if isinstance(source, str) or isinstance(target, str):
+        return  # the write itself reports what cannot be read
+    check_types(plan, source[1], target[1], target_dsn)
+
+
+def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str) -> None:
+    """DPONE_PREFLIGHT_FAILED when a moved column's target type can change a value of its
+    source type (dpone.connectors.column_types.narrowing) and sink.accept_narrowing does not
+    name it, or when sink.accept_narrowing names a column that is not moved. Located at the
+    accept_narrowing entry, else at the sink's table in the manifest."""
+    cfg = plan.config
+    sink = cfg.sink
+    moved = tuple(source)
+    for i, column in enumerate(sink.accept_narrowing):
+        where = sink.narrowing_locations[i] if i < len(sink.narrowing_locations) else cfg.location
+        if not _has(moved, column, target_dsn):
+            raise DponeError(
+                errors.PREFLIGHT_FAILED,
+                f"process {plan.name!r}: sink.accept_narrowing names {column!r}, which the "
+                f"source does not move (moved: {', '.join(moved)}); no chunk was started",
+                where,
+            )
+    accepted = {_key(c, target_dsn) for c in sink.accept_narrowing}
+    by_name = {_key(name, target_dsn): kind for name, kind in target.items()}
+    problems: list[str] = []
+    for name, source_type in source.items():
+        target_type = by_name.get(_key(name, target_dsn))
+        if source_type is None or target_type is None or _key(name, target_dsn) in accepted:
+            continue
+        reason = narrowing(source_type, target_type)
+        if reason is not None:
+            problems.append(
+                f"column {name!r}: source type {source_type.declared} -> target type "
+                f"{target_type.declared}: {reason}"
+            )
+    if problems:
+        raise DponeError(
+            errors.PREFLIGHT_FAILED,
+            f"process {plan.name!r}: the target can change moved values: {'; '.join(problems)}; "
+            f"nothing was moved: {_WAY_OUT}",
+            sink.table_location or cfg.location,
+        )
+
+
+def _key(name: str, dsn: str) -> str:
+    return name if dsn_kind(dsn) == "postgres" else name.casefold()
 
 
 def _has(columns: tuple[str, ...], name: str, dsn: str) -> bool:

@@ -155,6 +155,22 @@ def _process(
     sink_raw = raw["sink"]
     strategy = sink_raw["strategy"]["mode"]
     keys = tuple(sink_raw.get("keys", ()))
+    accepted = tuple(sink_raw.get("accept_narrowing", ()))
+    listed = src.get("columns")
+    for i, column in enumerate(accepted):
+        if column in accepted[:i]:
+            out.add(
+                errors.MANIFEST_INVALID,
+                f"process {name!r}: sink.accept_narrowing names {column!r} twice",
+                doc.locate((*path, "sink", "accept_narrowing", i)),
+            )
+        elif listed is not None and column not in listed:
+            out.add(
+                errors.MANIFEST_INVALID,
+                f"process {name!r}: sink.accept_narrowing names {column!r}, which is not among "
+                "source.columns",
+                doc.locate((*path, "sink", "accept_narrowing", i)),
+            )
     backfill: BackfillConfig | None = None
     bf_raw = raw.get("backfill")
     if strategy == "backfill" and bf_raw is None:
@@ -216,6 +232,11 @@ def _process(
             keys=keys,
             strategy=strategy,
             read_back=sink_raw.get("read_back", "checksum"),
+            accept_narrowing=accepted,
+            table_location=doc.locate((*path, "sink", "table")),
+            narrowing_locations=tuple(
+                doc.locate((*path, "sink", "accept_narrowing", i)) for i in range(len(accepted))
+            ),
         ),
         backfill=backfill,
         state=state,

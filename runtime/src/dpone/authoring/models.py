@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpone.errors import Location
@@ -46,6 +46,11 @@ class SinkConfig:
     keys: tuple[str, ...]
     strategy: str
     read_back: str = "checksum"  # the read-back gate: checksum | count | off
+    #: Columns whose narrower target type the manifest accepts (the type preflight lets them by).
+    accept_narrowing: tuple[str, ...] = ()
+    #: Where the manifest names the target table and each accepted column, for preflight errors.
+    table_location: Location | None = field(default=None, compare=False)
+    narrowing_locations: tuple[Location, ...] = field(default=(), compare=False)
 
     def canonical(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -56,6 +61,8 @@ class SinkConfig:
         }
         if self.read_back != "checksum":  # the default leaves packs and fingerprints as they were
             out["read_back"] = self.read_back
+        if self.accept_narrowing:  # absent when unset: existing packs keep their fingerprints
+            out["accept_narrowing"] = list(self.accept_narrowing)
         return out
 
 

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 from dpone import errors
+from dpone.connectors.column_types import ColumnType
 from dpone.errors import DponeError
 
 Bound = str | int
@@ -287,6 +288,11 @@ class Source(ABC):
 
     def _spec_of(self, columns: tuple[str, ...] | None) -> SourceSpec:
         return self.spec if columns is None else replace(self.spec, columns=columns)
+    def column_types(self) -> dict[str, ColumnType | None]:
+        """Each moved column's type as the database's catalog describes it, for the type
+        preflight (dpone.preflight); None for a column the catalog gives no type to compare
+        (a SQLite query's result). Empty when the dialect cannot describe types."""
+        return {}
 
     def read_only(self) -> Self:
         """Open this source's connections so that the database refuses writes, where it can

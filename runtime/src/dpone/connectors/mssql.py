@@ -41,6 +41,8 @@ from dpone.connectors.base import (
     scope_display,
     strip_query,
 )
+from dpone.connectors.column_types import ColumnType
+from dpone.connectors.dialect_types import mssql_column_type
 from dpone.errors import DponeError
 from dpone.faults import fault_point
 from dpone.session_limits import session_limits
@@ -322,6 +324,24 @@ class MssqlSource(Source):
 
     def close(self) -> None:
         self.db.discard()
+
+    def column_types(self) -> dict[str, ColumnType | None]:
+        """The moved columns' types as the server describes the SELECT's first result set
+        (``system_type_name``): tables and queries alike. UNVERIFIED (docs/connectors.md)."""
+        select = _columns_sql(self.spec.columns) if self.spec.columns else "[dpone_src].*"
+        conn = self.db.get()
+        try:
+            cur = conn.cursor()
+            cur.execute(
+                "SELECT name, system_type_name FROM sys.dm_exec_describe_first_result_set"
+                "(?, NULL, 0) ORDER BY column_ordinal",
+                f"SELECT TOP 0 {select} FROM {self.relation()}",
+            )
+            described = [(str(name), str(kind)) for name, kind in cur.fetchall()]
+            cur.close()
+        except Exception as exc:
+            raise self._fail(exc, "describing the column types") from None
+        return {name: mssql_column_type(kind) for name, kind in described}
 
 
 # --- sink -----------------------------------------------------------------------------------------

@@ -66,6 +66,8 @@ from dpone.connectors.base import (
     sql_text_bound,
     strip_query,
 )
+from dpone.connectors.column_types import ColumnType
+from dpone.connectors.dialect_types import mysql_column_type
 from dpone.errors import DponeError
 from dpone.faults import fault_point
 from dpone.session_limits import SessionLimits, session_limits
@@ -515,6 +517,103 @@ class MysqlSource(Source):
     def close(self) -> None:
         self.db.discard()
 
+    def column_types(self) -> dict[str, ColumnType | None]:
+        """The moved columns' types from ``information_schema.COLUMNS``: a column the SELECT
+        takes from a table (every column of a table source) by that table's definition, a
+        computed one by the result's metadata (type, length, scale, flags)."""
+        select = _columns_sql(self.spec.columns) if self.spec.columns else "`dpone_src`.*"
+        conn = self.db.get()
+        out: dict[str, ColumnType | None] = {}
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT {select} FROM {self.relation(False)} LIMIT 0")
+                fields = list(cur._result.fields if cur._result else ())
+                for item in fields:
+                    found = None
+                    if item.org_table and item.org_name and item.db:
+                        cur.execute(
+                            "SELECT DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, "
+                            "NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, "
+                            "CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE "
+                            "TABLE_SCHEMA = %s AND TABLE_NAME = %s AND COLUMN_NAME = %s",
+                            (item.db, item.org_table, item.org_name),
+                        )
+                        found = cur.fetchone()
+                    out[str(item.name)] = _catalog_type(found) if found else _result_type(item)
+        except Exception as exc:
+            raise self._fail(exc, "describing the column types") from None
+        return out
+
+
+def _catalog_type(row: Sequence[Any]) -> ColumnType:
+    """One information_schema.COLUMNS row (text columns come back as bytes on some servers)."""
+    text = [v.decode() if isinstance(v, bytes | bytearray) else v for v in row]
+    length, precision, scale, fsp = (None if v is None else int(v) for v in text[2:6])
+    charset = None if text[6] is None else str(text[6])
+    return mysql_column_type(str(text[0]), str(text[1]), length, precision, scale, fsp, charset)
+
+
+_RESULT_INTEGERS = {
+    FIELD_TYPE.TINY: 8,
+    FIELD_TYPE.SHORT: 16,
+    FIELD_TYPE.INT24: 24,
+    FIELD_TYPE.LONG: 32,
+    FIELD_TYPE.LONGLONG: 64,
+}
+_RESULT_BLOBS = {
+    FIELD_TYPE.TINY_BLOB,
+    FIELD_TYPE.MEDIUM_BLOB,
+    FIELD_TYPE.LONG_BLOB,
+    FIELD_TYPE.BLOB,
+}
+_RESULT_STRINGS = {FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING, FIELD_TYPE.VARCHAR}
+
+
+def _result_type(item: Any) -> ColumnType:
+    """A computed result column by its protocol metadata (no table behind it)."""
+    code, scale, length = int(item.type_code), int(item.scale), int(item.length)
+    unsigned = bool(int(item.flags) & 32)
+    declared = f"computed type {code}"
+    if code in _RESULT_INTEGERS:
+        return ColumnType(declared, "integer", bits=_RESULT_INTEGERS[code], unsigned=unsigned)
+    if code in (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DECIMAL):
+        precision = length - (1 if scale else 0) - (0 if unsigned else 1)
+        return ColumnType(
+            f"decimal({precision},{scale})", "decimal", precision=precision, scale=scale
+        )
+    if code in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
+        return ColumnType(declared, "float", bits=24 if code == FIELD_TYPE.FLOAT else 53)
+    fsp = scale if scale <= 6 else 6
+    if code == FIELD_TYPE.DATETIME:
+        return ColumnType(f"datetime({fsp})", "timestamp", fsp=fsp)
+    if code == FIELD_TYPE.TIMESTAMP:
+        return ColumnType(f"timestamp({fsp})", "timestamp", fsp=fsp, tz=True, epoch_range=True)
+    if code == FIELD_TYPE.TIME:
+        return ColumnType(f"time({fsp})", "time", fsp=fsp, duration=True)
+    if code == FIELD_TYPE.DATE:
+        return ColumnType("date", "date")
+    if code == FIELD_TYPE.JSON:
+        return ColumnType("json", "json")
+    if code in _RESULT_STRINGS or code in _RESULT_BLOBS:
+        binary = int(item.charsetnr) == 63
+        size = length if binary else int(item.get_column_length())
+        if code in _RESULT_BLOBS and not binary:
+            size = length // 4
+        return ColumnType(declared, "binary" if binary else "text", length=size)
+    return ColumnType(declared, "other")
+
+
+class _WarningCounter(pymysql.cursors.Cursor):  # type: ignore[misc]  # untyped driver
+    """A cursor that adds up the warnings of every statement it runs: executemany sends one
+    INSERT per max_stmt_length of rows, and the server reports warnings per statement."""
+
+    warnings_seen = 0
+
+    def execute(self, query: Any, args: Any = None) -> int:
+        result = super().execute(query, args)
+        self.warnings_seen += int(self.warning_count)
+        return int(result)
+
 
 # --- sink -----------------------------------------------------------------------------------------
 class MysqlSink(Sink):
@@ -694,6 +793,7 @@ class MysqlSink(Sink):
 
             def fill_select(rel: str) -> int:
                 cur.execute(f"INSERT INTO {rel} ({cols}) {select}", _params(window))
+                self._no_warnings(int(cur.warning_count), "INSERT .. SELECT")
                 return int(cur.rowcount)
 
             return self._modes(cur, window, columns, fill_select, "insert-select")
@@ -729,10 +829,12 @@ class MysqlSink(Sink):
                 out.writelines("\t".join(map(tsv_field, row)) + "\n" for row in batch)
         except BinaryValue:
             marks = ", ".join("%s" for _ in columns)
-            cur.executemany(
-                f"INSERT INTO {rel} ({cols}) VALUES ({marks})",
-                [tuple(map(to_mysql, row)) for row in batch],
-            )
+            with cur.connection.cursor(_WarningCounter) as counted:
+                counted.executemany(
+                    f"INSERT INTO {rel} ({cols}) VALUES ({marks})",
+                    [tuple(map(to_mysql, row)) for row in batch],
+                )
+                self._no_warnings(counted.warnings_seen, "batched insert")
             return
         try:
             cur.execute(
@@ -755,6 +857,18 @@ class MysqlSink(Sink):
                 f"{self.spec.display()}: the server loaded {loaded} of {len(batch)} rows with "
                 f"{warnings} warning(s) (a value that does not fit its column, or a duplicate "
                 "key); the chunk was rolled back",
+            )
+
+    def _no_warnings(self, warnings: int, path: str) -> None:
+        """Strict mode makes a value that does not fit an error, but the server still rounds
+        DECIMAL scale (and trailing spaces) with a note only: any warning or note fails the
+        chunk, as it does on the LOAD DATA path, so the outcome never depends on the path."""
+        if warnings:
+            raise DponeError(
+                errors.SINK_FAILED,
+                f"{self.spec.display()}: the server changed values while writing ({path}, "
+                f"{warnings} warning(s): a value that does not fit its column, e.g. more "
+                "decimal places than the column keeps); the chunk was rolled back",
             )
 
     def _modes(

@@ -46,6 +46,8 @@ from dpone.connectors.base import (
     scope_display,
     strip_query,
 )
+from dpone.connectors.column_types import ColumnType
+from dpone.connectors.dialect_types import pg_column_type
 from dpone.errors import DponeError
 from dpone.faults import fault_point
 from dpone.read_ahead import ReadAhead, read_ahead_budget
@@ -695,6 +697,33 @@ class PostgresSource(Source):
         self._next = None
         self._settle()
         self._conn.discard()
+
+    def column_types(self) -> dict[str, ColumnType | None]:
+        """The moved columns' types as ``format_type`` spells them: the type and modifier the
+        server describes for the SELECT (a domain by its base type and modifier)."""
+        self._settle()
+        conn = self._conn.get()
+        select = _columns_sql(self.spec.columns) if self.spec.columns else sql.SQL("dpone_src.*")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    sql.SQL("SELECT {} FROM {} LIMIT 0").format(select, self.relation()), ()
+                )
+                result = cur.pgresult
+                names = [d.name for d in cur.description or []]
+                oids = [result.ftype(i) if result else 0 for i in range(len(names))]
+                mods = [result.fmod(i) if result else -1 for i in range(len(names))]
+                cur.execute(
+                    "SELECT format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid"
+                    " END, CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE u.m END)"
+                    " FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY AS u(o, m, n)"
+                    " JOIN pg_type t ON t.oid = u.o ORDER BY u.n",
+                    (oids, mods),
+                )
+                declared = [str(row[0]) for row in cur.fetchall()]
+        except psycopg.Error as exc:
+            raise self._fail(exc, "describing the column types") from None
+        return {name: pg_column_type(text) for name, text in zip(names, declared, strict=True)}
 
 
 # --- sink -----------------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ from dpone.connectors.base import (
     sql_text_bound,
     strip_query,
 )
+from dpone.connectors.column_types import ColumnType
+from dpone.connectors.dialect_types import sqlite_column_type
 from dpone.errors import DponeError
 from dpone.faults import fault_point
 
@@ -224,6 +226,22 @@ class SqliteSource(Source):
 
     def close(self) -> None:
         self.db.close()
+
+    def column_types(self) -> dict[str, ColumnType | None]:
+        """A table's declared types (``PRAGMA table_info``) by SQLite's affinity rules; a
+        query's result columns carry no declared type here, so they are not compared (None)."""
+        names = self.columns()
+        if self.spec.table is None:
+            return dict.fromkeys(names)
+        schema = "" if self.spec.table.schema is None else quote(self.spec.table.schema, "schema")
+        pragma = f"PRAGMA {schema + '.' if schema else ''}table_info({quote(self.spec.table.name, 'table')})"
+        try:
+            declared = {
+                str(row[1]).casefold(): str(row[2] or "") for row in self.db.get().execute(pragma)
+            }
+        except sqlite3.Error as exc:
+            raise self._fail(exc, "describing the column types") from None
+        return {name: sqlite_column_type(declared.get(name.casefold(), "")) for name in names}
 
 
 class SqliteSink(Sink):

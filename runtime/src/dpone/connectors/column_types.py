@@ -1,0 +1,287 @@
+"""Column types as every dialect describes them, and the rule that says when a target narrows.
+
+A sink that stores a value in a narrower column changes it without an error on most servers
+(Postgres rounds numeric scale and fractional seconds, MySQL rounds DECIMAL scale with a note,
+truncates DATETIME fractions, pads CHAR). The preflight therefore compares, before any chunk is
+leased, each moved column's source type with the target's: :func:`narrowing` returns why the
+target can change a value, or None when every value of the source type is stored unchanged.
+Each dialect translates its catalog into a :class:`ColumnType`; this module is database-neutral
+and imports only the standard library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Family = Literal[
+    "integer",
+    "decimal",
+    "float",
+    "boolean",
+    "text",
+    "binary",
+    "date",
+    "time",
+    "timestamp",
+    "uuid",
+    "json",
+    "other",
+]
+#: Families whose text form is exact, so an unbounded Unicode text column keeps every value.
+_EXACT_AS_TEXT = frozenset({"integer", "decimal", "uuid", "json", "other"})
+#: Significant decimal digits a binary float keeps on a round trip through text (float4, float8).
+_FLOAT_DIGITS = {24: 6, 53: 15}
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """One column's type, reduced to what decides whether a value survives being stored.
+
+    ``None`` in a limit means unbounded (Postgres ``numeric``, ``text``, ``bytea``). ``bits`` is
+    an integer's storage width or a float's mantissa width; ``fsp`` the fractional-second digits
+    kept (-1: whole minutes only); ``tz`` a timestamp that stores an instant, not a wall clock;
+    ``padded`` how a fixed-width ``char(n)``/``binary(n)`` pads ("kept": read back padded,
+    "trimmed": MySQL strips trailing spaces on read); ``charset`` a character set narrower than
+    Unicode (MySQL ``utf8mb3``, ``latin1``); ``epoch_range`` MySQL ``TIMESTAMP`` (1970-2038);
+    ``duration`` MySQL ``TIME`` (up to 838 hours, negative too); ``exact_integers`` the integer
+    width a float column still stores exactly (SQLite's NUMERIC affinity keeps 64-bit integers).
+    """
+
+    declared: str
+    family: Family
+    bits: int | None = None
+    unsigned: bool = False
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+    padded: str | None = None
+    fsp: int | None = None
+    tz: bool = False
+    charset: str | None = None
+    epoch_range: bool = False
+    duration: bool = False
+    exact_integers: int | None = None
+
+
+def integer_range(kind: ColumnType) -> tuple[int, int]:
+    """The values an integer column holds (64-bit signed when the width is unknown)."""
+    bits = kind.bits or 64
+    if kind.unsigned:
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _integer_digits(kind: ColumnType) -> int:
+    low, high = integer_range(kind)
+    return max(len(str(abs(low))), len(str(high)))
+
+
+def _integer_fits(source: ColumnType, target: ColumnType) -> str | None:
+    low, high = integer_range(source)
+    t_low, t_high = integer_range(target)
+    if low < t_low or high > t_high:
+        return f"the target holds integers {t_low}..{t_high}, the source {low}..{high}"
+    return None
+
+
+def _decimal_fits(source: ColumnType, target: ColumnType) -> str | None:
+    if target.precision is None:
+        return None
+    if source.precision is None:
+        return (
+            f"the source holds numbers of any precision, the target {target.precision} digits "
+            f"with {target.scale or 0} after the point"
+        )
+    s_scale, t_scale = source.scale or 0, target.scale or 0
+    if t_scale < s_scale:
+        return (
+            f"the target keeps {t_scale} digit(s) after the point, the source {s_scale}: "
+            "values are rounded"
+        )
+    if target.precision - t_scale < source.precision - s_scale:
+        return (
+            f"the target keeps {target.precision - t_scale} digit(s) before the point, "
+            f"the source {source.precision - s_scale}"
+        )
+    return None
+
+
+def _length_fits(source: ColumnType, target: ColumnType, unit: str) -> str | None:
+    if source.padded and not target.padded and (source.padded == "trimmed" or unit == "bytes"):
+        # read back without padding (MySQL CHAR) or as exactly n bytes: a value of at most n
+        source = ColumnType(source.declared, source.family, length=source.length)
+    if source.padded or target.padded:
+        same = (
+            source.padded == target.padded
+            and source.length == target.length
+            and source.charset == target.charset
+        )
+        if not same:
+            return (
+                "fixed-width padding differs (a char(n)/binary(n) pads or trims values to its "
+                "width, so a value read back is not the value written)"
+            )
+        return None
+    if target.length is not None and (source.length is None or source.length > target.length):
+        held = "any length" if source.length is None else f"up to {source.length} {unit}"
+        return f"the target holds up to {target.length} {unit}, the source {held}"
+    return None
+
+
+def _to_integer(source: ColumnType, target: ColumnType) -> str | None:
+    if source.family == "boolean":
+        return None
+    if source.family == "integer":
+        return _integer_fits(source, target)
+    if source.family == "decimal" and source.precision is not None and not source.scale:
+        _, high = integer_range(target)
+        low, _ = integer_range(target)
+        most = 10**source.precision - 1
+        if most <= high and -most >= low:
+            return None
+        return f"the source holds {source.precision}-digit numbers, the target {low}..{high}"
+    if source.family in ("decimal", "float"):
+        return "the target stores whole numbers only: fractions are rounded away"
+    return None  # handled by the family check
+
+
+def _to_decimal(source: ColumnType, target: ColumnType) -> str | None:
+    if source.family == "decimal":
+        return _decimal_fits(source, target)
+    if source.family == "integer":
+        if target.precision is None:
+            return None
+        digits = _integer_digits(source)
+        if target.precision - (target.scale or 0) < digits:
+            return (
+                f"the target keeps {target.precision - (target.scale or 0)} digit(s) before "
+                f"the point, the source's integers have up to {digits}"
+            )
+        return None
+    if source.family == "float":
+        return "a binary float has no exact decimal form of fixed scale: values are rounded"
+    return None
+
+
+def _to_float(source: ColumnType, target: ColumnType) -> str | None:
+    mantissa = target.bits or 53
+    if source.family == "float":
+        if (source.bits or 53) > mantissa:
+            return (
+                f"the target float keeps {mantissa} mantissa bits, the source {source.bits or 53}"
+            )
+        return None
+    digits = _FLOAT_DIGITS.get(mantissa, 6)
+    if source.family == "integer":
+        low, high = integer_range(source)
+        if target.exact_integers and (source.bits or 64) <= target.exact_integers:
+            return None
+        if max(abs(low), high) > (1 << mantissa):
+            return f"a float of {mantissa} mantissa bits cannot hold every integer of the source"
+        return None
+    if source.family == "decimal":
+        if source.precision is None or source.precision > digits:
+            held = "any number of" if source.precision is None else str(source.precision)
+            return f"a float keeps {digits} significant digits exactly, the source {held} digits"
+        return None
+    return None
+
+
+def _to_temporal(source: ColumnType, target: ColumnType) -> str | None:
+    if source.tz and not target.tz:
+        return (
+            "the source stores instants (with a time zone), the target wall-clock times: "
+            "the time zone is lost"
+        )
+    s_fsp = 6 if source.fsp is None else source.fsp
+    t_fsp = 6 if target.fsp is None else target.fsp
+    if t_fsp < s_fsp:
+        kept = "whole minutes" if t_fsp < 0 else f"{t_fsp} fractional-second digit(s)"
+        return (
+            f"the target keeps {kept}, the source {s_fsp}: "
+            "values are rounded or truncated (and can move to another chunk)"
+        )
+    if target.epoch_range and not source.epoch_range:
+        return (
+            "the target (MySQL TIMESTAMP) holds 1970-01-01..2038-01-19 only, " "the source any date"
+        )
+    if source.duration and not target.duration:
+        return "the source (MySQL TIME) holds durations beyond one day and negative ones"
+    return None
+
+
+def narrowing(source: ColumnType, target: ColumnType) -> str | None:
+    """Why storing a value of ``source`` in a ``target`` column can change it; None if it
+    cannot (equal or wider types, or a value-preserving change of kind such as integer to
+    decimal). Different kinds of value that no rule knows to be safe are refused."""
+    if source.family == "other" and target.family == "other":
+        if source.declared.casefold() == target.declared.casefold():
+            return None
+        return "dpone cannot tell whether the target type holds every value of the source type"
+    if target.family == "text" and source.family != "text":
+        if source.family in _EXACT_AS_TEXT:
+            return _as_text(source, target)
+        return _different(source, target)
+    if source.family == "boolean" and target.family in ("boolean", "integer", "decimal", "float"):
+        return None
+    if target.family == "integer":
+        if source.family not in ("integer", "decimal", "float"):
+            return _different(source, target)
+        return _to_integer(source, target)
+    if target.family == "decimal":
+        if source.family not in ("integer", "decimal", "float"):
+            return _different(source, target)
+        return _to_decimal(source, target)
+    if target.family == "float":
+        if source.family not in ("integer", "decimal", "float"):
+            return _different(source, target)
+        return _to_float(source, target)
+    if source.family != target.family:
+        return _different(source, target)
+    if source.family == "text":
+        if target.charset is not None and source.charset != target.charset:
+            return (
+                f"the target's character set {target.charset} cannot hold every character of "
+                f"the source's ({source.charset or 'Unicode'})"
+            )
+        return _length_fits(source, target, "characters")
+    if source.family == "binary":
+        return _length_fits(source, target, "bytes")
+    if source.family in ("time", "timestamp"):
+        return _to_temporal(source, target)
+    return None
+
+
+def _text_width(source: ColumnType) -> tuple[int | None, int]:
+    """The longest and shortest text of a value of an exact-as-text family (None: unbounded):
+    digits and a sign for integers, and a point for decimals; 36 for a UUID."""
+    if source.family == "integer":
+        low, high = integer_range(source)
+        return max(len(str(low)), len(str(high))), 1
+    if source.family == "decimal" and source.precision is not None:
+        return source.precision + (2 if source.scale else 1), 1
+    if source.family == "uuid":
+        return 36, 36
+    return None, 0
+
+
+def _as_text(source: ColumnType, target: ColumnType) -> str | None:
+    """A value of an exact-as-text family into a text column: its text must fit, unpadded;
+    JSON and unknown types need Unicode (numbers and UUIDs are ASCII)."""
+    longest, shortest = _text_width(source)
+    if longest is None and target.charset is not None:
+        return f"the target's character set {target.charset} cannot hold every character"
+    if target.length is not None and (longest is None or longest > target.length):
+        held = "text of any length" if longest is None else f"text of up to {longest} characters"
+        return f"the target holds up to {target.length} characters, the source's values {held}"
+    if target.padded == "kept" and shortest != target.length:
+        return "the target char(n) pads shorter values with spaces"
+    return None
+
+
+def _different(source: ColumnType, target: ColumnType) -> str:
+    return (
+        f"{source.family} values stored as {target.family} are converted, not kept "
+        "(another kind of value)"
+    )
