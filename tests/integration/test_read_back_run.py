@@ -35,7 +35,7 @@ processes:
     sink:
       connection: wh
       table: {{schema: {s}, name: dst}}
-      strategy: {{mode: backfill}}{read_back}
+      strategy: {{mode: backfill}}{accept}{read_back}
     backfill:
       chunk: {{column: ts, type: timestamp, start: "2024-01-01T00:00:00Z", end: "2024-01-04T00:00:00Z", unit: day}}
       inner_mode: replace
@@ -64,7 +64,7 @@ def project(
     monkeypatch.setenv("DPONE_XCOM_PATH", str(tmp_path / "xcom.json"))
     monkeypatch.setenv("DPONE_EVIDENCE_DIR", str(tmp_path / "evidence"))
 
-    def write(read_back: str | None, ledger: str) -> str:
+    def write(read_back: str | None, ledger: str, accept: bool = True) -> str:
         state = (
             f"{{backend: audit_schema, connection: wh, schema: {schema}_audit}}"
             if ledger == "audit_schema"
@@ -73,7 +73,13 @@ def project(
         line = f"\n      read_back: {read_back}" if read_back else ""
         (tmp_path / "workloads.yaml").write_text(CATALOG)
         (tmp_path / "events.yaml").write_text(
-            MANIFEST.format(s=schema, read_back=line, state=state)
+            MANIFEST.format(
+                s=schema,
+                read_back=line,
+                state=state,
+                # the type preflight refuses timestamp(6) -> timestamp(0) unless accepted
+                accept="\n      accept_narrowing: [ts]" if accept else "",
+            )
         )
         return str(tmp_path / "workloads.yaml")
 
@@ -119,6 +125,17 @@ def test_the_rounding_run_fails_instead_of_passing(
     assert by_index[3]["source_checksum"] == by_index[3]["checksum"]
     assert _target_ids(str(project["dsn"]), str(project["schema"])) == [5]
     assert errors.READ_BACK_MISMATCH in json.dumps(result)
+
+
+def test_the_narrowing_is_refused_before_any_chunk_unless_accepted(
+    project: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    write = project["write"]
+    assert callable(write)
+    code, result, out = _run(write(None, "local_file", accept=False), capsys)
+    assert code != 0 and result["status"] != "passed"
+    assert errors.PREFLIGHT_FAILED in out
+    assert _target_ids(str(project["dsn"]), str(project["schema"])) == []
 
 
 @pytest.mark.parametrize("ledger", ["audit_schema", "local_file"])
