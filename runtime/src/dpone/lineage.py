@@ -55,6 +55,8 @@ def lineage_requested(environ: Mapping[str, str], cwd: str | None = None) -> boo
     if any(key.startswith("OPENLINEAGE__TRANSPORT") for key in environ):
         return True
     config = environ.get("OPENLINEAGE_CONFIG", "")
+    if config.strip():  # asked for, even when the file is missing (that is a warning)
+        return True
     folder = Path(cwd or os.getcwd())
     home = Path(environ.get("HOME") or Path.home())
     candidates = [Path(config)] if config else []
@@ -269,6 +271,16 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
     return None
 
 
+def transport_setting(environ: Mapping[str, str]) -> str:
+    """The setting that chose the OpenLineage transport, for a warning."""
+    if (kind := environ.get("OPENLINEAGE__TRANSPORT__TYPE")) is not None:
+        return f"OPENLINEAGE__TRANSPORT__TYPE={kind.strip()[:40]!r}"
+    path = config_file(environ)
+    if path is not None:
+        return f"the transport of the OpenLineage config file {path}"
+    return "OPENLINEAGE_URL"
+
+
 def open_run_lineage(
     run: LineageRun,
     environ: Mapping[str, str] | None = None,
@@ -299,8 +311,8 @@ def open_run_lineage(
         except Exception as exc:
             detail = one_line(str(exc))
             warn(
-                "the OpenLineage transport settings (OPENLINEAGE__TRANSPORT__* or the config "
-                f"file) are incomplete or invalid ({type(exc).__name__}"
+                f"{transport_setting(env)}: the transport's settings are incomplete or invalid "
+                f"({type(exc).__name__}"
                 + (f": {detail}" if detail else "")
                 + "); this run emits no lineage"
             )
