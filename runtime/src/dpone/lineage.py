@@ -9,8 +9,9 @@ name, as a local file: ``file`` + ``/path/to/db.sqlite/table``). Only host, port
 object names leave a DSN, never a user or password. The chunk range rides in the custom run facet
 ``dpone_chunks``; a run started by an Airflow task carries the parent run facet (the DAG as the
 parent job). The ``openlineage-python`` client (the ``lineage`` extra) is imported only when
-lineage is on; emitting never fails a backfill (a failed send is a warning). See
-docs/observability.md.
+lineage is on. Events are sent on the export worker (dpone.exporting), never on the data path; a
+bad setting or a failed send is one warning and never fails a backfill. Dataset names come from
+the DSN's parts as its driver parses them, validated (dpone.dsn_parts). See docs/observability.md.
 """
 
 from __future__ import annotations
