@@ -82,7 +82,7 @@ class ExportWorker:
         self._lock = threading.Lock()
         self._pending = 0
         self._idle = threading.Condition(self._lock)
-        self._muted = False
+        self._held: list[str] = []
         self._reported: set[str] = set()
         self._thread: threading.Thread | None = None
         self._current = ""
@@ -91,7 +91,6 @@ class ExportWorker:
         """Queue ``call`` (one send of ``exporter``); never blocks, never raises."""
         with self._lock:
             self._pending += 1
-            self._muted = False
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._work, name="dpone-exporters", daemon=True
@@ -100,12 +99,14 @@ class ExportWorker:
         self._queue.put((exporter, what, call))
 
     def problem(self, exporter: str, message: str) -> None:
-        """One warning per exporter for the whole process; none once the run has waited."""
+        """One warning per exporter for the whole process. It is held and printed by the run's
+        own thread when it waits (:meth:`drain`), so it never splits a progress line and never
+        follows the run's last line."""
         with self._lock:
-            if self._muted or exporter in self._reported:
+            if exporter in self._reported:
                 return
             self._reported.add(exporter)
-            self._warn(f"{exporter}: {message}; the run goes on without it")
+            self._held.append(f"{exporter}: {message}; the run goes on without it")
 
     def _work(self) -> None:
         while True:
@@ -130,7 +131,8 @@ class ExportWorker:
 
     def drain(self) -> None:
         """Wait, within what is left of the budget (at most STOP_BUDGET_S after a stop request),
-        until everything submitted was sent; then say what was dropped, if anything."""
+        until everything submitted was sent; then print the held warnings and say what was
+        dropped, if anything."""
         started = time.monotonic()
         with self._lock:
             while self._pending:
@@ -142,13 +144,15 @@ class ExportWorker:
                 self._idle.wait(min(left, 0.05))  # short steps: a stop shortens the wait
             self._spent += time.monotonic() - started
             pending, current = self._pending, self._current
-            if pending:
-                self._warn(
-                    f"exporters: {pending} send(s) unfinished after the export budget "
-                    f"({BUDGET_VARIABLE}={self.budget_s:g} s; {current or 'queued'}); dropped, "
-                    "the run's result is unaffected"
-                )
-            self._muted = True
+            held, self._held = self._held, []
+        for message in held:
+            self._warn(message)
+        if pending:
+            self._warn(
+                f"exporters: {pending} send(s) unfinished after the export budget "
+                f"({BUDGET_VARIABLE}={self.budget_s:g} s; {current or 'queued'}); dropped, the "
+                "run's result is unaffected"
+            )
 
 
 class _LibraryHandler(logging.Handler):
