@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from .endpoints import closed_port, hanging_listener
+from .endpoints import closed_port, erroring_server, hanging_listener
 from .receiver import receiver
 from .runproject import DPONE, dpone_run
 
@@ -57,18 +57,19 @@ def only_dpone_lines(stderr: str) -> list[str]:
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
-@pytest.mark.parametrize("endpoint", ["hanging", "closed", "unresolvable"])
+@pytest.mark.parametrize("endpoint", ["hanging", "closed", "unresolvable", "erroring"])
 def test_a_dead_endpoint_costs_at_most_the_budget(
     passing: dict[str, Any], endpoint: str, log_format: str, tmp_path: Path
 ) -> None:
     baseline, first = timed(passing, {})
     assert first.returncode == 0, first.stderr
     reset(passing)
-    with hanging_listener() as (hanging, accepted):
+    with hanging_listener() as (hanging, accepted), erroring_server() as erroring:
         url = {
             "hanging": hanging,
             "closed": closed_port(),
             "unresolvable": "http://dpone-no-such-host.invalid:4318",
+            "erroring": erroring,
         }[endpoint]
         env = {
             "OPENLINEAGE_URL": url,
@@ -93,9 +94,13 @@ def test_a_dead_endpoint_costs_at_most_the_budget(
     assert 1 <= len(warnings) <= 3, result.stderr  # at most one per exporter + the budget's
 
 
+@pytest.mark.parametrize("when", ["at_start", "after_the_result"])
 def test_sigterm_while_start_hangs_exits_within_5_s_with_the_result(
-    passing: dict[str, Any], tmp_path: Path
+    passing: dict[str, Any], tmp_path: Path, when: str
 ) -> None:
+    """``at_start``: as soon as START reached the listener (the run is starting or moving
+    chunks); ``after_the_result``: once the result file is on disk while the process still
+    waits for the hanging START (proof that the result is written before exit-time exports)."""
     xcom = tmp_path / "xcom.json"
     with hanging_listener() as (url, accepted):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DPONE_", "OTEL_"))}
@@ -115,6 +120,10 @@ def test_sigterm_while_start_hangs_exits_within_5_s_with_the_result(
             while not accepted and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert accepted, "START never reached the listener"
+            if when == "after_the_result":
+                while not xcom.is_file() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert xcom.is_file() and proc.poll() is None  # written; still waiting
             proc.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             _, stderr = proc.communicate(timeout=30)

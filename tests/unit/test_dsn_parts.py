@@ -154,3 +154,16 @@ def test_a_failing_send_is_one_warning_per_exporter() -> None:
         worker.submit("OpenLineage", "START event", fail)
     worker.drain()
     assert len(said) == 1 and said[0].startswith("OpenLineage: could not send the START event")
+
+
+def test_a_malformed_ledger_dsn_is_never_quoted() -> None:
+    from dpone.errors import DponeError
+    from dpone.ledger.postgres import connection_info
+
+    with pytest.raises(DponeError) as caught:
+        connection_info("postgresql://etl:Qz9secret%zz@db.host/app", "dpone-test")
+    message = caught.value.message
+    assert caught.value.code == "DPONE_CONFIG_INVALID"
+    assert "malformed" in message
+    for piece in ("Qz9secret", "etl", "db.host", "postgresql://"):
+        assert piece not in message, message
