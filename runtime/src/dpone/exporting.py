@@ -1,5 +1,6 @@
-"""Exporters run off the data path: one daemon thread sends what OpenLineage and OpenTelemetry
-have to send, and the run waits for it only at its end, within a small total budget.
+"""Exporters run off the data path: daemon threads (one per exporter) build the OpenLineage and
+OpenTelemetry clients and send what they have to send, and the run waits for them only at its
+end, within a small total budget.
 
 An endpoint that hangs, refuses, answers slowly or does not resolve can therefore delay neither
 the first chunk nor any chunk, and delays the end of a `dpone run` process by at most
@@ -72,31 +73,34 @@ def one_line(text: str) -> str:
 
 
 class ExportWorker:
-    """The exporters' one background thread and the run's wait budget."""
+    """The exporters' background threads (one lane per exporter, so a hanging lineage backend
+    does not hold the metrics back) and the run's wait budget."""
 
     def __init__(self, budget_s: float, warn: Callable[[str], None]) -> None:
         self.budget_s = budget_s
         self._warn = warn
         self._spent = 0.0
-        self._queue: queue.Queue[tuple[str, str, Callable[[], None]]] = queue.Queue()
+        self._lanes: dict[str, queue.Queue[tuple[str, Callable[[], None]]]] = {}
         self._lock = threading.Lock()
-        self._pending = 0
+        self._pending: dict[str, int] = {}
         self._idle = threading.Condition(self._lock)
         self._held: list[str] = []
         self._reported: set[str] = set()
-        self._thread: threading.Thread | None = None
-        self._current = ""
+        self._current: dict[str, str] = {}
 
     def submit(self, exporter: str, what: str, call: Callable[[], None]) -> None:
-        """Queue ``call`` (one send of ``exporter``); never blocks, never raises."""
+        """Queue ``call`` (one step of ``exporter``: build, send, close) on the exporter's lane,
+        after the steps queued before it; never blocks, never raises."""
         with self._lock:
-            self._pending += 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._work, name="dpone-exporters", daemon=True
-                )
-                self._thread.start()
-        self._queue.put((exporter, what, call))
+            self._pending[exporter] = self._pending.get(exporter, 0) + 1
+            lane = self._lanes.get(exporter)
+            if lane is None:
+                lane = self._lanes[exporter] = queue.Queue()
+                name = "dpone-export-" + "".join(c for c in exporter.lower() if c.isalnum())
+                threading.Thread(
+                    target=self._work, args=(exporter, lane), name=name, daemon=True
+                ).start()
+        lane.put((what, call))
 
     def problem(self, exporter: str, message: str) -> None:
         """One warning per exporter for the whole process. It is held and printed by the run's
@@ -108,11 +112,11 @@ class ExportWorker:
             self._reported.add(exporter)
             self._held.append(f"{exporter}: {message}; the run goes on without it")
 
-    def _work(self) -> None:
+    def _work(self, exporter: str, lane: queue.Queue[tuple[str, Callable[[], None]]]) -> None:
         while True:
-            exporter, what, call = self._queue.get()
+            what, call = lane.get()
             with self._lock:
-                self._current = f"{exporter} {what}"
+                self._current[exporter] = what
             try:
                 call()
             except Exception as exc:  # an exporter never stops a run
@@ -125,17 +129,17 @@ class ExportWorker:
                 )
             finally:
                 with self._lock:
-                    self._pending -= 1
-                    self._current = ""
+                    self._pending[exporter] -= 1
+                    self._current.pop(exporter, None)
                     self._idle.notify_all()
 
     def drain(self) -> None:
         """Wait, within what is left of the budget (at most STOP_BUDGET_S after a stop request),
-        until everything submitted was sent; then print the held warnings and say what was
+        until every lane has done its steps; then print the held warnings and say what was
         dropped, if anything."""
         started = time.monotonic()
         with self._lock:
-            while self._pending:
+            while any(self._pending.values()):
                 left = self.budget_s - self._spent - (time.monotonic() - started)
                 if STOP.requested:
                     left = min(left, STOP_BUDGET_S - (time.monotonic() - started))
@@ -143,15 +147,19 @@ class ExportWorker:
                     break
                 self._idle.wait(min(left, 0.05))  # short steps: a stop shortens the wait
             self._spent += time.monotonic() - started
-            pending, current = self._pending, self._current
+            unfinished = [
+                f"{exporter} ({self._current.get(exporter, 'queued')})"
+                for exporter, count in sorted(self._pending.items())
+                if count
+            ]
             held, self._held = self._held, []
         for message in held:
             self._warn(message)
-        if pending:
+        if unfinished:
             self._warn(
-                f"exporters: {pending} send(s) unfinished after the export budget "
-                f"({BUDGET_VARIABLE}={self.budget_s:g} s; {current or 'queued'}); dropped, the "
-                "run's result is unaffected"
+                f"exporters: {', '.join(unfinished)} unfinished after the export budget "
+                f"({BUDGET_VARIABLE}={self.budget_s:g} s); dropped, the run's result is "
+                "unaffected"
             )
 
 
