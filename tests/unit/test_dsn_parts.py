@@ -87,6 +87,11 @@ def test_driver_secrets_of_a_clean_dsn_are_its_password_only() -> None:
             "OPENLINEAGE__TRANSPORT__TIMEOUT",
         ),
         ({"OPENLINEAGE_CONFIG": "/nonexistent/ol.yml"}, "OPENLINEAGE_CONFIG"),
+        ({"OPENLINEAGE__TRANSPORT__TYPE": "http"}, "OPENLINEAGE__TRANSPORT__URL"),
+        (
+            {"OPENLINEAGE__TRANSPORT__TYPE": "http", "OPENLINEAGE__TRANSPORT__URL": "x y"},
+            "OPENLINEAGE__TRANSPORT__URL",
+        ),
     ],
 )
 def test_lineage_settings_problems_name_the_setting(env: dict[str, str], names: str) -> None:

@@ -257,6 +257,14 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
             f"{setting}={shown!r} is not an OpenLineage transport type (one of: "
             f"{', '.join(TRANSPORT_TYPES)}, or a transport class path)"
         )
+    if kind is not None and str(kind).strip() in ("http", "async_http"):
+        given = environ.get("OPENLINEAGE__TRANSPORT__URL")
+        name = "OPENLINEAGE__TRANSPORT__URL" if given is not None else "transport.url"
+        given = given if given is not None else transport.get("url")
+        if given is None and not url:
+            return f"{setting}={str(kind).strip()!r} needs OPENLINEAGE__TRANSPORT__URL"
+        if given is not None and (problem := _http_url_problem(str(given))):
+            return f"{name} {problem}"
     if kind is None and any(key.startswith("OPENLINEAGE__TRANSPORT__") for key in environ):
         if not url:
             return (
