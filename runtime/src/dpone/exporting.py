@@ -1,13 +1,14 @@
-"""Exporters run off the data path: daemon threads (one per exporter) build the OpenLineage and
-OpenTelemetry clients and send what they have to send, and the run waits for them only at its
-end, within a small total budget.
+"""Exporters run off the data path: daemon threads (one per exporter) send what OpenLineage and
+OpenTelemetry have to send, and the run waits for them only at its end, within a small total
+budget. (The clients are built on the run's thread before the first chunk: that imports the
+libraries and reads their settings, and sends nothing.)
 
 An endpoint that hangs, refuses, answers slowly or does not resolve can therefore delay neither
 the first chunk nor any chunk, and delays the end of a `dpone run` process by at most
 ``DPONE_EXPORT_BUDGET_S`` seconds in all (3 by default; at most 1 once SIGTERM or SIGINT asked the
 process to stop, so a pod always leaves within its grace period). The run result, XCom and
 evidence are written before the run waits. What is still unsent when the budget is spent is
-dropped with one warning; the worker is a daemon thread, so it never holds the process.
+dropped with one warning; the senders are daemon threads, so they never hold the process.
 
 The exporter libraries' own log records and Python warnings never reach stderr as they are: they
 become at most one ``dpone: warning:`` line per exporter (redacted, one line), the same as a send
