@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from dpone import errors, redaction
+from dpone.dsn_parts import register_driver_secrets
 from dpone.errors import DponeError, ErrorRecord
 
 CONNECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
@@ -20,6 +21,12 @@ CONNECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 def env_key(name: str) -> str:
     """DPONE_CONN_ + the upper-cased connection name."""
     return "DPONE_CONN_" + name.upper()
+
+
+def register_dsn(dsn: str) -> None:
+    """Redact ``dsn``'s secrets as dpone reads them and as its driver parses them."""
+    redaction.register_dsn(dsn)
+    register_driver_secrets(dsn)
 
 
 def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
@@ -31,7 +38,7 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
             errors.CONNECTION_MISSING,
             f"connection {name!r} has no DSN: set {key}",
         )
-    redaction.register_dsn(value)
+    register_dsn(value)
     return value
 
 
@@ -55,7 +62,7 @@ def require_connections(
 
 def dsn_kind(dsn: str) -> str:
     """'postgres', 'sqlite', 'mssql' or 'mysql' (MySQL and MariaDB) from the DSN's scheme."""
-    redaction.register_dsn(dsn)
+    register_dsn(dsn)
     scheme, sep, _ = dsn.partition("://")
     scheme = scheme.strip().lower() if sep else ""
     if scheme in ("postgres", "postgresql"):

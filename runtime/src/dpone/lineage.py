@@ -9,8 +9,9 @@ name, as a local file: ``file`` + ``/path/to/db.sqlite/table``). Only host, port
 object names leave a DSN, never a user or password. The chunk range rides in the custom run facet
 ``dpone_chunks``; a run started by an Airflow task carries the parent run facet (the DAG as the
 parent job). The ``openlineage-python`` client (the ``lineage`` extra) is imported only when
-lineage is on; emitting never fails a backfill (a failed send is a warning). See
-docs/observability.md.
+lineage is on. Events are sent on the export worker (dpone.exporting), never on the data path; a
+bad setting or a failed send is one warning and never fails a backfill. Dataset names come from
+the DSN's parts as its driver parses them, validated (dpone.dsn_parts). See docs/observability.md.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from dpone.connections import dsn_kind, sqlite_path
+from dpone.dsn_parts import server_parts
+from dpone.exporting import DEFAULT_BUDGET_S, ExportWorker, collected_library_records, one_line
+from dpone.redaction import redact_text
 
 DEFAULT_JOB_NAMESPACE = "dpone"
 FACET_NAME = "dpone_chunks"
 FACET_SCHEMA_URL = "urn:dpone:openlineage:DponeChunksRunFacet:1"
 PRODUCER = "urn:dpone:runtime"
-_DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306, "mssql": 1433}
-_KEYWORD = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ def lineage_requested(environ: Mapping[str, str], cwd: str | None = None) -> boo
     if any(key.startswith("OPENLINEAGE__TRANSPORT") for key in environ):
         return True
     config = environ.get("OPENLINEAGE_CONFIG", "")
+    if config.strip():  # asked for, even when the file is missing (that is a warning)
+        return True
     folder = Path(cwd or os.getcwd())
     home = Path(environ.get("HOME") or Path.home())
     candidates = [Path(config)] if config else []
@@ -62,38 +66,23 @@ def lineage_requested(environ: Mapping[str, str], cwd: str | None = None) -> boo
 
 
 # --- dataset naming -------------------------------------------------------------------------------
-def _server_parts(dsn: str, kind: str) -> tuple[str, int, str | None]:
-    """(host, port, database) of a URL or a key=value DSN; no user or password is read."""
-    if "://" in dsn:
-        parts = urlsplit(dsn.strip())
-        if kind == "mssql" and parts.scheme.lower() == "odbc":
-            fields = {
-                k.strip().upper(): v.strip().strip("{}")
-                for k, _, v in (p.partition("=") for p in dsn.split("://", 1)[1].split(";"))
-            }
-            server = fields.get("SERVER", "localhost").replace("tcp:", "")
-            host, _, odbc_port = server.partition(",")
-            return host, int(odbc_port) if odbc_port.isdigit() else 1433, fields.get("DATABASE")
-        try:
-            url_port = parts.port or _DEFAULT_PORTS[kind]
-        except ValueError:
-            url_port = _DEFAULT_PORTS[kind]
-        database = unquote(parts.path.lstrip("/")) or None
-        return parts.hostname or "localhost", url_port, database
-    keywords = {k: v.strip("'") for k, v in _KEYWORD.findall(dsn)}
-    port_text = keywords.get("port", "")
-    port = int(port_text) if port_text.isdigit() else _DEFAULT_PORTS[kind]
-    return keywords.get("host", "localhost").split(",")[0], port, keywords.get("dbname")
+#: the host of a namespace whose DSN did not parse into validated parts
+NEUTRAL_HOST = "unknown"
 
 
 def dataset_name(dsn: str, schema: str | None, table: str) -> DatasetName:
-    """The OpenLineage namespace and name of ``table`` on the database ``dsn`` points at."""
+    """The OpenLineage namespace and name of ``table`` on the database ``dsn`` points at, built
+    from the DSN's parts as its driver parses them and validated (host, port, database); a DSN
+    whose parts do not parse or validate gives the neutral namespace ``<kind>://unknown``."""
     kind = dsn_kind(dsn)
     if kind == "sqlite":
         path = os.path.realpath(sqlite_path(dsn))
         return DatasetName("file", f"{path}/{table if schema is None else f'{schema}.{table}'}")
-    host, port, database = _server_parts(dsn, kind)
-    namespace = f"{kind}://{host}:{port}"
+    parts = server_parts(dsn, kind)
+    if parts is None:
+        namespace, database = f"{kind}://{NEUTRAL_HOST}", None
+    else:
+        namespace, database = f"{kind}://{parts.host}:{parts.port}", parts.database
     if kind == "mysql":
         return DatasetName(namespace, f"{schema or database or ''}.{table}")
     default_schema = "public" if kind == "postgres" else "dbo"
@@ -167,29 +156,192 @@ class RunLineage:
         """Emit FAIL with a secret-free message (a dpone error code and text)."""
 
 
+#: transport types openlineage-python 1.x registers (a dotted class path is also accepted)
+TRANSPORT_TYPES = (
+    "amazon_datazone_api",
+    "async_http",
+    "composite",
+    "console",
+    "datadog",
+    "file",
+    "gcplineage",
+    "http",
+    "kafka",
+    "msk-iam",
+    "noop",
+    "transform",
+)
+_CLASS_PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
+
+
+def _http_url_problem(value: str) -> str | None:
+    """Why ``value`` is not an http(s) URL with a host (never quoting it: it may hold a token)."""
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return "is not a valid URL (bad host or port)"
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL with a host"
+    return None
+
+
+def _positive(value: object) -> bool:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        return False
+    return 0 < number < float("inf")
+
+
+def config_file(environ: Mapping[str, str], cwd: str | None = None) -> Path | None:
+    """The OpenLineage config file the client would read (OPENLINEAGE_CONFIG first)."""
+    config = environ.get("OPENLINEAGE_CONFIG", "")
+    home = Path(environ.get("HOME") or Path.home())
+    candidates = [Path(config)] if config else []
+    candidates += [
+        Path(cwd or os.getcwd()) / "openlineage.yml",
+        home / ".openlineage" / "openlineage.yml",
+    ]
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str | None:
+    """What is wrong with the OpenLineage settings, naming the setting, or None.
+
+    Checked before the client is built, so that a bad setting is one warning that says which
+    one, rather than the client's traceback, a silent fall-back to printing events on stdout or
+    a failure at the first send."""
+    url = environ.get("OPENLINEAGE_URL", "").strip()
+    if url and (problem := _http_url_problem(url)):
+        return f"OPENLINEAGE_URL {problem}"
+    transport: dict[str, Any] = {}
+    config_given = environ.get("OPENLINEAGE_CONFIG", "")
+    if config_given and not Path(config_given).is_file():
+        return "OPENLINEAGE_CONFIG names no readable file"
+    path = config_file(environ, cwd)
+    if path is not None:
+        where = f"the OpenLineage config file {path}"
+        try:
+            import yaml  # type: ignore[import-untyped]  # openlineage-python's YAML reader
+
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except ImportError:
+            loaded = None  # the missing client is reported by the caller
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"{where} cannot be read ({type(exc).__name__})"
+        except Exception as exc:  # yaml.YAMLError and its subclasses
+            mark = getattr(exc, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            return f"{where}{line} is not valid YAML ({getattr(exc, 'problem', None) or 'error'})"
+        if loaded is not None and not isinstance(loaded, dict):
+            return f"{where} is not a mapping (it needs `transport:` with a `type:`)"
+        section = (loaded or {}).get("transport")
+        if section is not None and not isinstance(section, dict):
+            return f"{where}: `transport` is not a mapping"
+        transport = dict(section or {})
+        if (
+            not transport
+            and not url
+            and not any(key.startswith("OPENLINEAGE__TRANSPORT") for key in environ)
+        ):
+            return f"{where} has no `transport:` section (with a `type:`)"
+    env_type = environ.get("OPENLINEAGE__TRANSPORT__TYPE")
+    kind = env_type if env_type is not None else transport.get("type")
+    setting = "OPENLINEAGE__TRANSPORT__TYPE" if env_type is not None else "transport.type"
+    if kind is not None and not (
+        str(kind).strip() in TRANSPORT_TYPES or _CLASS_PATH.fullmatch(str(kind))
+    ):
+        shown = str(kind)[:40]
+        return (
+            f"{setting}={shown!r} is not an OpenLineage transport type (one of: "
+            f"{', '.join(TRANSPORT_TYPES)}, or a transport class path)"
+        )
+    if kind is not None and str(kind).strip() in ("http", "async_http"):
+        given = environ.get("OPENLINEAGE__TRANSPORT__URL")
+        name = "OPENLINEAGE__TRANSPORT__URL" if given is not None else "transport.url"
+        given = given if given is not None else transport.get("url")
+        if given is None and not url:
+            return f"{setting}={str(kind).strip()!r} needs OPENLINEAGE__TRANSPORT__URL"
+        if given is not None and (problem := _http_url_problem(str(given))):
+            return f"{name} {problem}"
+    if kind is None and any(key.startswith("OPENLINEAGE__TRANSPORT__") for key in environ):
+        if not url:
+            return (
+                "OPENLINEAGE__TRANSPORT__* variables are set without OPENLINEAGE__TRANSPORT__TYPE"
+            )
+    timeout = environ.get("OPENLINEAGE__TRANSPORT__TIMEOUT")
+    if timeout is None and "timeout" in transport:
+        timeout, setting = transport["timeout"], "transport.timeout"
+    else:
+        setting = "OPENLINEAGE__TRANSPORT__TIMEOUT"
+    if timeout is not None and not _positive(timeout):
+        return f"{setting} must be a positive number of seconds"
+    return None
+
+
+def transport_setting(environ: Mapping[str, str]) -> str:
+    """The setting that chose the OpenLineage transport, for a warning."""
+    if (kind := environ.get("OPENLINEAGE__TRANSPORT__TYPE")) is not None:
+        return f"OPENLINEAGE__TRANSPORT__TYPE={kind.strip()[:40]!r}"
+    path = config_file(environ)
+    if path is not None:
+        return f"the transport of the OpenLineage config file {path}"
+    return "OPENLINEAGE_URL"
+
+
 def open_run_lineage(
     run: LineageRun,
     environ: Mapping[str, str] | None = None,
     warn: Callable[[str], None] = lambda message: None,
+    exports: ExportWorker | None = None,
 ) -> RunLineage:
+    """The OpenLineage emitter of this run, or the silent one when lineage is off or its settings
+    are unusable (one warning naming the setting: lineage never fails a run)."""
     env = os.environ if environ is None else environ
     if not lineage_requested(env):
         return RunLineage()
     try:
-        return OpenLineageRun(run, warn)
+        import openlineage.client  # noqa: F401
     except ImportError:
         warn(
             "OPENLINEAGE_URL or an OpenLineage config is set but openlineage-python is missing: "
             "install dpone-runtime[lineage]; this run emits no lineage"
         )
         return RunLineage()
+    problem = settings_problem(env)
+    if problem is not None:
+        warn(f"{problem}; this run emits no lineage")
+        return RunLineage()
+    worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
+    with collected_library_records() as records:
+        try:
+            emitter = OpenLineageRun(run, worker)
+        except Exception as exc:
+            detail = one_line(str(exc))
+            warn(
+                f"{transport_setting(env)}: the transport's settings are incomplete or invalid "
+                f"({type(exc).__name__}"
+                + (f": {detail}" if detail else "")
+                + "); this run emits no lineage"
+            )
+            return RunLineage()
+    if emitter.prints_to_console and env.get("OPENLINEAGE__TRANSPORT__TYPE") != "console":
+        warn(
+            "the OpenLineage settings name no transport the client could build (it would print "
+            "the events on the console); this run emits no lineage"
+        )
+        return RunLineage()
+    if records:
+        worker.problem("OpenLineage", f"the client reported: {records[0]}")
+    return emitter
 
 
 class OpenLineageRun(RunLineage):
     """Builds the events with openlineage-python's typed classes and sends them with the client
     configured by the environment (OPENLINEAGE_URL, OPENLINEAGE_CONFIG, openlineage.yml)."""
 
-    def __init__(self, run: LineageRun, warn: Callable[[str], None]) -> None:
+    def __init__(self, run: LineageRun, exports: ExportWorker) -> None:
         import attr
         from openlineage.client import OpenLineageClient
         from openlineage.client.facet_v2 import RunFacet
@@ -215,10 +367,13 @@ class OpenLineageRun(RunLineage):
                 return FACET_SCHEMA_URL
 
         self._run = run
-        self._warn = warn
+        self._exports = exports
         self._facet_type = DponeChunksRunFacet
         self._client = OpenLineageClient()
         self._run_id = str(generate_new_uuid())
+        transport = self._client.transport
+        asked = (self._client.config.transport or {}).get("type")
+        self.prints_to_console = transport.kind == "console" and asked != "console"
 
     def _event(self, state: str, run_facets: dict[str, Any], rows: int | None = None) -> Any:
         from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent
@@ -276,10 +431,15 @@ class OpenLineageRun(RunLineage):
         )
 
     def _emit(self, state: str, run_facets: dict[str, Any], rows: int | None = None) -> None:
+        """Build the event now (its time is now), send it on the export worker."""
         try:
-            self._client.emit(self._event(state, run_facets, rows))
+            event = self._event(state, run_facets, rows)
         except Exception as exc:  # lineage never stops a backfill
-            self._warn(f"could not emit the OpenLineage {state} event ({type(exc).__name__})")
+            self._exports.problem(
+                "OpenLineage", f"could not build the {state} event ({type(exc).__name__})"
+            )
+            return
+        self._exports.submit("OpenLineage", f"{state} event", lambda: self._client.emit(event))
 
     def start(self) -> None:
         self._emit("START", {})
@@ -292,16 +452,16 @@ class OpenLineageRun(RunLineage):
         from openlineage.client.facet_v2 import error_message_run
 
         facet = error_message_run.ErrorMessageRunFacet(
-            message=message[:2000], programmingLanguage="python", producer=PRODUCER
+            message=redact_text(message)[:2000], programmingLanguage="python", producer=PRODUCER
         )
         self._emit("FAIL", {"errorMessage": facet})
         self._close()
 
     def _close(self) -> None:
-        try:
-            self._client.close(timeout=10.0)
-        except Exception as exc:
-            self._warn(f"could not close the OpenLineage client ({type(exc).__name__})")
+        self._exports.submit("OpenLineage", "client's close", self._close_client)
+
+    def _close_client(self) -> None:
+        self._client.close(timeout=1.0)
 
 
 def describe_run(

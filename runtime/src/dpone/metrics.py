@@ -10,11 +10,15 @@ index, chunk outcome): never a DSN, a row value or a bound. See docs/observabili
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from dpone.exporting import DEFAULT_BUDGET_S, ExportWorker, collected_library_records, one_line
+from dpone.redaction import redact_text
 from dpone.result import ChunkTiming
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -64,15 +68,70 @@ def metrics_requested(environ: Mapping[str, str]) -> bool:
     return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
+#: OpenTelemetry variables whose value is a whole number of milliseconds, greater than 0
+_MILLISECONDS = ("OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_TIMEOUT")
+#: OpenTelemetry variables whose value is a timeout greater than 0
+_TIMEOUTS = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
+_COMPRESSIONS = ("gzip", "deflate", "none")
+
+
+def settings_problem(environ: Mapping[str, str]) -> str | None:
+    """What is wrong with the OpenTelemetry metrics settings, naming the variable, or None.
+
+    Checked before the SDK is built: the SDK raises on some (a negative interval) and only logs
+    others at the first export; here each is one warning and the run goes on without metrics."""
+    for name in ENDPOINT_VARIABLES:
+        endpoint = environ.get(name, "").strip()
+        if not endpoint:
+            continue
+        try:
+            parts = urlsplit(endpoint)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            return f"{name} is not a valid URL (bad host or port)"
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            return f"{name} is not an http:// or https:// URL with a host"
+    for name in _MILLISECONDS:
+        value = environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) > 0):
+            return f"{name} must be a whole number of milliseconds greater than 0"
+    for name in _TIMEOUTS:
+        value = environ.get(name)
+        if value is None:
+            continue
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = math.nan
+        if not 0 < number < math.inf:
+            return f"{name} must be a number greater than 0"
+    for name in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION"):
+        value = environ.get(name)
+        if value is not None and value.strip().lower() not in _COMPRESSIONS:
+            return f"{name} must be one of {', '.join(_COMPRESSIONS)}"
+    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"):
+        value = environ.get(name)
+        if value is not None and value.strip():
+            pairs = [pair for pair in value.split(",") if pair.strip()]
+            if any("=" not in pair or not pair.partition("=")[0].strip() for pair in pairs):
+                return f"{name} must be key=value pairs separated by commas"
+    for name in ("OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE"):
+        value = environ.get(name)
+        if value and not os.path.isfile(value):
+            return f"{name} names no readable file"
+    return None
+
+
 def open_run_observer(
     labels: RunLabels,
     environ: Mapping[str, str] | None = None,
     warn: Callable[[str], None] = lambda message: None,
+    exports: ExportWorker | None = None,
 ) -> RunObserver:
     """The OpenTelemetry observer when metrics are requested, else the silent one.
 
-    Metrics never stop a backfill: a missing extra is a warning, and export errors are the
-    SDK's own (logged, not raised).
+    Metrics never stop a backfill: a missing extra or an unusable setting is one warning (naming
+    the setting) and the run goes on without metrics; sends run on the export worker.
     """
     env = os.environ if environ is None else environ
     if not metrics_requested(env):
@@ -82,14 +141,31 @@ def open_run_observer(
     )
     if protocol.strip() != "http/protobuf":
         warn(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: dpone exports metrics over http/protobuf")
-    try:
-        return OtelRunObserver(labels, env)
-    except ImportError:
-        warn(
-            "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are missing: "
-            "install dpone-runtime[metrics]; this run exports no metrics"
-        )
+    problem = settings_problem(env)
+    if problem is not None:
+        warn(f"{problem}; this run exports no metrics")
         return RunObserver()
+    worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
+    with collected_library_records() as records:
+        try:
+            observer = OtelRunObserver(labels, env, worker)
+        except ImportError:
+            warn(
+                "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are missing: "
+                "install dpone-runtime[metrics]; this run exports no metrics"
+            )
+            return RunObserver()
+        except Exception as exc:
+            detail = one_line(str(exc))
+            warn(
+                "the OpenTelemetry metrics settings (OTEL_*) are invalid "
+                f"({type(exc).__name__}" + (f": {detail}" if detail else "") + "); this run "
+                "exports no metrics"
+            )
+            return RunObserver()
+    if records:
+        worker.problem("OpenTelemetry metrics", f"the SDK reported: {records[0]}")
+    return observer
 
 
 class OtelRunObserver(RunObserver):
@@ -100,7 +176,9 @@ class OtelRunObserver(RunObserver):
     short run still exports its final figures.
     """
 
-    def __init__(self, labels: RunLabels, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, labels: RunLabels, environ: Mapping[str, str], exports: ExportWorker
+    ) -> None:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -110,10 +188,14 @@ class OtelRunObserver(RunObserver):
             "OTEL_RESOURCE_ATTRIBUTES", ""
         )
         resource = Resource.create({} if named else {"service.name": "dpone"})
+        self._exports = exports
         self._reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-        self._provider = MeterProvider(resource=resource, metric_readers=[self._reader])
+        # no atexit shutdown: the final export runs on the export worker, within the budget
+        self._provider = MeterProvider(
+            resource=resource, metric_readers=[self._reader], shutdown_on_exit=False
+        )
         meter = self._provider.get_meter(METER_NAME)
-        self._attrs = labels.attributes()
+        self._attrs = {key: redact_text(value) for key, value in labels.attributes().items()}
         self._selected = 0
         self._done = 0
         self._chunks: Any = meter.create_counter(
@@ -173,4 +255,8 @@ class OtelRunObserver(RunObserver):
                 self._progress.set(self._done / self._selected, self._attrs)
 
     def run_finished(self) -> None:
-        self._provider.shutdown()  # a final collect + export, then the exporter's session closes
+        """The final collect + export and the exporter's close, on the export worker."""
+        self._exports.submit("OpenTelemetry metrics", "final export", self._shutdown)
+
+    def _shutdown(self) -> None:
+        self._provider.shutdown(timeout_millis=DEFAULT_BUDGET_S * 1000)

@@ -152,6 +152,12 @@ def _odbc_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def odbc_fields(text: str) -> list[tuple[str, str]]:
+    """The ``KEY=value`` pairs of an ODBC connection string (a braced value twice: unbraced, then
+    as written)."""
+    return _odbc_pairs(text)
+
+
 def _libpq_pairs(text: str) -> list[tuple[str, str]]:
     """``key = value`` / ``key='quo\\'ted'`` pairs of a libpq keyword/value string."""
     pairs = []

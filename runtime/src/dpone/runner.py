@@ -19,6 +19,7 @@ from pathlib import Path
 from dpone import errors
 from dpone.connections import require_connections
 from dpone.errors import DponeError, error_json_line
+from dpone.exporting import ExportWorker, export_budget, take_over_library_output
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
 from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
@@ -32,7 +33,13 @@ from dpone.orchestrator import (
     run_full_refresh,
 )
 from dpone.pack import WorkloadPack, load_workload_pack, select_process
-from dpone.progress import NoProgressSink, choose_progress, log_format
+from dpone.progress import (
+    ENV_LOG_FORMAT,
+    PROGRESS_EVENT_SCHEMA,
+    NoProgressSink,
+    choose_progress,
+    log_format,
+)
 from dpone.read_ahead import read_ahead_budget
 from dpone.redaction import redact_text
 from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
@@ -162,7 +169,17 @@ def _summary(outcome: RunOutcome) -> str:
 
 
 def _warn(message: str) -> None:
-    print(f"dpone: warning: {redact_text(message)}", file=sys.stderr)
+    """One ``dpone: warning:`` line (a dpone.progress.v1 ``warning`` event in JSON log mode)."""
+    text = redact_text(message)
+    if os.environ.get(ENV_LOG_FORMAT, "").strip().lower() == "json":
+        line = json.dumps(
+            {"schema": PROGRESS_EVENT_SCHEMA, "event": "warning", "message": text},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        print(line, file=sys.stderr, flush=True)
+        return
+    print(f"dpone: warning: {text}", file=sys.stderr, flush=True)
 
 
 def mapped_task_env(pack: WorkloadPack, process: str | None, index: int) -> tuple[str, Env]:
@@ -271,6 +288,8 @@ def run_plans(
         + ((plan.config.state.connection,) if plan.config.backfill is not None else ())
     )
     check_outputs_writable()
+    exports = ExportWorker(export_budget(os.environ, _warn), _warn)
+    take_over_library_output(exports)
     worst = EXIT_OK
     for plan, selection in zip(plans, selections, strict=True):
         if STOP.requested:
@@ -286,7 +305,7 @@ def run_plans(
             mode=selection.mode,
             item=str(selection.item.item_index) if selection.item else "internal",
         )
-        observer = open_run_observer(labels, os.environ, _warn)
+        observer = open_run_observer(labels, os.environ, _warn, exports)
         settings = RunSettings(
             lock_timeout_s=args.lock_timeout, progress=progress, warn=_warn, observer=observer
         )
@@ -305,7 +324,7 @@ def run_plans(
         if lineage_requested(os.environ):
             dag_id = identity.dag_id if identity else None
             described = describe_run(pack, plan, selection, dag_id, os.environ)
-            lineage = open_run_lineage(described, os.environ, _warn)
+            lineage = open_run_lineage(described, os.environ, _warn, exports)
         observer.run_started(len(selection.chunks) if not full_refresh else 1)
         lineage.start()
         try:
@@ -313,18 +332,24 @@ def run_plans(
         except DponeError as exc:
             if not STOP.requested:
                 outcome.error = exc.records[0]
+                _emit(outcome, owner)  # the result first, then the exit-time exports
+                observer.run_finished()
                 lineage.fail(f"{exc.code}: {exc.message}")
-                _emit(outcome, owner)
+                exports.drain()
                 raise
             outcome.error = STOP.record(f"stopped while {exc.code} ({exc.message[:200]})")
-        finally:
+        except BaseException:
             observer.run_finished()
+            exports.drain()
+            raise
+        _emit(outcome, owner)  # the result first, then the exit-time exports (within a budget)
+        observer.run_finished()
         if outcome.status == "passed":
             lineage.complete(outcome.rows_written)
         else:
             assert outcome.error is not None
             lineage.fail(f"{outcome.error.code}: {outcome.error.message}")
-        _emit(outcome, owner)
+        exports.drain()
         if outcome.status == "passed":
             print(summary(outcome), file=sys.stderr)
             continue

@@ -315,7 +315,8 @@ def connection_info(dsn: str, application_name: str) -> str:
         given = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise DponeError(
-            errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {mask_quoted(str(exc))}"
+            errors.CONFIG_INVALID,
+            f"the ledger's Postgres DSN is malformed ({mask_quoted(str(exc)).strip()})",
         ) from None
     defaults = {**CONNECTION_DEFAULTS, **session_limits().libpq_client()}
     extra = {key: value for key, value in defaults.items() if key not in given}

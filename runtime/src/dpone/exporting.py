@@ -1,0 +1,211 @@
+"""Exporters run off the data path: daemon threads (one per exporter) send what OpenLineage and
+OpenTelemetry have to send, and the run waits for them only at its end, within a small total
+budget. (The clients are built on the run's thread before the first chunk: that imports the
+libraries and reads their settings, and sends nothing.)
+
+An endpoint that hangs, refuses, answers slowly or does not resolve can therefore delay neither
+the first chunk nor any chunk, and delays the end of a `dpone run` process by at most
+``DPONE_EXPORT_BUDGET_S`` seconds in all (3 by default; at most 1 once SIGTERM or SIGINT asked the
+process to stop, so a pod always leaves within its grace period). The run result, XCom and
+evidence are written before the run waits. What is still unsent when the budget is spent is
+dropped with one warning; the senders are daemon threads, so they never hold the process.
+
+The exporter libraries' own log records and Python warnings never reach stderr as they are: they
+become at most one ``dpone: warning:`` line per exporter (redacted, one line), the same as a send
+that failed. See docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import queue
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+
+from dpone.interrupt import STOP
+from dpone.redaction import redact_text
+
+BUDGET_VARIABLE = "DPONE_EXPORT_BUDGET_S"
+DEFAULT_BUDGET_S = 3.0
+MAX_BUDGET_S = 60.0
+#: the most the process waits for exporters once a stop (SIGTERM / SIGINT) was requested
+STOP_BUDGET_S = 1.0
+#: the libraries behind the exporters, whose loggers dpone takes over
+#: (their HTTP clients' records are dropped: the exporter's own failure says it once)
+LIBRARY_LOGGERS: dict[str, str | None] = {
+    "openlineage": "OpenLineage",
+    "opentelemetry": "OpenTelemetry metrics",
+    "urllib3": None,
+    "requests": None,
+}
+_MESSAGE_LIMIT = 200
+#: thread id -> the library messages collected on that thread (see collected_library_records)
+_COLLECTING: dict[int, list[str]] = {}
+
+
+def export_budget(environ: Mapping[str, str], warn: Callable[[str], None]) -> float:
+    """Seconds the process may wait for exporters in all; a bad value is a warning, and the
+    default applies (an exporter setting never fails a run)."""
+    text = environ.get(BUDGET_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_BUDGET_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= MAX_BUDGET_S:  # also NaN
+        warn(
+            f"{BUDGET_VARIABLE} must be a number of seconds from 0 to {MAX_BUDGET_S:g}; "
+            f"using {DEFAULT_BUDGET_S:g}"
+        )
+        return DEFAULT_BUDGET_S
+    return value
+
+
+def one_line(text: str) -> str:
+    """A library's message as one short, redacted line."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = redact_text(first)
+    return first if len(first) <= _MESSAGE_LIMIT else first[: _MESSAGE_LIMIT - 3] + "..."
+
+
+class ExportWorker:
+    """The exporters' background threads (one lane per exporter, so a hanging lineage backend
+    does not hold the metrics back) and the run's wait budget."""
+
+    def __init__(self, budget_s: float, warn: Callable[[str], None]) -> None:
+        self.budget_s = budget_s
+        self._warn = warn
+        self._spent = 0.0
+        self._lanes: dict[str, queue.Queue[tuple[str, Callable[[], None]]]] = {}
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}
+        self._idle = threading.Condition(self._lock)
+        self._held: list[str] = []
+        self._reported: set[str] = set()
+        self._current: dict[str, str] = {}
+
+    def submit(self, exporter: str, what: str, call: Callable[[], None]) -> None:
+        """Queue ``call`` (one step of ``exporter``: build, send, close) on the exporter's lane,
+        after the steps queued before it; never blocks, never raises."""
+        with self._lock:
+            self._pending[exporter] = self._pending.get(exporter, 0) + 1
+            lane = self._lanes.get(exporter)
+            if lane is None:
+                lane = self._lanes[exporter] = queue.Queue()
+                name = "dpone-export-" + "".join(c for c in exporter.lower() if c.isalnum())
+                threading.Thread(
+                    target=self._work, args=(exporter, lane), name=name, daemon=True
+                ).start()
+        lane.put((what, call))
+
+    def problem(self, exporter: str, message: str) -> None:
+        """One warning per exporter for the whole process. It is held and printed by the run's
+        own thread when it waits (:meth:`drain`), so it never splits a progress line and never
+        follows the run's last line."""
+        with self._lock:
+            if exporter in self._reported:
+                return
+            self._reported.add(exporter)
+            self._held.append(f"{exporter}: {message}; the run goes on without it")
+
+    def _work(self, exporter: str, lane: queue.Queue[tuple[str, Callable[[], None]]]) -> None:
+        while True:
+            what, call = lane.get()
+            with self._lock:
+                self._current[exporter] = what
+            try:
+                call()
+            except Exception as exc:  # an exporter never stops a run
+                detail = one_line(str(exc))
+                self.problem(
+                    exporter,
+                    f"could not send the {what} ({type(exc).__name__}"
+                    + (f": {detail}" if detail else "")
+                    + ")",
+                )
+            finally:
+                with self._lock:
+                    self._pending[exporter] -= 1
+                    self._current.pop(exporter, None)
+                    self._idle.notify_all()
+
+    def drain(self) -> None:
+        """Wait, within what is left of the budget (at most STOP_BUDGET_S after a stop request),
+        until every lane has done its steps; then print the held warnings and say what was
+        dropped, if anything."""
+        started = time.monotonic()
+        with self._lock:
+            while any(self._pending.values()):
+                left = self.budget_s - self._spent - (time.monotonic() - started)
+                if STOP.requested:
+                    left = min(left, STOP_BUDGET_S - (time.monotonic() - started))
+                if left <= 0:
+                    break
+                self._idle.wait(min(left, 0.05))  # short steps: a stop shortens the wait
+            self._spent += time.monotonic() - started
+            unfinished = [
+                f"{exporter} ({self._current.get(exporter, 'queued')})"
+                for exporter, count in sorted(self._pending.items())
+                if count
+            ]
+            held, self._held = self._held, []
+        for message in held:
+            self._warn(message)
+        if unfinished:
+            self._warn(
+                f"exporters: {', '.join(unfinished)} unfinished after the export budget "
+                f"({BUDGET_VARIABLE}={self.budget_s:g} s); dropped, the run's result is "
+                "unaffected"
+            )
+
+
+class _LibraryHandler(logging.Handler):
+    """Library log records become (at most) one dpone warning per exporter."""
+
+    def __init__(self, worker: ExportWorker, exporter: str | None) -> None:
+        super().__init__(logging.WARNING)
+        self.worker = worker
+        self.exporter = exporter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.exporter is None:
+            return
+        try:
+            message = one_line(record.getMessage())
+        except Exception:  # a record whose arguments do not format
+            message = record.levelname.lower()
+        collecting = _COLLECTING.get(threading.get_ident())
+        if collecting is not None:
+            collecting.append(message)
+            return
+        self.worker.problem(self.exporter, f"the exporter reported: {message}")
+
+
+def take_over_library_output(worker: ExportWorker) -> None:
+    """Route the exporter libraries' loggers and Python warnings away from raw stderr."""
+    for name, exporter in LIBRARY_LOGGERS.items():
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if isinstance(handler, _LibraryHandler):
+                logger.removeHandler(handler)
+        logger.addHandler(_LibraryHandler(worker, exporter))
+        logger.propagate = False
+    for name in LIBRARY_LOGGERS:
+        warnings.filterwarnings("ignore", module=rf"{name}(\.|$)")
+
+
+@contextlib.contextmanager
+def collected_library_records() -> Iterator[list[str]]:
+    """Collect (instead of report) what the libraries log on this thread meanwhile: building a
+    client that fails is then one warning, not the client's complaint and dpone's."""
+    collected: list[str] = []
+    _COLLECTING[threading.get_ident()] = collected
+    try:
+        yield collected
+    finally:
+        _COLLECTING.pop(threading.get_ident(), None)
