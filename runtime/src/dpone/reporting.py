@@ -75,11 +75,18 @@ def exit_code_for(code: str) -> int:
 
 
 class CommandParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as dpone.error.v1 with exit 2."""
+    """argparse that reports usage errors as dpone.error.v1 with exit 2 (and keeps the record
+    in ``refusals``, for the run result of a refused `dpone run`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refusals: list[ErrorRecord] = []
 
     def error(self, message: str) -> NoReturn:
+        record = ErrorRecord(errors.USAGE, f"{self.prog}: {message}")
+        self.refusals.append(record)
         self.print_usage(sys.stderr)
-        report_error(ErrorRecord(errors.USAGE, f"{self.prog}: {message}"))
+        report_error(record)
         raise SystemExit(EXIT_USAGE)
 
     def add_catalog(self, help_text: str) -> None:
