@@ -247,9 +247,12 @@ SOURCE_FAILED = _register(
 )
 SINK_FAILED = _register(
     "DPONE_SINK_FAILED",
-    "Writing a chunk into the sink failed; the chunk's transaction was rolled back.",
-    "A constraint violation, a type mismatch or a missing target table.",
-    "Fix the data or the target; re-run the task: committed chunks are skipped.",
+    "Writing a chunk into the sink failed (the chunk's transaction was rolled back), or the "
+    "target could not be read back (`dpone verify`).",
+    "A constraint violation, a type mismatch, a missing target table, or a privilege the sink's "
+    "user lacks on the target.",
+    "Fix the data or the target (its table, columns or grants; the message names it); re-run the "
+    "task: committed chunks are skipped.",
 )
 CONNECTOR_INVALID = _register(
     "DPONE_CONNECTOR_INVALID",

@@ -65,7 +65,9 @@ def require_tables(
         if isinstance(found, str):
             problems.append(f"the source has no chunk column {chunk_column!r}: {found}")
     target = _columns(
-        SourceSpec(sink_spec.connection, table=sink_spec.table), target_dsn, open_source
+        SourceSpec(sink_spec.connection, table=sink_spec.table, role="target"),
+        target_dsn,
+        open_source,
     )
     if isinstance(target, str):
         problems.append(f"target table {sink_spec.table.display()!r} cannot be read: {target}")

@@ -105,7 +105,10 @@ def _sides(plan: ProcessPlan, open_source: OpenSource) -> tuple[Source, Source]:
     source = open_source(source_spec, resolve_dsn(cfg.source.connection)).read_only()
     try:
         target_spec = SourceSpec(
-            connection=sink_spec.connection, table=sink_spec.table, columns=source.columns()
+            connection=sink_spec.connection,
+            table=sink_spec.table,
+            columns=source.columns(),
+            role="target",
         )
         target = open_source(target_spec, resolve_dsn(cfg.sink.connection)).read_only()
     except BaseException:

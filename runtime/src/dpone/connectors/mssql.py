@@ -310,7 +310,7 @@ class MssqlSource(Source):
 
     def _fail(self, exc: BaseException, doing: str) -> DponeError:
         self._columns = None
-        return self.db.translate(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
+        return self.db.translate(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
 
     def close(self) -> None:
         self.db.discard()

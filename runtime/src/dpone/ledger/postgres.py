@@ -16,6 +16,12 @@ from typing import Any
 
 from dpone import errors
 from dpone.connections import redact
+from dpone.dsn_settings import (
+    invalid_setting,
+    missing_file,
+    postgres_missing_file,
+    postgres_setting_problem,
+)
 from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, Lease
 from dpone.ledger.sql import (
@@ -302,6 +308,9 @@ def connection_info(dsn: str, application_name: str) -> str:
         raise DponeError(
             errors.CONFIG_INVALID, f"invalid Postgres DSN {redact(dsn)}: {mask_quoted(str(exc))}"
         ) from None
+    missing = postgres_missing_file(given)
+    if missing is not None:
+        raise missing_file("the ledger database", missing)
     defaults = {**CONNECTION_DEFAULTS, **session_limits().libpq_client()}
     extra = {key: value for key, value in defaults.items() if key not in given}
     if "application_name" not in given:
@@ -525,6 +534,9 @@ class PostgresLedger(SqlLedger):
             mark_text_forms(conn)
             self._conn = conn
         except psycopg.Error as exc:
+            setting = postgres_setting_problem(str(exc))
+            if setting is not None:
+                raise invalid_setting("the ledger database", setting) from None
             raise DponeError(
                 errors.CONNECTION_FAILED,
                 f"cannot connect to the ledger database {redact(self._dsn)}: {first_line(str(exc))}",
