@@ -1,7 +1,9 @@
 """A final refusal is final in real Airflow: with `retries: 3`, a mapped task whose item or pack does
 not match the image's plan fails after exactly one try; a retryable failure in the same DAG run is
 retried (the control that proves retries were on). Airflow 3.3.2 and 2.10.5, `dag.test()`, the
-generated subprocess DAG running the project venv's real `dpone run` against the real Postgres.
+generated DAG running the project venv's real `dpone run` against the real Postgres, in both
+flavours: subprocess, and kubernetes with each pod's command run as a local process (the harness's
+``--local-pods``: no cluster here; the DAG's pod operator subclass and its result check unchanged).
 
 The e2e project's summary workload is cut to 10 days in 5 items of 2 chunks. In the generated DAG
 file, item 1's backfill plan hash is edited (DPONE_AIRFLOW_MAPPING_PLAN_MISMATCH) and item 3's run
@@ -41,10 +43,19 @@ def e2e_db(pg_dsn: str) -> Iterator[str]:
         yield dsn
 
 
-def _project(root: Path) -> Path:
-    """The e2e project, its summary workload cut to 10 days in 5 items, with `retries: 3`."""
+def _project(root: Path, flavour: str) -> Path:
+    """The e2e project, its summary workload cut to 10 days in 5 items, with `retries: 3`, in
+    ``flavour`` (kubernetes: an image the local pods never pull, and the DSN's secret reference,
+    which the local pods take from the worker's DPONE_CONN_E2E instead)."""
     catalog = e2ekit.copy_project(root / "project")
     text = catalog.read_text(encoding="utf-8")
+    if flavour == "kubernetes":
+        assert "    flavour: subprocess\n" in text
+        text = text.replace(
+            "    flavour: subprocess\n",
+            "    flavour: kubernetes\n    image: registry.example.invalid/dpone-runtime:test\n"
+            "    secrets: [{connection: e2e, secret: dpone-e2e, key: dsn}]\n",
+        )
     mapping = "mapping: {mode: summary, max_items: 40, max_active: 8, pool: dpone_e2e}"
     assert mapping in text
     text = text.replace(
@@ -98,10 +109,13 @@ def _hold_busy_item(catalog: Path, data_dsn: str) -> Any:
     return store
 
 
+@pytest.mark.parametrize("flavour", ["subprocess", "kubernetes"])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_final_refusal_fails_after_one_try(version: str, e2e_db: str, tmp_path: Path) -> None:
+def test_a_final_refusal_fails_after_one_try(
+    version: str, flavour: str, e2e_db: str, tmp_path: Path
+) -> None:
     python = e2ekit.airflow_python(version)
-    catalog = _project(tmp_path)
+    catalog = _project(tmp_path, flavour)
     out = tmp_path / "dags"
     generated = e2ekit.dpone("generate", str(catalog), "--out", str(out))
     assert generated.returncode == 0, generated.stderr
@@ -121,6 +135,7 @@ def test_a_final_refusal_fails_after_one_try(version: str, e2e_db: str, tmp_path
             str(dag_file),
             "--task-id",
             e2ekit.TASK,
+            *(["--local-pods"] if flavour == "kubernetes" else []),
         )
     finally:
         store.close()
@@ -129,7 +144,7 @@ def test_a_final_refusal_fails_after_one_try(version: str, e2e_db: str, tmp_path
     assert sorted(tis) == [0, 1, 2, 3, 4], facts["_log_tail"]
     tries = {index: (ti["state"], ti["try_number"]) for index, ti in tis.items()}
     # the final refusals: failed after one try, although three retries were allowed
-    assert tries[PLAN_TAMPERED] == ("failed", 1), tries
+    assert tries[PLAN_TAMPERED] == ("failed", 1), (tries, facts["_log_tail"])
     assert tries[PACK_TAMPERED] == ("failed", 1), tries
     # the control: a retryable failure used every try Airflow allows
     assert tries[BUSY] == ("failed", RETRIES + 1), tries
@@ -143,4 +158,4 @@ def test_a_final_refusal_fails_after_one_try(version: str, e2e_db: str, tmp_path
         result = xcom[f"{e2ekit.TASK}[{index}]"]
         assert result["status"] == "failed" and result["error"]["code"] == code, result
         assert result["error"]["retryable"] is (index == BUSY), result
-    print(json.dumps({"airflow": version, "tries": tries}, sort_keys=True))
+    print(json.dumps({"airflow": version, "flavour": flavour, "tries": tries}, sort_keys=True))
