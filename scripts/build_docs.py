@@ -31,10 +31,10 @@ HEADER = (
 # --- docs/errors.md -----------------------------------------------------------------------------
 
 
-def _exit_code(code: str) -> int:
-    from dpone.reporting import exit_code_for
+def _exit_code(code: str) -> str:
+    from dpone.reporting import documented_exit
 
-    return exit_code_for(code)
+    return documented_exit(code)
 
 
 def render_errors() -> str:

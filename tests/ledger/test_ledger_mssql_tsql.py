@@ -114,3 +114,31 @@ def test_the_adapter_refuses_to_start_without_pyodbc(monkeypatch: pytest.MonkeyP
         MssqlLedger("mssql://u:p@h:1433/d")
     assert caught.value.code == errors.LEDGER_UNAVAILABLE
     assert "dpone-runtime[mssql]" in caught.value.message
+
+
+def test_listing_never_creates_the_audit_schema(tmp_path: Path) -> None:
+    """`ledger list` opens the store with create=False: no schema is no campaigns, no DDL sent;
+    once a run created it, the same read-only open lists it (the double: UNVERIFIED on a server)."""
+    import contextlib
+    import sqlite3
+
+    backend = MssqlDoubleBackend(tmp_path)
+
+    def tables() -> list[str]:
+        """The double's schemas and tables (its own __schemas bookkeeping table aside)."""
+        with contextlib.closing(sqlite3.connect(backend.double.path)) as raw:
+            names = [r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            schemas = [r[0] for r in raw.execute("SELECT name FROM __schemas")]
+        return schemas + [name for name in names if name != "__schemas"]
+
+    reader = backend._open(300.0, create=False)
+    assert reader.list_campaigns() == []
+    reader.close()
+    assert tables() == []
+    writer = backend._open(300.0)
+    shape = make_shape()
+    writer.initialize(shape, "owner", 5.0)
+    writer.close()
+    reader = backend._open(300.0, create=False)
+    assert reader.list_campaigns() == [shape.run_key]
+    reader.close()

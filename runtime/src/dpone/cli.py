@@ -120,14 +120,18 @@ def _run_parser() -> CommandParser:
 
 
 def cmd_run(argv: Sequence[str]) -> int:
+    from dpone.refusal import refusals_leave_a_result
     from dpone.runner import run_command
 
-    args = _run_parser().parse_args(argv)
-    if os.environ.get("DPONE_TIMING"):  # opt-in phase timing (bench/campaign_bench.py)
-        from dpone.timing import install
+    parser = _run_parser()
+    with refusals_leave_a_result(parser.refusals) as scope:
+        args = parser.parse_args(argv)
+        scope.note(workload=args.workload, process=args.process)
+        if os.environ.get("DPONE_TIMING"):  # opt-in phase timing (bench/campaign_bench.py)
+            from dpone.timing import install
 
-        install(os.environ["DPONE_TIMING"])
-    return run_command(args)
+            install(os.environ["DPONE_TIMING"])
+        return run_command(args)
 
 
 def _verify_parser() -> CommandParser:

@@ -247,9 +247,12 @@ SOURCE_FAILED = _register(
 )
 SINK_FAILED = _register(
     "DPONE_SINK_FAILED",
-    "Writing a chunk into the sink failed; the chunk's transaction was rolled back.",
-    "A constraint violation, a type mismatch or a missing target table.",
-    "Fix the data or the target; re-run the task: committed chunks are skipped.",
+    "Writing a chunk into the sink failed (the chunk's transaction was rolled back), or the "
+    "target could not be read back (`dpone verify`).",
+    "A constraint violation, a type mismatch, a missing target table, or a privilege the sink's "
+    "user lacks on the target.",
+    "Fix the data or the target (its table, columns or grants; the message names it); re-run the "
+    "task: committed chunks are skipped.",
 )
 READ_BACK_MISMATCH = _register(
     "DPONE_READ_BACK_MISMATCH",
@@ -368,8 +371,11 @@ INTERNAL = _register(
 CONFIG_INVALID = _register(
     "DPONE_CONFIG_INVALID",
     "A setting in the environment or on the command line has an invalid value.",
-    "A malformed DPONE_* variable or option.",
-    "Correct the value named in the message.",
+    "A malformed DPONE_* variable or option, or a connection's DSN (DPONE_CONN_<NAME>) with a "
+    "setting that can never connect: an unknown sslmode, a bad port, options the server refuses, "
+    "a certificate file that is not there.",
+    "Correct the setting named in the message (in a pod: the secret the DSN comes from); another "
+    "attempt with the same value cannot succeed, so the task is not retried.",
 )
 
 

@@ -85,7 +85,7 @@ def require_tables(
         found = _columns(probe, source_dsn, open_source)
         if isinstance(found, str):
             problems.append(f"the source has no chunk column {chunk_column!r}: {found}")
-    target_spec = SourceSpec(sink_spec.connection, table=sink_spec.table)
+    target_spec = SourceSpec(sink_spec.connection, table=sink_spec.table, role="target")
     target = _describe(target_spec, target_dsn, open_source, types=True)
     if isinstance(target, str):
         problems.append(f"target table {sink_spec.table.display()!r} cannot be read: {target}")

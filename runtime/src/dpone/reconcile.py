@@ -69,18 +69,22 @@ class ChunkComparison:
 def parse_chunk_ranges(text: str, total: int) -> list[int]:
     """``"1-40"``, ``"7"`` or ``"1-5,9,20-22"`` as sorted chunk indexes within 1..total."""
     picked: set[int] = set()
+    shown = text if len(text) <= 60 else text[:57] + "..."
     for part in text.split(","):
         found = _RANGE.match(part)
         if found is None:
             raise DponeError(
-                errors.USAGE, f"--chunks {text!r}: write a range like 1-40, 7 or 1-5,9,20-22"
+                errors.USAGE, f"--chunks {shown!r}: write a range like 1-40, 7 or 1-5,9,20-22"
             )
-        first = int(found.group(1))
-        last = int(found.group(2) or first)
+        digits = (found.group(1), found.group(2) or found.group(1))
+        # a chunk index has at most 6 digits (100,000 chunks): a longer number is outside, and
+        # is not converted (Python refuses integers of over 4,300 digits)
+        significant = [d.strip().lstrip("0") or "0" for d in digits]
+        first, last = (int(d) if len(d) <= 9 else total + 1 for d in significant)
         if not 1 <= first <= last <= total:
             raise DponeError(
                 errors.USAGE,
-                f"--chunks {text!r}: {part.strip()!r} is outside chunks 1-{total} "
+                f"--chunks {shown!r}: {part.strip()[:60]!r} is outside chunks 1-{total} "
                 "(or its end is before its start)",
             )
         picked.update(range(first, last + 1))
@@ -100,7 +104,10 @@ def _sides(plan: ProcessPlan, open_source: OpenSource) -> tuple[Source, Source]:
     source = open_source(source_spec, resolve_dsn(cfg.source.connection)).read_only()
     try:
         target_spec = SourceSpec(
-            connection=sink_spec.connection, table=sink_spec.table, columns=source.columns()
+            connection=sink_spec.connection,
+            table=sink_spec.table,
+            columns=source.columns(),
+            role="target",
         )
         target = open_source(target_spec, resolve_dsn(cfg.sink.connection)).read_only()
     except BaseException:

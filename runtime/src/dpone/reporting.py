@@ -27,12 +27,13 @@ from dpone.redaction import redact_text
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
 #: the reader of stdout went away (``dpone preview | head``): the shell's status for SIGPIPE
 EXIT_BROKEN_PIPE = 141
+#: stopped by SIGTERM / SIGINT: the shell's 128 + the signal number (dpone.interrupt)
+EXIT_SIGTERM, EXIT_SIGINT = 143, 130
 TRANSIENT_CODES = {
     errors.CONNECTION_FAILED,
     errors.MAPPING_CAMPAIGN_BUSY,
     errors.CHUNK_LEASE_LOST,
     errors.CHUNK_BUSY,
-    errors.RUN_INTERRUPTED,
 }
 
 
@@ -58,8 +59,12 @@ def debug_enabled() -> bool:
 
 
 def exit_code_for(code: str) -> int:
+    """The exit code of a command that ``code`` stopped; an interrupted run exits with its
+    signal's status (130 for SIGINT), the SIGTERM one when the signal is not known here."""
     if code == errors.USAGE:
         return EXIT_USAGE
+    if code == errors.RUN_INTERRUPTED:
+        return EXIT_SIGTERM
     if code in TRANSIENT_CODES:
         return EXIT_TRANSIENT
     if code == errors.CAMPAIGN_CANCELLED:
@@ -74,12 +79,26 @@ def exit_code_for(code: str) -> int:
     return EXIT_REFUSED
 
 
+def documented_exit(code: str) -> str:
+    """The exit code(s) docs/errors.md gives for ``code``: both signals' for an interruption."""
+    if code == errors.RUN_INTERRUPTED:
+        return f"{EXIT_SIGTERM} / {EXIT_SIGINT}"
+    return str(exit_code_for(code))
+
+
 class CommandParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as dpone.error.v1 with exit 2."""
+    """argparse that reports usage errors as dpone.error.v1 with exit 2 (and keeps the record
+    in ``refusals``, for the run result of a refused `dpone run`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refusals: list[ErrorRecord] = []
 
     def error(self, message: str) -> NoReturn:
+        record = ErrorRecord(errors.USAGE, f"{self.prog}: {message}")
+        self.refusals.append(record)
         self.print_usage(sys.stderr)
-        report_error(ErrorRecord(errors.USAGE, f"{self.prog}: {message}"))
+        report_error(record)
         raise SystemExit(EXIT_USAGE)
 
     def add_catalog(self, help_text: str) -> None:

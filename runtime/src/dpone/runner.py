@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from dpone import errors
+from dpone import errors, refusal
 from dpone.connections import require_connections
 from dpone.errors import DponeError, error_json_line
 from dpone.exporting import ExportWorker, export_budget, take_over_library_output
@@ -258,6 +258,7 @@ def run_command(args: argparse.Namespace) -> int:
             "DPONE_AIRFLOW_RUN_IDENTITY is missing: a mapped item runs only with the identity of "
             "the DAG it came from (the generated DAG sets both; use `dpone run --item N` locally)",
         )
+    refusal.SCOPE.note(mode=item.mode if item else None)
     pack = load_workload_pack(args.catalog, args.workload)
     return run_plans(args, pack, item, identity)
 
@@ -269,6 +270,7 @@ def run_plans(
     identity: RunIdentity | None,
 ) -> int:
     """Verify the env's item and identity against the plan, then run the selected processes."""
+    refusal.SCOPE.note(workload=pack.workload.name, pack_fingerprint=pack.fingerprint)
     fmt = log_format(os.environ)
     summary = _summary_json if fmt == "json" else _summary
     if args.process is not None:
@@ -277,9 +279,12 @@ def run_plans(
         if item is not None and len(pack.processes) > 1:
             raise DponeError(errors.USAGE, "a mapped item needs --process")
         plans = list(pack.processes)
+    if len(plans) == 1:
+        refusal.SCOPE.note(process=plans[0].name, run_key=plans[0].run_key)
     for plan in plans:
         verify_identity(pack, plan.name, identity)
     selections = [select_chunks(plan, item) for plan in plans]
+    refusal.SCOPE.note(mode=selections[0].mode if len(selections) == 1 else None)
     # after the plan checks (a wrong item is a plan mismatch whatever the env), before any I/O
     require_connections(
         name
@@ -325,6 +330,7 @@ def run_plans(
             dag_id = identity.dag_id if identity else None
             described = describe_run(pack, plan, selection, dag_id, os.environ)
             lineage = open_run_lineage(described, os.environ, _warn, exports)
+        refusal.SCOPE.entered = True  # from here on the run writes its own result
         observer.run_started(len(selection.chunks) if not full_refresh else 1)
         lineage.start()
         try:

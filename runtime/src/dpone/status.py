@@ -458,12 +458,20 @@ def _list_campaigns(args: argparse.Namespace) -> int:
             if p.run_key is not None
         }
     if args.connection is not None:
+        if args.schema is not None and not args.schema.strip():
+            raise DponeError(
+                errors.USAGE,
+                f"--schema {args.schema!r} is empty: name the audit schema, or leave --schema "
+                f"out for the default {DEFAULT_SCHEMA}",
+            )
         schema = args.schema or DEFAULT_SCHEMA
-        store = open_store("audit_schema", resolve_dsn(args.connection), schema, None)
+        # read-only: listing never creates or migrates a ledger (no schema: no campaigns)
+        store = open_store("audit_schema", resolve_dsn(args.connection), schema, None, create=False)
         where = f"{args.connection} schema {schema}"
     else:
-        if not Path(args.path + ".journal").exists() and not Path(args.path).exists():
-            raise DponeError(errors.USAGE, f"no local_file ledger at {args.path!r}")
+        if args.schema is not None:
+            raise DponeError(errors.USAGE, "--schema goes with --connection, not with --path")
+        _require_ledger_file(args.path)
         store = open_store("local_file", None, None, args.path)
         where = args.path
     try:
@@ -475,6 +483,18 @@ def _list_campaigns(args: argparse.Namespace) -> int:
     else:
         print(render_list(doc), end="")
     return 0
+
+
+def _require_ledger_file(path: str) -> None:
+    """--path names a local_file ledger: a file (or its journal), not a folder."""
+    given = Path(path)
+    if given.is_dir():
+        raise DponeError(
+            errors.USAGE,
+            f"--path {path!r} is a folder: give the local_file ledger's file (state.path)",
+        )
+    if not Path(path + ".journal").exists() and not given.exists():
+        raise DponeError(errors.USAGE, f"no local_file ledger at {path!r}")
 
 
 def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:

@@ -2,6 +2,7 @@
 """Drive a generated dpone DAG with real Airflow; runs INSIDE an Airflow virtual environment.
 
     <airflow-venv>/bin/python airflow_e2e.py dagtest   --home H --dag-file F --out facts.json
+                                                       [--local-pods]
     <airflow-venv>/bin/python airflow_e2e.py taskstest --home H --dag-id D --task-id T
                                                        --run-id R --map-index K --out facts.json
     <airflow-venv>/bin/python airflow_e2e.py clearrun  (same options as taskstest)
@@ -129,8 +130,77 @@ def read_run(dag_id: str, run_id: str, map_index: int | None = None) -> dict:
     return facts
 
 
+# A kubeconfig that reaches no cluster: the operator builds its pod request with a client, never
+# sends it (the local pods below run instead).
+UNREACHABLE_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: none
+  cluster: {server: "https://127.0.0.1:9"}
+contexts:
+- name: none
+  context: {cluster: none, user: none, namespace: dpone}
+current-context: none
+users:
+- name: none
+  user: {token: none}
+"""
+
+
+def install_local_pods(home: str) -> None:
+    """kubernetes flavour without a cluster: the provider's pod launch (``execute_sync``) runs the
+    pod's container command (the real ``dpone``) as a local process with the pod's env, and the
+    result it writes is handed back through ``extract_xcom``, as the XCom sidecar hands back
+    /airflow/xcom/return.json; a non-zero exit fails like a failed pod, after the XCom was read
+    (the provider's order). The DAG's operator subclass runs unchanged around it."""
+    import tempfile
+
+    kubeconfig = os.path.join(home, "kubeconfig")
+    with open(kubeconfig, "w", encoding="utf-8") as fh:
+        fh.write(UNREACHABLE_KUBECONFIG)
+    # before the kubernetes client is imported: it reads KUBECONFIG once, at import
+    os.environ["KUBECONFIG"] = kubeconfig
+    os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = '{"conn_type": "kubernetes"}'
+    from airflow.exceptions import AirflowException
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator as KPO
+
+    pending: dict[int, object] = {}
+
+    def local_execute_sync(self, context):
+        pod = self.build_pod_request_obj(context)
+        container = pod.spec.containers[0]
+        env = {v.name: v.value for v in container.env or [] if v.value_from is None}
+        argv = list(container.command or []) + list(container.args or [])
+        with tempfile.TemporaryDirectory(prefix="dpone-pod-") as tmp:
+            xcom = os.path.join(tmp, "return.json")
+            done = subprocess.run(
+                argv,
+                env={**os.environ, **env, "DPONE_XCOM_PATH": xcom},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            for line in (done.stdout + done.stderr).splitlines():
+                self.log.info("pod: %s", line)
+            if os.path.exists(xcom):
+                with open(xcom, encoding="utf-8") as fh:
+                    pending[id(self)] = json.load(fh)
+        result = self.extract_xcom(pod=pod) if self.do_xcom_push else None
+        if done.returncode != 0:
+            raise AirflowException(f"Pod {pod.metadata.name} returned a failure.")
+        return result
+
+    def local_extract_xcom(self, pod, **kwargs):
+        return pending.pop(id(self), None)
+
+    KPO.execute_sync = local_execute_sync
+    KPO.extract_xcom = local_extract_xcom
+
+
 def cmd_dagtest(args: argparse.Namespace) -> dict:
     facts = prepare(args.home, args.pools)
+    if args.local_pods:
+        install_local_pods(args.home)
     dags = os.path.join(args.home, "dags")
     for name in os.listdir(dags):
         os.remove(os.path.join(dags, name))
@@ -253,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     dt.add_argument("--dag-file", required=True)
     dt.add_argument("--task-id")
     dt.add_argument("--pools", help="a pools file to import (airflow pools import)")
+    dt.add_argument(
+        "--local-pods", action="store_true", help="kubernetes flavour: run each pod's command here"
+    )
     dt.add_argument("--out", required=True)
     tt = sub.add_parser("taskstest")
     tt.add_argument("--home", required=True)

@@ -60,32 +60,42 @@ class SourceSpec:
     """Where a chunk's rows come from: a table or a trusted SELECT (exactly one), optional columns.
 
     ``connection`` is the connection *name* (for messages); the DSN is passed separately and never
-    stored in a spec.
+    stored in a spec. ``role`` is ``target`` when the sink's table is read back through this
+    interface (the preflight, `dpone verify`): its messages then name the target, and its read
+    failures are DPONE_SINK_FAILED.
     """
 
     connection: str
     table: TableRef | None = None
     query: str | None = None
     columns: tuple[str, ...] | None = None
+    role: Literal["source", "target"] = "source"
 
     def __post_init__(self) -> None:
         if (self.table is None) == (self.query is None):
             raise DponeError(
                 errors.CONNECTOR_INVALID,
-                f"source {self.connection!r} needs exactly one of table or query",
+                f"{self.role} {self.connection!r} needs exactly one of table or query",
             )
         if self.query is not None and not strip_query(self.query):
-            raise DponeError(errors.CONNECTOR_INVALID, f"source {self.connection!r}: empty query")
+            raise DponeError(
+                errors.CONNECTOR_INVALID, f"{self.role} {self.connection!r}: empty query"
+            )
         if self.columns is not None:
             if not self.columns:
                 raise DponeError(
-                    errors.CONNECTOR_INVALID, f"source {self.connection!r}: empty column list"
+                    errors.CONNECTOR_INVALID, f"{self.role} {self.connection!r}: empty column list"
                 )
-            check_unique(self.columns, f"source {self.connection!r} columns")
+            check_unique(self.columns, f"{self.role} {self.connection!r} columns")
 
     def display(self) -> str:
         what = f"table {self.table.display()!r}" if self.table else "query"
-        return f"source {self.connection!r} {what}"
+        return f"{self.role} {self.connection!r} {what}"
+
+    @property
+    def failure_code(self) -> str:
+        """The code of a failed read: the source's, or the sink's when the target is read."""
+        return errors.SOURCE_FAILED if self.role == "source" else errors.SINK_FAILED
 
 
 @dataclass(frozen=True)

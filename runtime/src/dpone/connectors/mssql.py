@@ -317,7 +317,7 @@ class MssqlSource(Source):
 
     def _fail(self, exc: BaseException, doing: str) -> DponeError:
         self._columns = None
-        return self.db.translate(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
+        return self.db.translate(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
 
     def sibling(self, columns: tuple[str, ...] | None = None) -> MssqlSource:
         return MssqlSource(self._spec_of(columns), self._dsn, self.db.driver_given)

@@ -68,6 +68,7 @@ from dpone.connectors.base import (
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mysql_column_type
+from dpone.dsn_settings import missing_file
 from dpone.errors import DponeError
 from dpone.faults import fault_point
 from dpone.session_limits import SessionLimits, session_limits
@@ -90,6 +91,8 @@ _DSN_OPTIONS = frozenset(
     {"connect_timeout", "unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert"}
 )
 _INT_OPTIONS = frozenset({"connect_timeout"})
+#: options naming a file the TLS set-up reads at connect (a missing one never heals)
+_FILE_OPTIONS = frozenset({"ssl_ca", "ssl_cert", "ssl_key"})
 #: Connection-level error numbers: client 20xx, and the server's shutdown/killed notices.
 _CONNECTION_LOSS = frozenset({0, 1053, 1077, 1152, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
 _LOCK_WAIT_TIMEOUT, _DEADLOCK = 1205, 1213
@@ -340,6 +343,9 @@ class MysqlConnection:
             self.dsn = parse_dsn(dsn)
         except DponeError as exc:
             raise DponeError(exc.code, f"{label}: {exc.message}") from None
+        for key, value in self.dsn.options:
+            if key in _FILE_OPTIONS and not os.path.isfile(value):
+                raise missing_file(label, f"option {key!r}")
         self.current: pymysql.connections.Connection[Any] | None = None
         self._used = 0.0
 
@@ -509,7 +515,7 @@ class MysqlSource(Source):
 
     def _fail(self, exc: BaseException, doing: str) -> DponeError:
         self._columns = None
-        return self.db.translate(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
+        return self.db.translate(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
 
     def interrupt(self) -> None:
         self.db.interrupt()

@@ -48,6 +48,12 @@ from dpone.connectors.base import (
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import pg_column_type
+from dpone.dsn_settings import (
+    invalid_setting,
+    missing_file,
+    postgres_missing_file,
+    postgres_setting_problem,
+)
 from dpone.errors import DponeError
 from dpone.faults import fault_point
 from dpone.read_ahead import ReadAhead, read_ahead_budget
@@ -209,6 +215,9 @@ class PgConnection:
             raise DponeError(
                 errors.CONFIG_INVALID, f"{self._label}: the Postgres DSN is malformed"
             ) from None
+        missing = postgres_missing_file(given)
+        if missing is not None:
+            raise missing_file(self._label, missing)
         limits = session_limits()
         defaults = {**_CONNECT_DEFAULTS, **limits.libpq_client()}
         extra = {k: v for k, v in defaults.items() if k not in given}
@@ -224,6 +233,9 @@ class PgConnection:
                 [v for pair in settings for v in pair],
             )
         except psycopg.Error as exc:
+            setting = postgres_setting_problem(str(exc))
+            if setting is not None:
+                raise invalid_setting(self._label, setting) from None
             raise DponeError(
                 errors.CONNECTION_FAILED,
                 f"{self._label}: could not connect to the database ({_connect_reason(exc)})",
@@ -639,7 +651,7 @@ class PostgresSource(Source):
             ahead = None
             if self._interrupted:  # the stop's cancel ended it: no second read
                 raise DponeError(
-                    errors.SOURCE_FAILED, f"{self.spec.display()}: {what} was cancelled"
+                    self.spec.failure_code, f"{self.spec.display()}: {what} was cancelled"
                 )
         # the read-ahead's own connection when its blocks are taken: get() could replace it
         conn = self._conn.get() if ahead is None else ahead.connection
@@ -683,7 +695,7 @@ class PostgresSource(Source):
 
     def _fail(self, exc: BaseException, doing: str) -> DponeError:
         err = translate_error(
-            exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}", self._conn.current
+            exc, self.spec.failure_code, f"{self.spec.display()}: {doing}", self._conn.current
         )
         self._described = None
         self._conn.forget_if_broken()

@@ -222,7 +222,7 @@ class SqliteSource(Source):
 
     def _fail(self, exc: BaseException, doing: str) -> DponeError:
         self._columns = None
-        return translate_error(exc, errors.SOURCE_FAILED, f"{self.spec.display()}: {doing}")
+        return translate_error(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
 
     def close(self) -> None:
         self.db.close()

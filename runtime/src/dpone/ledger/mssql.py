@@ -371,6 +371,7 @@ class MssqlLedger(SqlLedger):
         chunk_lock_timeout_s: float = 30.0,
         application_name: str = "dpone-ledger",
         driver: ModuleType | Any | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__(schema, lease_seconds, lock_timeout_s, chunk_lock_timeout_s)
         self.driver = load_pyodbc() if driver is None else driver
@@ -378,7 +379,10 @@ class MssqlLedger(SqlLedger):
         self._dsn = dsn
         self._connection_string = odbc_connection_string(dsn, application_name)
         self._conn: Any = None
-        self.ensure_schema()
+        if create:
+            self.ensure_schema()
+        else:
+            self.inspect_schema()
 
     def _connection(self) -> Any:
         if self._conn is not None:
@@ -478,12 +482,34 @@ class MssqlLedger(SqlLedger):
                     tx.cursor.execute(statement)
                 tx.cursor.execute(sql.record_version, target)
 
+    def inspect_schema(self) -> None:
+        """Read the audit schema without creating or migrating anything (`dpone ledger list`)."""
+        with self._transaction("reading the schema version", TxMode.READ) as tx:
+            version = self._stored_version(tx)
+        self._check_version(version)
+        self.absent = version is None
+        if version is not None and version < SCHEMA_VERSION:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"audit schema {self.schema!r} is at version {version} of {SCHEMA_VERSION}: the "
+                "next `dpone run` on it migrates it; listing never changes a ledger",
+            )
+
     def _stored_version(self, tx: MssqlTx) -> int | None:
         found = tx._one(self.statements.object_id, f"{self.statements.schema}.[schema_version]")
         if found is None or found[0] is None:
             return None
         row = tx._one(self.statements.version)
-        return None if row is None or row[0] is None else int(row[0])
+        if row is None or row[0] is None:
+            return None
+        if isinstance(row[0], int):
+            return int(row[0])
+        raise DponeError(
+            errors.LEDGER_UNAVAILABLE,
+            f"schema {self.schema!r} holds a schema_version table that is not a dpone audit "
+            "schema's (another tool's?): give the ledger a schema of its own (state.schema, "
+            "or --schema)",
+        )
 
     def _check_version(self, version: int | None) -> None:
         if version is not None and version > SCHEMA_VERSION:

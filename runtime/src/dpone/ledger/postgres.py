@@ -16,6 +16,12 @@ from typing import Any
 
 from dpone import errors
 from dpone.connections import redact
+from dpone.dsn_settings import (
+    invalid_setting,
+    missing_file,
+    postgres_missing_file,
+    postgres_setting_problem,
+)
 from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, Lease
 from dpone.ledger.sql import (
@@ -318,6 +324,9 @@ def connection_info(dsn: str, application_name: str) -> str:
             errors.CONFIG_INVALID,
             f"the ledger's Postgres DSN is malformed ({mask_quoted(str(exc)).strip()})",
         ) from None
+    missing = postgres_missing_file(given)
+    if missing is not None:
+        raise missing_file("the ledger database", missing)
     defaults = {**CONNECTION_DEFAULTS, **session_limits().libpq_client()}
     extra = {key: value for key, value in defaults.items() if key not in given}
     if "application_name" not in given:
@@ -507,6 +516,7 @@ class PostgresLedger(SqlLedger):
         chunk_lock_timeout_s: float = 30.0,
         idle_timeout_s: float | None = None,
         application_name: str = "dpone-ledger",
+        create: bool = True,
     ) -> None:
         super().__init__(schema, lease_seconds, lock_timeout_s, chunk_lock_timeout_s)
         self.idle_timeout_s = (
@@ -517,7 +527,10 @@ class PostgresLedger(SqlLedger):
         self._dsn = dsn
         self._conninfo = connection_info(dsn, application_name)
         self._conn: psycopg.Connection[Any] | None = None
-        self.ensure_schema()
+        if create:
+            self.ensure_schema()
+        else:
+            self.inspect_schema()
 
     # --- connection -----------------------------------------------------------------------------
     def _connection(self) -> psycopg.Connection[Any]:
@@ -542,6 +555,9 @@ class PostgresLedger(SqlLedger):
             mark_text_forms(conn)
             self._conn = conn
         except psycopg.Error as exc:
+            setting = postgres_setting_problem(str(exc))
+            if setting is not None:
+                raise invalid_setting("the ledger database", setting) from None
             raise DponeError(
                 errors.CONNECTION_FAILED,
                 f"cannot connect to the ledger database {redact(self._dsn)}: {first_line(str(exc))}",
@@ -616,25 +632,13 @@ class PostgresLedger(SqlLedger):
         try:
             conn = self._connection()
             with conn.transaction():
-                exists = conn.execute(
-                    "SELECT to_regclass(%s)", (f"{sql.schema}.schema_version",)
-                ).fetchone()
-                version = None
-                if exists is not None and exists[0] is not None:
-                    found = conn.execute(sql.version).fetchone()
-                    version = None if found is None else found[0]
+                version = self._stored_version(conn)
             if version == SCHEMA_VERSION:
                 return
             self._check_version(version)
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema_lock_key(self.schema),))
-                exists = conn.execute(
-                    "SELECT to_regclass(%s)", (f"{sql.schema}.schema_version",)
-                ).fetchone()
-                version = None
-                if exists is not None and exists[0] is not None:
-                    found = conn.execute(sql.version).fetchone()
-                    version = None if found is None else found[0]
+                version = self._stored_version(conn)
                 self._check_version(version)
                 namespace = conn.execute(
                     "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
@@ -647,6 +651,51 @@ class PostgresLedger(SqlLedger):
                     conn.execute(sql.record_version, (target,))
         except psycopg.Error as exc:
             raise self._translate(exc, "schema creation") from exc
+
+    def inspect_schema(self) -> None:
+        """Read the audit schema without creating or migrating anything (`dpone ledger list`):
+        no schema yet is an empty ledger; an older one is refused, since reading it needs the
+        migration a run applies."""
+        try:
+            conn = self._connection()
+            with conn.transaction():
+                version = self._stored_version(conn)
+        except psycopg.Error as exc:
+            raise self._translate(exc, "reading the schema version") from exc
+        self._check_version(version)
+        self.absent = version is None
+        if version is not None and version < SCHEMA_VERSION:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"audit schema {self.schema!r} is at version {version} of {SCHEMA_VERSION}: the "
+                "next `dpone run` on it migrates it; listing never changes a ledger",
+            )
+
+    def _stored_version(self, conn: psycopg.Connection[Any]) -> int | None:
+        """The audit schema's version, None when it has no schema_version table yet. A table of
+        that name that is not dpone's (another tool's migrations) is refused, not migrated."""
+        table = f"{self.statements.schema}.schema_version"
+        exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+        if exists is None or exists[0] is None:
+            return None
+        kind = conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+            "to_regclass(%s) AND attname = 'version' AND attnum > 0 AND NOT attisdropped",
+            (table,),
+        ).fetchone()
+        if kind is not None and kind[0] == "integer":
+            found = conn.execute(self.statements.version).fetchone()
+            version = None if found is None or found[0] is None else int(found[0])
+            campaign = f"{self.statements.schema}.campaign"
+            present = conn.execute("SELECT to_regclass(%s)", (campaign,)).fetchone()
+            if version is None or (present is not None and present[0] is not None):
+                return version
+        raise DponeError(
+            errors.LEDGER_UNAVAILABLE,
+            f"schema {self.schema!r} holds a schema_version table that is not a dpone audit "
+            "schema's (another tool's?): give the ledger a schema of its own (state.schema, "
+            "or --schema)",
+        )
 
     def _check_version(self, version: int | None) -> None:
         if version is not None and version > SCHEMA_VERSION:

@@ -693,6 +693,8 @@ class SqlLedger(ABC):
 
     capabilities: Capabilities = DISTRIBUTED
     name: str = "sql"
+    #: opened without creating (`ledger list`) on a schema that does not exist: no campaigns
+    absent: bool = False
 
     def __init__(
         self,
@@ -796,6 +798,8 @@ class SqlLedger(ABC):
             )
 
     def list_campaigns(self, workload: str | None = None) -> list[str]:
+        if self.absent:
+            return []
         with self._transaction("list_campaigns", TxMode.READ) as tx:
             return tx.run_keys(workload)
 

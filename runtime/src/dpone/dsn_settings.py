@@ -1,0 +1,87 @@
+"""A connect that fails on the connection's own settings is a configuration error, not an outage.
+
+libpq refuses an unknown ``sslmode``, a port that is not a number and a missing root certificate
+before it sends a byte; the server refuses a bad ``options`` (``-c name=value``) at startup. None of
+these heals by itself, so they are DPONE_CONFIG_INVALID (not retryable) instead of the retryable
+DPONE_CONNECTION_FAILED. Messages name the setting, never its value or the DSN.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+from dpone import errors
+from dpone.errors import DponeError
+
+#: libpq's own checks of a connection option (``connection is bad: ...``)
+_CLIENT_OPTION = re.compile(
+    r'invalid integer value "[^"]*" for connection option "(?P<option>\w+)"'
+    r"|invalid (?P<port>port number)"
+    r"|invalid (?P<named>\w+) value:"
+)
+#: the server's refusals of the startup packet's ``options`` (``FATAL:  ...``)
+_SERVER_OPTION = re.compile(
+    r'unrecognized configuration parameter "(?P<unknown>[^"]{1,63})"'
+    r'|invalid value for parameter "(?P<invalid>[^"]{1,63})"'
+    r'|parameter "(?P<fixed>[^"]{1,63})" cannot be (?:changed|set)'
+    r"|(?P<argument>invalid command-line argument for server process)"
+)
+_SERVER_PARAMETER = re.compile(r"[a-z_][a-z0-9_.]*")
+_VERIFYING = ("verify-ca", "verify-full")
+
+
+def postgres_setting_problem(message: str) -> str | None:
+    """The DSN setting a failed Postgres connect refused, from the driver's message; None when
+    the failure is anything else (an outage, credentials, a missing database)."""
+    client = _CLIENT_OPTION.search(message)
+    if client is not None:
+        if client.group("port"):
+            return "port (not a valid port number)"
+        name = client.group("option") or client.group("named")
+        return f"{name} (not a value libpq accepts)"
+    server = _SERVER_OPTION.search(message)
+    if server is None:
+        return None
+    if server.group("argument"):
+        return "options (not a server command line: use -c name=value)"
+    parameter = server.group("unknown") or server.group("invalid") or server.group("fixed") or ""
+    shown = repr(parameter) if _SERVER_PARAMETER.fullmatch(parameter) else "a parameter"
+    if server.group("unknown"):
+        return f"options (sets {shown}, which the server does not know)"
+    if server.group("invalid"):
+        return f"options (gives {shown} a value the server refuses)"
+    return f"options (sets {shown}, which cannot be set at connect)"
+
+
+def postgres_missing_file(params: Mapping[str, object]) -> str | None:
+    """A certificate file libpq will need and cannot find: the root certificate when the server
+    is verified (verify-ca, verify-full; ``system`` is libpq's own store), the key of a given
+    client certificate."""
+    mode = str(params.get("sslmode") or "prefer")
+    if mode == "disable":
+        return None
+    root = str(params.get("sslrootcert") or "")
+    if mode in _VERIFYING and root and root != "system" and not os.path.isfile(root):
+        return "sslrootcert"
+    cert, key = str(params.get("sslcert") or ""), str(params.get("sslkey") or "")
+    if cert and os.path.isfile(cert) and key and not os.path.isfile(key):
+        return "sslkey"
+    return None
+
+
+def invalid_setting(label: str, setting: str) -> DponeError:
+    return DponeError(
+        errors.CONFIG_INVALID,
+        f"{label}: the connection's {setting} is invalid; correct it in the DSN "
+        "(DPONE_CONN_<NAME>): another attempt with the same setting cannot connect",
+    )
+
+
+def missing_file(label: str, setting: str) -> DponeError:
+    return DponeError(
+        errors.CONFIG_INVALID,
+        f"{label}: the connection's {setting} names a file that does not exist in this "
+        "container; mount it there or correct the DSN (DPONE_CONN_<NAME>)",
+    )

@@ -1,0 +1,168 @@
+"""Errors name the right thing and the right fix, through the real `dpone` executable against the
+real Postgres: a DSN setting that can never connect is DPONE_CONFIG_INVALID (exit 3, not
+retryable) naming the setting and never the DSN, while an unreachable server stays the retryable
+DPONE_CONNECTION_FAILED; a failure on the target (read back by the preflight or `dpone verify`)
+names the target and is the sink's code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from dpone import errors
+
+DPONE = Path(sys.executable).with_name("dpone")
+
+pytestmark = pytest.mark.postgres
+
+CATALOG = """\
+schema: dpone.workload-catalog.v1
+workloads:
+  cfg:
+    manifest: cfg.yaml
+    airflow: {{flavour: subprocess}}
+"""
+MANIFEST = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: copy
+    source: {{connection: src, table: {{schema: {s}, name: src}}}}
+    sink:
+      connection: dst
+      table: {{schema: {s}, name: dst}}
+      keys: [id]
+      strategy: {{mode: backfill}}
+    backfill:
+      chunk: {{column: d, type: date, start: 2023-01-01, end: 2023-01-05}}
+      inner_mode: replace
+    state: {{backend: audit_schema, connection: led, schema: {s}_audit, require_distributed_lock: true}}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, pg_dsn: str) -> Iterator[dict[str, Any]]:
+    schema = "cfg_" + uuid.uuid4().hex[:10]
+    role = f"{schema}_reader"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.src (id int PRIMARY KEY, d date NOT NULL, v int)")
+        conn.execute(
+            f"INSERT INTO {schema}.src SELECT g, date '2023-01-01' + (g % 4), g "
+            "FROM generate_series(1, 40) g"
+        )
+        conn.execute(f"CREATE TABLE {schema}.dst (id int PRIMARY KEY, d date NOT NULL, v int)")
+        conn.execute(f"CREATE INDEX ON {schema}.dst (d)")
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT ON {schema}.src TO {role}")  # not the target
+    (tmp_path / "workloads.yaml").write_text(CATALOG.format(), encoding="utf-8")
+    (tmp_path / "cfg.yaml").write_text(MANIFEST.format(s=schema), encoding="utf-8")
+    info = psycopg.conninfo.conninfo_to_dict(pg_dsn)
+    url = (
+        f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+        f"{info.get('port', '5432')}/{info['dbname']}"
+    )
+    yield {"catalog": tmp_path / "workloads.yaml", "url": url, "role": role, "schema": schema}
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema}_audit CASCADE")
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def dpone(command: str, project: dict[str, Any], **conns: str) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
+    url = project["url"]
+    env.update({"DPONE_CONN_SRC": url, "DPONE_CONN_DST": url, "DPONE_CONN_LED": url})
+    env.update({f"DPONE_CONN_{name.upper()}": dsn for name, dsn in conns.items()})
+    argv = [str(DPONE), command, "--catalog", str(project["catalog"]), "--workload", "cfg"]
+    if command == "run":
+        argv.append("--no-progress")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, done.stderr
+
+
+def last_error(stderr: str) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(stderr.strip().splitlines()[-1])
+    return record
+
+
+def with_query(url: str, query: str) -> str:
+    return f"{url}?{query}"
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("sslmode=bogus", "sslmode"),
+        ("gssencmode=sometimes", "gssencmode"),
+        ("target_session_attrs=whatever", "target_session_attrs"),
+        ("options=-c%20no_such_setting%3D1", "'no_such_setting'"),
+        ("options=-c%20statement_timeout%3Dabc", "'statement_timeout'"),
+        ("options=bogus", "use -c name=value"),
+        ("sslmode=verify-full&sslrootcert=/nonexistent/dpone/ca.pem", "sslrootcert"),
+    ],
+)
+@pytest.mark.parametrize("side", ["src", "dst", "led"])
+def test_a_dsn_setting_that_can_never_connect_is_a_configuration_error(
+    project: dict[str, Any], query: str, named: str, side: str
+) -> None:
+    dsn = with_query(project["url"], query)
+    code, stderr = dpone("run", project, **{side: dsn})
+    record = last_error(stderr)
+    assert record["code"] == errors.CONFIG_INVALID and record["retryable"] is False, stderr
+    assert code == 3
+    assert named in record["message"]
+    who = {"src": "source 'src'", "dst": "target 'dst'", "led": "the ledger database"}[side]
+    assert record["message"].startswith(who), record["message"]
+    value = query.split("=", 1)[1]
+    assert project["url"] not in stderr and value not in stderr  # never the DSN or the value
+
+
+@pytest.mark.parametrize("port", ["abc", "99999"])
+def test_a_bad_port_is_a_configuration_error(project: dict[str, Any], port: str) -> None:
+    url = project["url"].rsplit(":", 1)[0] + f":{port}/" + project["url"].rsplit("/", 1)[1]
+    code, stderr = dpone("run", project, src=url)
+    record = last_error(stderr)
+    assert record["code"] == errors.CONFIG_INVALID and code == 3, stderr
+    assert "port" in record["message"] and url not in stderr
+
+
+def test_a_missing_mysql_ssl_ca_is_a_configuration_error(project: dict[str, Any]) -> None:
+    dsn = "mysql://root@127.0.0.1:3306/dpone_cfg?ssl_ca=/nonexistent/dpone/ca.pem"
+    code, stderr = dpone("run", project, dst=dsn)
+    record = last_error(stderr)
+    assert record["code"] == errors.CONFIG_INVALID and code == 3, stderr
+    assert record["message"].startswith("target 'dst'") and "'ssl_ca'" in record["message"]
+    assert "/nonexistent/dpone/ca.pem" not in stderr
+
+
+def test_an_unreachable_server_stays_retryable_and_names_the_target(
+    project: dict[str, Any],
+) -> None:
+    code, stderr = dpone("run", project, dst="postgresql://postgres@127.0.0.1:1/x")
+    record = last_error(stderr)
+    assert record["code"] == errors.CONNECTION_FAILED and record["retryable"] is True, stderr
+    assert code == 4 and record["message"].startswith("target 'dst'"), record["message"]
+
+
+def test_verify_without_privileges_on_the_target_names_the_target(
+    project: dict[str, Any],
+) -> None:
+    reader = f"postgresql://{project['role']}@{project['url'].split('@', 1)[1]}"
+    code, stderr = dpone("verify", project, dst=reader)
+    record = last_error(stderr)
+    assert record["code"] == errors.SINK_FAILED, stderr
+    assert record["message"].startswith("target 'dst'"), record["message"]
+    assert "InsufficientPrivilege" in record["message"] and code == 1
+    # the source, read by the same role, is still the source
+    code, stderr = dpone("verify", project, src=reader, dst=project["url"])
+    assert code == 1 and last_error(stderr)["code"] == errors.VERIFY_MISMATCH, stderr
