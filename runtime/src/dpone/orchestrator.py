@@ -416,8 +416,13 @@ def _run_chunk(
     if outcome.status is LeaseStatus.CANCELLED:
         tally.outcome.cancelled = True
         tally.record(ChunkTiming(chunk.index, "cancelled", error_code=errors.CAMPAIGN_CANCELLED))
+        why = f" (reason: {outcome.cancel_reason})" if outcome.cancel_reason else ""
         tally.fail(
-            ErrorRecord(errors.CAMPAIGN_CANCELLED, "campaign cancelled: no new chunk started")
+            ErrorRecord(
+                errors.CAMPAIGN_CANCELLED,
+                f"campaign cancelled{why}: no new chunk started; `dpone ledger cancel --undo` "
+                "resumes it",
+            )
         )
         tally.stop.set()
         return False

@@ -132,6 +132,7 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
             "exists": ledger is not None,
             "as_of": ledger.now.isoformat() if ledger is not None and ledger.now else None,
             "cancelled": bool(ledger and ledger.cancelled),
+            "cancel_reason": ledger.cancel_reason if ledger is not None else None,
             "chunks_total": plan.chunks_total,
             "counts": {state: counts.get(state, 0) for state in STATE_COLOURS},
             "items": [
@@ -212,6 +213,11 @@ def _clear_lines(clear: dict[str, Any] | None) -> list[str]:
     return [f"  retry in Airflow ({what}):", f"    {clear['command']}"]
 
 
+def _cancel_flag(doc: dict[str, Any]) -> str:
+    reason = doc.get("cancel_reason")
+    return f"  [CANCELLED: {reason}]" if reason else "  [CANCELLED]"
+
+
 def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH) -> str:
     def paint(state: str, text: str) -> str:
         return f"\033[{ANSI[state]}m{text}\033[0m" if colour else text
@@ -221,7 +227,7 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
         f"campaign {doc['run_key']}  ({doc['workload']}/{doc['process']}, mode {doc['mode']})",
         f"  {doc['chunks_total']} chunks: {c['committed']} committed, {c['running']} running, "
         f"{c['failed']} failed, {c['pending']} pending"
-        + ("  [CANCELLED]" if doc["cancelled"] else "")
+        + (_cancel_flag(doc) if doc["cancelled"] else "")
         + ("" if doc["exists"] else "  (no ledger yet: nothing has run)"),
     ]
     width = max((len(g["label"]) for g in doc["items"]), default=0)
@@ -321,8 +327,9 @@ def _html_section(doc: dict[str, Any]) -> str:
     banner = ""
     if doc["cancelled"]:
         banner = (
-            '<p class="banner">This campaign is <b>cancelled</b>: no new chunk starts until '
-            "<code>dpone ledger cancel --undo</code>.</p>"
+            '<p class="banner">This campaign is <b>cancelled</b>'
+            + (f" ({e(doc['cancel_reason'])})" if doc.get("cancel_reason") else "")
+            + ": no new chunk starts until <code>dpone ledger cancel --undo</code>.</p>"
         )
     elif not doc["exists"]:
         banner = '<p class="meta">No ledger yet: nothing has run for this campaign.</p>'

@@ -479,7 +479,8 @@ class LocalFileLedger:
             now = self._clock()
             decision = decide_lease(campaign.head.cancelled, latest, now, owner)
             if decision.status is not LeaseStatus.ACQUIRED:
-                return LeaseOutcome(decision.status, holder=latest)
+                reason = campaign.head.cancel_reason if campaign.head.cancelled else None
+                return LeaseOutcome(decision.status, holder=latest, cancel_reason=reason)
             assert decision.attempt is not None
             if decision.reuse:
                 assert latest is not None and latest.lease_expires_at is not None

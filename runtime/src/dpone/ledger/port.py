@@ -116,6 +116,7 @@ class LeaseOutcome:
     status: LeaseStatus
     lease: Lease | None = None
     holder: ChunkRecord | None = None
+    cancel_reason: str | None = None  # set with CANCELLED: what the operator recorded
 
 
 @dataclass(frozen=True)

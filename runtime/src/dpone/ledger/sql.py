@@ -579,6 +579,11 @@ def next_transition(view: ChunkView) -> int:
     return 1 if view.latest is None else view.latest.transition + 1
 
 
+def _reason_of(decision: LeaseDecision, view: ChunkView) -> str | None:
+    """The cancel reason a CANCELLED lease outcome carries to the pod's error message."""
+    return view.cancel_reason if decision.status is LeaseStatus.CANCELLED else None
+
+
 class LedgerTx(Protocol):
     """One open ledger transaction of a SQL dialect. Locks are transaction-scoped: commit or
     rollback releases them, so a crashed process can never leave one behind."""
@@ -828,7 +833,9 @@ class SqlLedger(ABC):
                 if wants_append != (appended is not None):
                     raise self._disagree(shape.run_key, chunk, f"decision {decision}")
                 if decision.status is not LeaseStatus.ACQUIRED:
-                    return LeaseOutcome(decision.status, holder=latest)
+                    return LeaseOutcome(
+                        decision.status, holder=latest, cancel_reason=_reason_of(decision, view)
+                    )
                 if appended is None:
                     assert latest is not None and latest.lease_expires_at is not None
                     attempt, expires = latest.attempt, latest.lease_expires_at
