@@ -283,8 +283,10 @@ LEDGER_CORRUPT = _register(
 LEDGER_SHAPE_MISMATCH = _register(
     "DPONE_LEDGER_SHAPE_MISMATCH",
     "The stored campaign has another plan hash, config hash or chunk count than this run.",
-    "The window or chunking changed under the same backfill_id.",
-    "Use a new backfill_id for a new window, or restore the original configuration.",
+    "The window shrank, its start moved, the chunk grid or the source/sink changed under the "
+    "same backfill_id (a later end on the same grid extends the campaign instead).",
+    "Restore the stored window, or use a new backfill_id for a new campaign; to add a range, "
+    "move only the end (docs/runbook.md 'Extend a backfill').",
 )
 LEDGER_UNAVAILABLE = _register(
     "DPONE_LEDGER_UNAVAILABLE",

@@ -20,7 +20,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.ledger.port import ChunkState, Ledger, LedgerStore
+from dpone.ledger.port import Amendment, ChunkState, Ledger, LedgerStore
 from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
 from dpone.redaction import redact_document
@@ -88,7 +88,12 @@ def _item_group(plan: ProcessPlan, item: MappingItem) -> Group:
     )
 
 
-def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None) -> dict[str, Any]:
+def status_document(
+    pack: WorkloadPack,
+    plan: ProcessPlan,
+    ledger: Ledger | None,
+    amendments: Sequence[Amendment] = (),
+) -> dict[str, Any]:
     states = {
         c.index: (ledger.state_of(c.index).value if ledger else "pending") for c in plan.chunks
     }
@@ -146,6 +151,17 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
             ],
             "running_leases": leases,
             "failures": failures,
+            "amendments": [
+                {
+                    "old_chunk_count": a.old_chunk_count,
+                    "new_chunk_count": a.new_chunk_count,
+                    "old_plan_hash": a.old_plan_hash,
+                    "new_plan_hash": a.new_plan_hash,
+                    "amended_by": a.amended_by,
+                    "amended_at": a.amended_at.isoformat() if a.amended_at else None,
+                }
+                for a in amendments
+            ],
         }
     )
     return document
@@ -246,6 +262,11 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
             f"  failed: chunk {failure['chunk_index']} attempt {failure['attempt']} "
             f"{failure['error_code']}: {failure['error_message']}"
         )
+    for amendment in doc.get("amendments", ()):
+        lines.append(
+            f"  extended: {amendment['old_chunk_count']} -> {amendment['new_chunk_count']} "
+            f"chunks at {amendment['amended_at']} by {amendment['amended_by']}"
+        )
     lines.extend(_clear_lines(doc.get("airflow_clear")))
     legend = "  legend: " + "  ".join(f"{paint(s, glyph[s])} {s}" for s in STATE_COLOURS)
     lines.append(legend)
@@ -333,6 +354,18 @@ def _html_section(doc: dict[str, Any]) -> str:
         )
     elif not doc["exists"]:
         banner = '<p class="meta">No ledger yet: nothing has run for this campaign.</p>'
+    extensions = "".join(
+        f"<tr><td>{x['old_chunk_count']} &rarr; {x['new_chunk_count']}</td>"
+        f"<td>{e(str(x['amended_at']))}</td><td class=\"code\">{e(str(x['amended_by']))}</td>"
+        f'<td class="code">{e(x["old_plan_hash"])} &rarr; {e(x["new_plan_hash"])}</td></tr>'
+        for x in doc.get("amendments", ())
+    )
+    extension_table = (
+        "<h3>Extensions</h3><table><tr><th>chunks</th><th>when (database clock)</th>"
+        f"<th>by run</th><th>plan hash</th></tr>{extensions}</table>"
+        if extensions
+        else ""
+    )
     clear = doc.get("airflow_clear")
     retry = (
         f'<h3>Retry in Airflow</h3><p class="meta">{e(_clear_lines(clear)[0].strip())}</p>'
@@ -351,7 +384,7 @@ def _html_section(doc: dict[str, Any]) -> str:
 {lease_table}
 <h3>Failures ({len(doc['failures'])})</h3>
 {failure_table}
-{retry}</section>"""
+{extension_table}{retry}</section>"""
 
 
 def render_html_page(docs: Sequence[dict[str, Any]]) -> str:
@@ -551,9 +584,10 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         try:
             assert plan.run_key is not None
             ledger = store.load(plan.run_key)
+            amendments = store.amendments(plan.run_key) if ledger is not None else []
         finally:
             store.close()
-        docs.append(status_document(pack, plan, ledger))
+        docs.append(status_document(pack, plan, ledger, amendments))
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:

@@ -26,18 +26,21 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
+from dpone.ledger.amend import check_extension
 from dpone.ledger.port import (
+    Amendment,
     CampaignShape,
     Capabilities,
     ChunkRecord,
     ChunkResult,
     ChunkState,
+    ConfigHashAt,
     Lease,
     LeaseOutcome,
     LeaseStatus,
@@ -54,6 +57,7 @@ from dpone.ledger.sql import (
     completion_record,
     corrupt,
     decide_lease,
+    extended_head,
     merge_ledger,
     running_record,
     shape_from_rows,
@@ -85,6 +89,7 @@ class CampaignEntry:
     head: CampaignHead
     shape: list[ShapeRow]
     latest: dict[int, StoredTransition] = field(default_factory=dict)
+    amendments: list[Amendment] = field(default_factory=list)
 
 
 def _transition_json(
@@ -156,7 +161,12 @@ def _stored_json(row: StoredTransition, run_key: str) -> dict[str, Any]:
     }
 
 
-def _campaign_json(seq: int, head: CampaignHead, shape: list[ShapeRow] | None) -> dict[str, Any]:
+def _campaign_json(
+    seq: int,
+    head: CampaignHead,
+    shape: list[ShapeRow] | None,
+    amendments: list[Amendment] | None = None,
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "seq": seq,
         "kind": "campaign",
@@ -171,11 +181,36 @@ def _campaign_json(seq: int, head: CampaignHead, shape: list[ShapeRow] | None) -
         "created_by": head.created_by,
         "created_at": _stamp(head.created_at),
     }
+    if amendments:
+        entry["amendments"] = [_amendment_json(a) for a in amendments]
     if shape is not None:
         entry["chunks"] = [
             [r.chunk_index, r.chunk_start, r.chunk_end, r.idempotency_key] for r in shape
         ]
     return entry
+
+
+def _amendment_json(amendment: Amendment) -> dict[str, Any]:
+    return {
+        "old_plan_hash": amendment.old_plan_hash,
+        "new_plan_hash": amendment.new_plan_hash,
+        "old_chunk_count": amendment.old_chunk_count,
+        "new_chunk_count": amendment.new_chunk_count,
+        "amended_by": amendment.amended_by,
+        "amended_at": _stamp(amendment.amended_at),
+    }
+
+
+def _amendment(run_key: str, entry: dict[str, Any]) -> Amendment:
+    return Amendment(
+        run_key=run_key,
+        old_plan_hash=str(entry["old_plan_hash"]),
+        new_plan_hash=str(entry["new_plan_hash"]),
+        old_chunk_count=int(entry["old_chunk_count"]),
+        new_chunk_count=int(entry["new_chunk_count"]),
+        amended_by=str(entry["amended_by"]),
+        amended_at=_unstamp(entry.get("amended_at")),
+    )
 
 
 def _head(entry: dict[str, Any]) -> CampaignHead:
@@ -343,7 +378,10 @@ class LocalFileLedger:
                     run_key, None, f"journal seq {seq} updates a campaign that was never created"
                 )
             latest = existing.latest if existing is not None else {}
-            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest)
+            # a snapshot's campaign lists every amendment, a journal line at most its own one
+            amended = list(existing.amendments) if existing is not None else []
+            amended.extend(_amendment(run_key, a) for a in entry.get("amendments", ()))
+            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest, amended)
         elif entry["kind"] == "transition":
             campaign = self._campaigns.get(run_key)
             if campaign is None:
@@ -378,7 +416,8 @@ class LocalFileLedger:
             "format_version": FORMAT_VERSION,
             "last_seq": self._last_seq,
             "campaigns": [
-                _campaign_json(c.head.seq, c.head, c.shape) for c in self._campaigns.values()
+                _campaign_json(c.head.seq, c.head, c.shape, c.amendments)
+                for c in self._campaigns.values()
             ],
             "latest": [
                 _stored_json(row, run_key)
@@ -437,6 +476,42 @@ class LocalFileLedger:
         if ledger.shape.chunks != shape.chunks:
             raise corrupt(shape.run_key, None, "stored chunks differ from the planned chunks")
         return ledger
+
+    def extend(
+        self,
+        shape: CampaignShape,
+        config_hash_at: ConfigHashAt,
+        owner: str,
+        lock_timeout_s: float,
+    ) -> Ledger:
+        """Grow the stored campaign to ``shape`` (see the port): one journal line carries the
+        grown chunk list, the new snapshot and the amendment."""
+        check_shape_input(shape)
+        with self._locked(lock_timeout_s):
+            existing = self._campaigns.get(shape.run_key)
+            if existing is not None and existing.head.plan_hash != shape.plan_hash:
+                stored = shape_from_rows(existing.head, existing.shape)
+                check_extension(stored, existing.head.config_hash, shape, config_hash_at)
+                now = self._clock()
+                head = replace(extended_head(existing.head, shape), seq=self._last_seq + 1)
+                head = replace(head, created_at=now)
+                amendment = Amendment(
+                    run_key=shape.run_key,
+                    old_plan_hash=existing.head.plan_hash,
+                    new_plan_hash=shape.plan_hash,
+                    old_chunk_count=existing.head.chunk_count,
+                    new_chunk_count=shape.chunk_count,
+                    amended_by=owner,
+                    amended_at=now,
+                )
+                rows = [ShapeRow.of(chunk) for chunk in shape.chunks]
+                self._append(_campaign_json(head.seq, head, rows, [amendment]))
+        return self.initialize(shape, owner, lock_timeout_s)
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        with self._locked():
+            campaign = self._campaigns.get(run_key)
+            return [] if campaign is None else list(campaign.amendments)
 
     def _ledger(self, run_key: str) -> Ledger | None:
         campaign = self._campaigns.get(run_key)

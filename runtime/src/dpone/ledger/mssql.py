@@ -22,8 +22,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from dpone import errors
 from dpone.connections import redact
 from dpone.errors import DponeError
-from dpone.ledger.port import ChunkState
+from dpone.ledger.port import Amendment, ChunkState
 from dpone.ledger.sql import (
+    AMENDMENT_COLUMNS,
     CAMPAIGN_COLUMNS,
     INSERT_CAMPAIGN_COLUMNS,
     INSERT_TRANSITION_COLUMNS,
@@ -39,6 +40,8 @@ from dpone.ledger.sql import (
     TxMode,
     ViewThenAppend,
     WriteFailed,
+    amendment_from_row,
+    amendment_params,
     campaign_from_row,
     campaign_params,
     first_line,
@@ -187,7 +190,23 @@ def ddl_v2(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: ddl_v1, 2: ddl_v2}
+def ddl_v4(s: str) -> list[str]:
+    """Version 4 (additive): ``campaign_amendment``, one row per extension of a campaign."""
+    return [
+        f"""CREATE TABLE {s}.[campaign_amendment] (
+            seq BIGINT IDENTITY(1, 1) NOT NULL PRIMARY KEY,
+            run_key NVARCHAR(200) NOT NULL,
+            old_plan_hash VARCHAR(100) NOT NULL,
+            new_plan_hash VARCHAR(100) NOT NULL,
+            old_chunk_count INT NOT NULL,
+            new_chunk_count INT NOT NULL CHECK (new_chunk_count > old_chunk_count),
+            amended_by NVARCHAR(400) NOT NULL,
+            amended_at DATETIME2(6) NOT NULL DEFAULT SYSUTCDATETIME())""",
+        f"CREATE INDEX [campaign_amendment_run_key] ON {s}.[campaign_amendment] (run_key, seq)",
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: lambda schema: [], 4: ddl_v4}
 
 
 def _naive_utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -247,6 +266,13 @@ class MssqlStatements:
             f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) VALUES (?, ?)"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.[committed_chunk] WHERE run_key = ?"
+        self.insert_amendment = (
+            f"INSERT INTO {s}.[campaign_amendment] ({AMENDMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+        )
+        self.amendments = (
+            f"SELECT {AMENDMENT_COLUMNS}, amended_at FROM {s}.[campaign_amendment] "
+            "WHERE run_key = ? ORDER BY seq"
+        )
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.[campaign] ORDER BY run_key"
         self.run_keys_of = (
             f"SELECT DISTINCT run_key FROM {s}.[campaign] WHERE workload = ? ORDER BY run_key"
@@ -338,6 +364,12 @@ class MssqlTx(ViewThenAppend):
 
     def latest_transitions(self, run_key: str) -> list[StoredTransition]:
         return [transition_from_row(row) for row in self._all(self.sql.latest_transitions, run_key)]
+
+    def insert_amendment(self, amendment: Amendment) -> None:
+        self.cursor.execute(self.sql.insert_amendment, *amendment_params(amendment))
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        return [amendment_from_row(row) for row in self._all(self.sql.amendments, run_key)]
 
     def db_now(self) -> dt.datetime:
         return utc(self._one(self.sql.now)[0])

@@ -17,8 +17,9 @@ from typing import Any
 from dpone import errors
 from dpone.connections import redact
 from dpone.errors import DponeError
-from dpone.ledger.port import ChunkResult, ChunkState, Lease
+from dpone.ledger.port import Amendment, ChunkResult, ChunkState, Lease
 from dpone.ledger.sql import (
+    AMENDMENT_COLUMNS,
     CAMPAIGN_COLUMNS,
     INSERT_CAMPAIGN_COLUMNS,
     INSERT_TRANSITION_COLUMNS,
@@ -34,6 +35,8 @@ from dpone.ledger.sql import (
     StoredTransition,
     TxMode,
     WriteFailed,
+    amendment_from_row,
+    amendment_params,
     campaign_from_row,
     campaign_lock_key,
     campaign_params,
@@ -233,7 +236,24 @@ def ddl_v2(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: ddl_v1, 2: ddl_v2}
+def ddl_v4(s: str) -> list[str]:
+    """Version 4 (additive): ``campaign_amendment``, one row per extension of a campaign."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {s}.campaign_amendment (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_key text NOT NULL,
+            old_plan_hash text NOT NULL,
+            new_plan_hash text NOT NULL,
+            old_chunk_count integer NOT NULL,
+            new_chunk_count integer NOT NULL CHECK (new_chunk_count > old_chunk_count),
+            amended_by text NOT NULL,
+            amended_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        f"CREATE INDEX IF NOT EXISTS campaign_amendment_run_key ON {s}.campaign_amendment "
+        "(run_key, seq)",
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: lambda schema: [], 4: ddl_v4}
 
 
 class PostgresStatements:
@@ -284,6 +304,14 @@ class PostgresStatements:
             "WHERE run_key = %s ORDER BY chunk_index, transition DESC"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.committed_chunk WHERE run_key = %s"
+        self.insert_amendment = (
+            f"INSERT INTO {s}.campaign_amendment ({AMENDMENT_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s)"
+        )
+        self.amendments = (
+            f"SELECT {AMENDMENT_COLUMNS}, amended_at FROM {s}.campaign_amendment "
+            "WHERE run_key = %s ORDER BY seq"
+        )
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.campaign ORDER BY run_key"
         self.run_keys_of = (
             f"SELECT DISTINCT run_key FROM {s}.campaign WHERE workload = %s ORDER BY run_key"
@@ -456,6 +484,13 @@ class PostgresTx:
     def committed_marks(self, run_key: str) -> set[int]:
         rows = self.connection.execute(self.sql.committed_marks, (run_key,)).fetchall()
         return {int(row[0]) for row in rows}
+
+    def insert_amendment(self, amendment: Amendment) -> None:
+        self.connection.execute(self.sql.insert_amendment, amendment_params(amendment))
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        rows = self.connection.execute(self.sql.amendments, (run_key,)).fetchall()
+        return [amendment_from_row(row) for row in rows]
 
     def db_now(self) -> dt.datetime:
         """The database clock: the time the campaign head was just read, once (no round trip),

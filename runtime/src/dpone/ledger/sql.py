@@ -27,12 +27,15 @@ from typing import Any, Protocol
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.faults import fault_point
+from dpone.ledger.amend import check_extension
 from dpone.ledger.port import (
+    Amendment,
     CampaignShape,
     Capabilities,
     ChunkRecord,
     ChunkResult,
     ChunkState,
+    ConfigHashAt,
     Lease,
     LeaseOutcome,
     LeaseStatus,
@@ -42,12 +45,13 @@ from dpone.plan.canonical import json_scalar
 from dpone.plan.chunks import Bound, Chunk, plan_hash
 from dpone.redaction import redact_text
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 """The audit-schema version this release writes; a newer stored version is refused.
 
 Version 2 adds ``committed_chunk``: one row per chunk ever committed, written in the same
 transaction as its COMMITTED transition, so committed transitions that disappear later are
-detected (DPONE_LEDGER_CORRUPT) instead of the chunk being moved again."""
+detected (DPONE_LEDGER_CORRUPT) instead of the chunk being moved again. Version 4 adds
+``campaign_amendment``: one row per extension of a campaign's plan (ADR 0020)."""
 
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 ERROR_MESSAGE_LIMIT = 2000
@@ -413,6 +417,51 @@ def merge_ledger(
     )
 
 
+def extended_head(head: CampaignHead, shape: CampaignShape) -> CampaignHead:
+    """The snapshot of an extended campaign: the new plan, the rest (cancel flag too) kept."""
+    return CampaignHead(
+        run_key=head.run_key,
+        workload=head.workload,
+        process=head.process,
+        plan_hash=shape.plan_hash,
+        config_hash=shape.config_hash,
+        chunk_count=shape.chunk_count,
+        cancelled=head.cancelled,
+        cancel_reason=head.cancel_reason,
+        created_by=head.created_by,
+    )
+
+
+AMENDMENT_COLUMNS = (
+    "run_key, old_plan_hash, new_plan_hash, old_chunk_count, new_chunk_count, amended_by"
+)
+"""The columns an amendment is inserted with (amended_at and seq come from the database); a
+read selects them and then amended_at."""
+
+
+def amendment_params(amendment: Amendment) -> tuple[Any, ...]:
+    return (
+        amendment.run_key,
+        amendment.old_plan_hash,
+        amendment.new_plan_hash,
+        amendment.old_chunk_count,
+        amendment.new_chunk_count,
+        amendment.amended_by,
+    )
+
+
+def amendment_from_row(row: Sequence[Any]) -> Amendment:
+    return Amendment(
+        run_key=str(row[0]),
+        old_plan_hash=str(row[1]),
+        new_plan_hash=str(row[2]),
+        old_chunk_count=int(row[3]),
+        new_chunk_count=int(row[4]),
+        amended_by=str(row[5]),
+        amended_at=optional_utc(row[6]),
+    )
+
+
 def verify_shape(stored: CampaignHead, shape: CampaignShape) -> None:
     """DPONE_LEDGER_SHAPE_MISMATCH when the stored campaign is not the one this run plans."""
     drift = [
@@ -623,6 +672,11 @@ class LedgerTx(Protocol):
     def committed_marks(self, run_key: str) -> set[int]:
         """Indexes of the campaign's chunks that were ever committed (schema version 2)."""
 
+    def insert_amendment(self, amendment: Amendment) -> None:
+        """Record one extension (schema version 4); the store's clock stamps it."""
+
+    def amendments(self, run_key: str) -> list[Amendment]: ...
+
     def db_now(self) -> dt.datetime: ...
 
     def run_keys(self, workload: str | None) -> list[str]: ...
@@ -754,6 +808,42 @@ class SqlLedger(ABC):
 
     def load(self, run_key: str) -> Ledger | None:
         return self._load(run_key, None)
+
+    def extend(
+        self,
+        shape: CampaignShape,
+        config_hash_at: ConfigHashAt,
+        owner: str,
+        lock_timeout_s: float,
+    ) -> Ledger:
+        """Grow the stored campaign to ``shape`` (see the port), then initialize as usual: the
+        chunk rows, the snapshot and the amendment commit together under the campaign lock, so
+        many pods of a regenerated DAG extend it once and every other one finds it done."""
+        check_shape_input(shape)
+        with self._transaction("extend", TxMode.CAMPAIGN) as tx:
+            tx.lock_campaign(shape.run_key, lock_timeout_s)
+            head = tx.campaign_head(shape.run_key)
+            if head is not None and head.plan_hash != shape.plan_hash:
+                stored = shape_from_rows(head, tx.shape_rows(shape.run_key))
+                check_extension(stored, head.config_hash, shape, config_hash_at)
+                grown = [ShapeRow.of(chunk) for chunk in shape.chunks[stored.chunk_count :]]
+                tx.insert_shape(shape.run_key, grown)
+                tx.insert_campaign(extended_head(head, shape))
+                tx.insert_amendment(
+                    Amendment(
+                        run_key=shape.run_key,
+                        old_plan_hash=head.plan_hash,
+                        new_plan_hash=shape.plan_hash,
+                        old_chunk_count=head.chunk_count,
+                        new_chunk_count=shape.chunk_count,
+                        amended_by=owner,
+                    )
+                )
+        return self.initialize(shape, owner, lock_timeout_s)
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        with self._transaction("amendments", TxMode.READ) as tx:
+            return tx.amendments(run_key)
 
     def committed_count(self, run_key: str) -> int:
         with self._transaction("committed_count", TxMode.READ) as tx:
