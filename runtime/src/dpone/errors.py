@@ -288,6 +288,14 @@ LEDGER_SHAPE_MISMATCH = _register(
     "Restore the stored window, or use a new backfill_id for a new campaign; to add a range, "
     "move only the end (docs/runbook.md 'Extend a backfill').",
 )
+RESTATE_REFUSED = _register(
+    "DPONE_LEDGER_RESTATE_REFUSED",
+    "Chunks cannot be restated: moving them again would not be exact.",
+    "The process's inner_mode is append: moving a chunk again inserts its rows next to the ones "
+    "moved before.",
+    "Restate processes with inner_mode replace, merge or full_refresh; for an append process, "
+    "move the corrected range with replace under a new backfill_id.",
+)
 LEDGER_UNAVAILABLE = _register(
     "DPONE_LEDGER_UNAVAILABLE",
     "The state store cannot be used (missing driver, unsupported backend or schema version).",

@@ -20,7 +20,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.ledger.port import Amendment, ChunkState, Ledger, LedgerStore
+from dpone.ledger.port import Amendment, ChunkState, Ledger, LedgerStore, Restatement
 from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
 from dpone.redaction import redact_document
@@ -93,6 +93,7 @@ def status_document(
     plan: ProcessPlan,
     ledger: Ledger | None,
     amendments: Sequence[Amendment] = (),
+    restatements: Sequence[Restatement] = (),
 ) -> dict[str, Any]:
     states = {
         c.index: (ledger.state_of(c.index).value if ledger else "pending") for c in plan.chunks
@@ -126,10 +127,11 @@ def status_document(
                         "error_message": (record.error_message or "")[:300],
                     }
                 )
+    restated = restated_chunks(ledger, restatements)
     document: dict[str, Any] = redact_document(
         {
             "schema": STATUS_SCHEMA,
-            "airflow_clear": airflow_clear(pack, plan, failures, leases),
+            "airflow_clear": airflow_clear(pack, plan, failures, leases, restated),
             "workload": pack.workload.name,
             "process": plan.name,
             "run_key": plan.run_key,
@@ -151,6 +153,7 @@ def status_document(
             ],
             "running_leases": leases,
             "failures": failures,
+            "restated": restated,
             "amendments": [
                 {
                     "old_chunk_count": a.old_chunk_count,
@@ -167,11 +170,38 @@ def status_document(
     return document
 
 
+def restated_chunks(
+    ledger: Ledger | None, restatements: Sequence[Restatement]
+) -> list[dict[str, Any]]:
+    """Each restated chunk's latest restatement, and whether it has moved again since."""
+    latest: dict[int, Restatement] = {}
+    for restatement in restatements:
+        latest[restatement.chunk_index] = restatement
+    out = []
+    for index in sorted(latest):
+        r = latest[index]
+        state = ledger.state_of(index) if ledger is not None else ChunkState.PENDING
+        out.append(
+            {
+                "chunk_index": index,
+                "reason": r.reason,
+                "requested_by": r.requested_by,
+                "requested_at": r.requested_at.isoformat() if r.requested_at else None,
+                "prior_rows": r.prior_rows,
+                "prior_checksum": r.prior_checksum,
+                "moved_again": state is ChunkState.COMMITTED,
+                "times": sum(1 for x in restatements if x.chunk_index == index),
+            }
+        )
+    return out
+
+
 def airflow_clear(
     pack: WorkloadPack,
     plan: ProcessPlan,
     failures: Sequence[dict[str, Any]],
     leases: Sequence[dict[str, Any]],
+    restated: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any] | None:
     """What to clear in Airflow to retry the failed and stuck (lease expired) chunks: the map
     indexes of their items and the `airflow tasks clear` command that restarts them.
@@ -183,7 +213,8 @@ def airflow_clear(
     """
     failed = {x["chunk_index"] for x in failures}
     stuck = {x["chunk_index"] for x in leases if x["expired"]}
-    if not failed and not stuck:
+    to_move = {x["chunk_index"] for x in restated if not x["moved_again"]}
+    if not failed and not stuck and not to_move:
         return None
     task_id = runtime_task_id(plan)
     command = " ".join(
@@ -192,7 +223,8 @@ def airflow_clear(
             shlex.quote(pack.workload.airflow.dag_id),
             "--task-regex",
             shlex.quote(f"^{re.escape(task_id)}$"),
-            "--only-failed",
+            # the items holding restated chunks succeeded in Airflow: clear those too
+            *([] if to_move else ["--only-failed"]),
             "--yes",
         ]
     )
@@ -211,6 +243,7 @@ def airflow_clear(
         "task_id": task_id,
         "failed_map_indexes": items_of(failed),
         "stuck_map_indexes": items_of(stuck),
+        "restated_map_indexes": items_of(to_move),
         "command": command,
     }
 
@@ -225,8 +258,16 @@ def _clear_lines(clear: dict[str, Any] | None) -> list[str]:
         parts.append(
             "stuck (lease expired) map indexes " + ", ".join(map(str, clear["stuck_map_indexes"]))
         )
+    if clear.get("restated_map_indexes"):
+        parts.append(
+            "map indexes holding restated chunks "
+            + ", ".join(map(str, clear["restated_map_indexes"]))
+        )
     what = "; ".join(parts) if parts else f"task {clear['task_id']}"
     return [f"  retry in Airflow ({what}):", f"    {clear['command']}"]
+
+
+RESTATED_SHOWN = 20
 
 
 def _cancel_flag(doc: dict[str, Any]) -> str:
@@ -261,6 +302,17 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
         lines.append(
             f"  failed: chunk {failure['chunk_index']} attempt {failure['attempt']} "
             f"{failure['error_code']}: {failure['error_message']}"
+        )
+    restated = doc.get("restated", ())
+    for entry in restated[:RESTATED_SHOWN]:
+        moved = "moved again" if entry["moved_again"] else "to move again"
+        lines.append(
+            f"  restated: chunk {entry['chunk_index']} at {entry['requested_at']} by "
+            f"{entry['requested_by']} ({moved}): {entry['reason']}"
+        )
+    if len(restated) > RESTATED_SHOWN:
+        lines.append(
+            f"  ... {len(restated) - RESTATED_SHOWN} more restated chunk(s) in --format json"
         )
     for amendment in doc.get("amendments", ()):
         lines.append(
@@ -360,6 +412,19 @@ def _html_section(doc: dict[str, Any]) -> str:
         f'<td class="code">{e(x["old_plan_hash"])} &rarr; {e(x["new_plan_hash"])}</td></tr>'
         for x in doc.get("amendments", ())
     )
+    restated_rows = "".join(
+        f"<tr><td>{x['chunk_index']}</td><td>{e(str(x['requested_at']))}</td>"
+        f'<td class="code">{e(str(x["requested_by"]))}</td><td>{e(x["reason"])}</td>'
+        f"<td>{'moved again' if x['moved_again'] else 'to move again'}</td></tr>"
+        for x in doc.get("restated", ())
+    )
+    restated_table = (
+        f"<h3>Restated chunks ({len(doc.get('restated', ()))})</h3><table><tr><th>chunk</th>"
+        "<th>when (database clock)</th><th>by</th><th>reason</th><th>now</th></tr>"
+        f"{restated_rows}</table>"
+        if restated_rows
+        else ""
+    )
     extension_table = (
         "<h3>Extensions</h3><table><tr><th>chunks</th><th>when (database clock)</th>"
         f"<th>by run</th><th>plan hash</th></tr>{extensions}</table>"
@@ -384,7 +449,7 @@ def _html_section(doc: dict[str, Any]) -> str:
 {lease_table}
 <h3>Failures ({len(doc['failures'])})</h3>
 {failure_table}
-{extension_table}{retry}</section>"""
+{restated_table}{extension_table}{retry}</section>"""
 
 
 def render_html_page(docs: Sequence[dict[str, Any]]) -> str:
@@ -465,6 +530,12 @@ LEDGER_ACTIONS = (
         "--workload orders_history --reason 'wrong source table'",
     ),
     (
+        "restate",
+        "mark committed chunks of one process to be moved again by the next run (reason kept)",
+        "dpone ledger restate --catalog golden/internal_default/workloads.yaml "
+        "--workload orders_history --chunks 3-5 --reason 'source corrected on 3 May'",
+    ),
+    (
         "list",
         "list every campaign in a ledger: workload, process, mode, chunks by state, last activity",
         "dpone ledger list --connection warehouse --schema dpone_audit",
@@ -520,10 +591,12 @@ def _list_campaigns(args: argparse.Namespace) -> int:
 def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
     parser = parser_class(
         prog="dpone ledger",
-        description="Show, cancel or list the campaigns of a ledger.",
+        description="Show, cancel, restate or list the campaigns of a ledger.",
         epilog="examples:\n  dpone ledger status --catalog workloads.yaml --workload orders_history\n"
         "  dpone ledger status --catalog workloads.yaml --workload orders_history --html campaign.html\n"
         "  dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad source'\n"
+        "  dpone ledger restate --catalog workloads.yaml --workload orders_history --chunks 3-5 "
+        "--reason 'source fixed'\n"
         "  dpone ledger list --connection warehouse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -554,6 +627,23 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
                 "--format", choices=("text", "json"), default="text", help="output (text)"
             )
             p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+        elif name == "restate":
+            p.add_argument("--chunks", metavar="RANGES", help="chunks to restate: 3-5, 7 or 1-5,9")
+            p.add_argument("--from", dest="start", metavar="T", help="or: chunks overlapping [T,")
+            p.add_argument("--to", dest="end", metavar="T", help="... T) of the chunk column")
+            p.add_argument(
+                "--reason",
+                type=cancel_reason,
+                required=True,
+                help=f"why, recorded with each restated chunk (at most {REASON_MAX} characters)",
+            )
+            p.add_argument("--by", help="who asked (default: user@host)")
+            p.add_argument(
+                "--dry-run", action="store_true", help="show what would change, change nothing"
+            )
+            p.add_argument(
+                "--format", choices=("text", "json"), default="text", help="output (text)"
+            )
         else:
             p.add_argument(
                 "--reason",
@@ -567,6 +657,10 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         return _list_campaigns(args)
     pack = load_workload_pack(args.catalog, args.workload)
     plans = _plans(pack, args.process)
+    if args.action == "restate":
+        from dpone.restate import restate_command
+
+        return restate_command(args, pack, plans, _open_store)
     if args.action == "cancel":
         for plan in plans:
             store = _open_store(plan)
@@ -585,9 +679,10 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             assert plan.run_key is not None
             ledger = store.load(plan.run_key)
             amendments = store.amendments(plan.run_key) if ledger is not None else []
+            restatements = store.restatements(plan.run_key) if ledger is not None else []
         finally:
             store.close()
-        docs.append(status_document(pack, plan, ledger, amendments))
+        docs.append(status_document(pack, plan, ledger, amendments, restatements))
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:

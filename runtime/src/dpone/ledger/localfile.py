@@ -25,7 +25,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from dpone.ledger.port import (
     LeaseOutcome,
     LeaseStatus,
     Ledger,
+    Restatement,
 )
 from dpone.ledger.sql import (
     CampaignHead,
@@ -59,6 +60,10 @@ from dpone.ledger.sql import (
     decide_lease,
     extended_head,
     merge_ledger,
+    restate_plan,
+    restate_selection,
+    restated_record,
+    restatement_of,
     running_record,
     shape_from_rows,
     stored_text,
@@ -90,6 +95,7 @@ class CampaignEntry:
     shape: list[ShapeRow]
     latest: dict[int, StoredTransition] = field(default_factory=dict)
     amendments: list[Amendment] = field(default_factory=list)
+    restatements: list[Restatement] = field(default_factory=list)
 
 
 def _transition_json(
@@ -166,6 +172,7 @@ def _campaign_json(
     head: CampaignHead,
     shape: list[ShapeRow] | None,
     amendments: list[Amendment] | None = None,
+    restatements: list[Restatement] | None = None,
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "seq": seq,
@@ -183,6 +190,8 @@ def _campaign_json(
     }
     if amendments:
         entry["amendments"] = [_amendment_json(a) for a in amendments]
+    if restatements:
+        entry["restatements"] = [_restatement_json(r) for r in restatements]
     if shape is not None:
         entry["chunks"] = [
             [r.chunk_index, r.chunk_start, r.chunk_end, r.idempotency_key] for r in shape
@@ -210,6 +219,31 @@ def _amendment(run_key: str, entry: dict[str, Any]) -> Amendment:
         new_chunk_count=int(entry["new_chunk_count"]),
         amended_by=str(entry["amended_by"]),
         amended_at=_unstamp(entry.get("amended_at")),
+    )
+
+
+def _restatement_json(r: Restatement) -> dict[str, Any]:
+    return {
+        "chunk_index": r.chunk_index,
+        "transition": r.transition,
+        "reason": r.reason,
+        "requested_by": r.requested_by,
+        "prior_rows": r.prior_rows,
+        "prior_checksum": r.prior_checksum,
+        "requested_at": _stamp(r.requested_at),
+    }
+
+
+def _restatement(run_key: str, entry: dict[str, Any]) -> Restatement:
+    return Restatement(
+        run_key=run_key,
+        chunk_index=int(entry["chunk_index"]),
+        transition=int(entry["transition"]),
+        reason=str(entry["reason"]),
+        requested_by=str(entry["requested_by"]),
+        prior_rows=None if entry.get("prior_rows") is None else int(entry["prior_rows"]),
+        prior_checksum=entry.get("prior_checksum"),
+        requested_at=_unstamp(entry.get("requested_at")),
     )
 
 
@@ -381,7 +415,9 @@ class LocalFileLedger:
             # a snapshot's campaign lists every amendment, a journal line at most its own one
             amended = list(existing.amendments) if existing is not None else []
             amended.extend(_amendment(run_key, a) for a in entry.get("amendments", ()))
-            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest, amended)
+            restated = list(existing.restatements) if existing is not None else []
+            restated.extend(_restatement(run_key, r) for r in entry.get("restatements", ()))
+            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest, amended, restated)
         elif entry["kind"] == "transition":
             campaign = self._campaigns.get(run_key)
             if campaign is None:
@@ -390,6 +426,8 @@ class LocalFileLedger:
                 )
             row = _stored(entry)
             campaign.latest[row.chunk_index] = row
+            if "restated" in entry:  # the PENDING transition of a restatement carries it
+                campaign.restatements.append(_restatement(run_key, entry["restated"]))
         else:
             raise corrupt(run_key, None, f"journal seq {seq} has unknown kind {entry['kind']!r}")
         self._last_seq = max(self._last_seq, seq)
@@ -416,7 +454,7 @@ class LocalFileLedger:
             "format_version": FORMAT_VERSION,
             "last_seq": self._last_seq,
             "campaigns": [
-                _campaign_json(c.head.seq, c.head, c.shape, c.amendments)
+                _campaign_json(c.head.seq, c.head, c.shape, c.amendments, c.restatements)
                 for c in self._campaigns.values()
             ],
             "latest": [
@@ -512,6 +550,38 @@ class LocalFileLedger:
         with self._locked():
             campaign = self._campaigns.get(run_key)
             return [] if campaign is None else list(campaign.amendments)
+
+    def restate(
+        self, shape: CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
+    ) -> list[int]:
+        """Mark committed chunks to be moved again (see the port), under the file lock: one
+        journal line per restated chunk, its PENDING transition carrying the restatement."""
+        chunks = restate_selection(shape, indexes)
+        with self._locked(self.lock_timeout_s):
+            now = self._clock()
+            seen = []
+            for chunk in chunks:
+                _, latest, transition = self._view(shape.run_key, chunk)
+                seen.append((chunk, latest, transition))
+            todo = restate_plan(shape.run_key, [(c, now, r) for c, r, _ in seen])
+            for chunk, latest, transition in seen:
+                if chunk.index not in todo:
+                    continue
+                assert latest is not None
+                record = restated_record(chunk, latest, transition + 1)
+                restatement = replace(
+                    restatement_of(shape.run_key, record, latest, reason, requested_by),
+                    requested_at=now,
+                )
+                entry = _transition_json(self._last_seq + 1, shape.run_key, record, now)
+                entry["restated"] = _restatement_json(restatement)
+                self._append(entry)
+        return todo
+
+    def restatements(self, run_key: str) -> list[Restatement]:
+        with self._locked():
+            campaign = self._campaigns.get(run_key)
+            return [] if campaign is None else list(campaign.restatements)
 
     def _ledger(self, run_key: str) -> Ledger | None:
         campaign = self._campaigns.get(run_key)

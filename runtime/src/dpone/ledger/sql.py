@@ -40,6 +40,7 @@ from dpone.ledger.port import (
     LeaseOutcome,
     LeaseStatus,
     Ledger,
+    Restatement,
 )
 from dpone.plan.canonical import json_scalar
 from dpone.plan.chunks import Bound, Chunk, plan_hash
@@ -384,9 +385,10 @@ def merge_ledger(
 ) -> Ledger:
     """The campaign snapshot merged with the latest record of every chunk (validated).
 
-    ``committed_marks`` (chunks recorded as ever committed) must all still be committed: a
-    COMMITTED transition is final, so a marked chunk whose latest record is anything else lost
-    its transitions to an edit or a partial restore, and moving it again would duplicate rows.
+    ``committed_marks`` (chunks recorded as committed) must all still be committed: a COMMITTED
+    transition is final (a restatement drops the mark with it), so a marked chunk whose latest
+    record is anything else lost its transitions to an edit or a partial restore, and moving it
+    again would duplicate rows.
     """
     rows = {chunk.index: ShapeRow.of(chunk) for chunk in shape.chunks}
     records: dict[int, ChunkRecord] = {}
@@ -459,6 +461,113 @@ def amendment_from_row(row: Sequence[Any]) -> Amendment:
         new_chunk_count=int(row[4]),
         amended_by=str(row[5]),
         amended_at=optional_utc(row[6]),
+    )
+
+
+def restate_selection(shape: CampaignShape, indexes: Sequence[int]) -> list[Chunk]:
+    """The planned chunks of ``indexes``, ascending and once each (the lock order)."""
+    wanted = sorted(set(indexes))
+    outside = [i for i in wanted if not 1 <= i <= shape.chunk_count]
+    if outside or not wanted:
+        raise DponeError(
+            errors.USAGE,
+            f"campaign {shape.run_key!r}: restate needs chunks within 1-{shape.chunk_count}"
+            + (f" (got {outside[:5]})" if outside else ""),
+        )
+    return [shape.chunks[i - 1] for i in wanted]
+
+
+def restate_plan(
+    run_key: str, seen: Sequence[tuple[Chunk, dt.datetime, ChunkRecord | None]]
+) -> list[int]:
+    """The indexes a restatement marks (the committed ones), or DPONE_BACKFILL_CHUNK_BUSY
+    naming the chunks leased now: a pod is moving them, so nothing is restated."""
+    busy = [
+        (chunk.index, record)
+        for chunk, now, record in seen
+        if record is not None
+        and record.state is ChunkState.RUNNING
+        and record.lease_expires_at is not None
+        and record.lease_expires_at > now
+    ]
+    if busy:
+        shown = ", ".join(
+            f"chunk {index} (attempt {r.attempt} of {r.lease_owner}, until "
+            f"{r.lease_expires_at.isoformat() if r.lease_expires_at else '?'})"
+            for index, r in busy[:5]
+        )
+        raise DponeError(
+            errors.CHUNK_BUSY,
+            f"campaign {run_key!r}: {len(busy)} selected chunk(s) leased now: {shown}; nothing "
+            "was restated: restate them once their run has committed them (or its lease expired)",
+        )
+    return [
+        chunk.index
+        for chunk, _, record in seen
+        if record is not None and record.state is ChunkState.COMMITTED
+    ]
+
+
+def restated_record(chunk: Chunk, latest: ChunkRecord, transition: int) -> NewTransition:
+    """The PENDING transition that hands a committed chunk back to the lease rule (its attempt
+    kept: the next lease is attempt + 1)."""
+    shape = ShapeRow.of(chunk)
+    return NewTransition(
+        chunk_index=chunk.index,
+        transition=transition,
+        state=ChunkState.PENDING,
+        attempt=latest.attempt,
+        idempotency_key=chunk.idempotency_key,
+        chunk_start=shape.chunk_start,
+        chunk_end=shape.chunk_end,
+        lease_owner=None,
+        lease_expires_at=None,
+        started_at=None,
+    )
+
+
+def restatement_of(
+    run_key: str, record: NewTransition, prior: ChunkRecord, reason: str, requested_by: str
+) -> Restatement:
+    return Restatement(
+        run_key=run_key,
+        chunk_index=record.chunk_index,
+        transition=record.transition,
+        reason=stored_text(reason) or "",
+        requested_by=stored_text(requested_by) or "",
+        prior_rows=prior.rows,
+        prior_checksum=prior.checksum,
+    )
+
+
+RESTATEMENT_COLUMNS = (
+    "run_key, chunk_index, transition, reason, requested_by, prior_rows, prior_checksum"
+)
+"""The columns a restatement is inserted with; a read selects them and then requested_at."""
+
+
+def restatement_params(r: Restatement) -> tuple[Any, ...]:
+    return (
+        r.run_key,
+        r.chunk_index,
+        r.transition,
+        r.reason,
+        r.requested_by,
+        r.prior_rows,
+        r.prior_checksum,
+    )
+
+
+def restatement_from_row(row: Sequence[Any]) -> Restatement:
+    return Restatement(
+        run_key=str(row[0]),
+        chunk_index=int(row[1]),
+        transition=int(row[2]),
+        reason=str(row[3]),
+        requested_by=str(row[4]),
+        prior_rows=None if row[5] is None else int(row[5]),
+        prior_checksum=row[6],
+        requested_at=optional_utc(row[7]),
     )
 
 
@@ -677,6 +786,14 @@ class LedgerTx(Protocol):
 
     def amendments(self, run_key: str) -> list[Amendment]: ...
 
+    def insert_restatement(self, restatement: Restatement) -> None:
+        """Record one restatement (schema version 4); the store's clock stamps it."""
+
+    def unmark_committed(self, run_key: str, chunk_index: int) -> None:
+        """Drop a restated chunk's committed mark: it is no longer committed."""
+
+    def restatements(self, run_key: str) -> list[Restatement]: ...
+
     def db_now(self) -> dt.datetime: ...
 
     def run_keys(self, workload: str | None) -> list[str]: ...
@@ -844,6 +961,34 @@ class SqlLedger(ABC):
     def amendments(self, run_key: str) -> list[Amendment]:
         with self._transaction("amendments", TxMode.READ) as tx:
             return tx.amendments(run_key)
+
+    def restate(
+        self, shape: CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
+    ) -> list[int]:
+        """Mark committed chunks to be moved again (see the port): each chunk's lock in
+        ascending order, then every decision, then the writes, in one transaction."""
+        chunks = restate_selection(shape, indexes)
+        with self._transaction("restate", TxMode.CAMPAIGN) as tx:
+            seen = []
+            for chunk in chunks:
+                view, latest = self._view(tx, shape.run_key, chunk)
+                seen.append((chunk, view, latest))
+            todo = restate_plan(shape.run_key, [(c, v.now, r) for c, v, r in seen])
+            for chunk, view, latest in seen:
+                if chunk.index not in todo:
+                    continue
+                assert latest is not None and view.latest is not None
+                record = restated_record(chunk, latest, view.latest.transition + 1)
+                tx.append_transition(shape.run_key, record)
+                tx.unmark_committed(shape.run_key, chunk.index)
+                tx.insert_restatement(
+                    restatement_of(shape.run_key, record, latest, reason, requested_by)
+                )
+        return todo
+
+    def restatements(self, run_key: str) -> list[Restatement]:
+        with self._transaction("restatements", TxMode.READ) as tx:
+            return tx.restatements(run_key)
 
     def committed_count(self, run_key: str) -> int:
         with self._transaction("committed_count", TxMode.READ) as tx:
