@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -161,6 +162,13 @@ def test_verify_restate_run_verify(project: Project) -> None:
     found = project.dpone("verify", *LEDGER)
     assert found.returncode == 1
     assert "chunk 4 [2024-01-04" in found.stdout and "chunk 5 [2024-01-05" in found.stdout
+    hint = found.stdout.strip().splitlines()[-1].strip()
+    assert hint == (
+        "dpone ledger restate --catalog workloads.yaml --workload orders_history --process "
+        "orders --chunks 4-5 --reason 'verify: source and target differ'"
+    )
+    report = json.loads(project.dpone("verify", *LEDGER, "--format", "json").stdout)
+    assert report["restate"] == {"chunks": "4-5", "command": hint}
 
     dry = project.dpone(
         "ledger", "restate", *LEDGER, "--chunks", "4-5", "--reason", "x", "--dry-run"
@@ -169,10 +177,13 @@ def test_verify_restate_run_verify(project: Project) -> None:
     assert "would restate 2 chunk(s)" in dry.stdout
     assert project.query(f"SELECT * FROM {s}_audit.chunk_transition ORDER BY seq") == ledger_before
 
-    done = project.dpone(
+    by_time = project.dpone(
         "ledger", "restate", *LEDGER, "--from", "2024-01-04", "--to", "2024-01-06",
-        "--reason", "amounts corrected in the source", "--by", "ana", "--format", "json",
+        "--reason", "x", "--dry-run", "--format", "json",
     )  # fmt: skip
+    assert json.loads(by_time.stdout)["restated"] == [4, 5], "the same chunks by the column"
+    # The runbook's second command is the one verify printed, as it is.
+    done = project.dpone(*shlex.split(hint)[1:], "--by", "ana", "--format", "json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["restated"] == [4, 5] and report["requested_by"] == "ana"
@@ -183,7 +194,7 @@ def test_verify_restate_run_verify(project: Project) -> None:
         (4, False),
         (5, False),
     ]
-    assert status["restated"][0]["reason"] == "amounts corrected in the source"
+    assert status["restated"][0]["reason"] == "verify: source and target differ"
     clear = status["airflow_clear"]
     assert clear["restated_map_indexes"] == [1]  # item 1 holds chunks 4-6
     assert "--only-failed" not in clear["command"]

@@ -21,6 +21,7 @@ from dpone.errors import DponeError
 from dpone.ledger.port import CampaignShape, ChunkState, Ledger, LedgerStore
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Bound, ChunkPlanError, canonical_bound
+from dpone.reconcile import format_chunk_ranges, parse_chunk_ranges
 
 RESTATE_SCHEMA = "dpone.ledger-restate.v1"
 EXACT_MODES = {
@@ -137,28 +138,10 @@ def preview(ledger: Ledger, indexes: Sequence[int]) -> dict[str, list[int]]:
     return out
 
 
-def _ranges(indexes: Sequence[int]) -> str:
-    """1,2,3,7 -> "1-3,7" (the form --chunks takes)."""
-    parts: list[str] = []
-    run: list[int] = []
-    for index in sorted(indexes):
-        if run and index == run[-1] + 1:
-            run.append(index)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [index]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
-
-
 def restate_command(
     args: argparse.Namespace, pack: WorkloadPack, plans: Sequence[ProcessPlan], store_for: Any
 ) -> int:
     """Run `dpone ledger restate` for the one selected process (see the module doc)."""
-    from dpone.reconcile import parse_chunk_ranges
-
     if len(plans) != 1:
         names = ", ".join(p.name for p in plans)
         raise DponeError(errors.USAGE, f"restate one process at a time: --process ({names})")
@@ -211,17 +194,17 @@ def render_text(doc: dict[str, Any]) -> str:
     lines = [
         f"dpone: {verb} {len(doc['restated'])} chunk(s) of campaign {doc['run_key']} "
         f"({doc['workload']}/{doc['process']})"
-        + (f": chunks {_ranges(doc['restated'])}" if doc["restated"] else "")
+        + (f": chunks {format_chunk_ranges(doc['restated'])}" if doc["restated"] else "")
     ]
     if doc["not_committed"]:
         lines.append(
             f"  not committed (they move on the next run anyway): chunks "
-            f"{_ranges(doc['not_committed'])}"
+            f"{format_chunk_ranges(doc['not_committed'])}"
         )
     if doc["leased_now"]:
         lines.append(
             f"  leased now (a restatement is refused until they commit): chunks "
-            f"{_ranges(doc['leased_now'])}"
+            f"{format_chunk_ranges(doc['leased_now'])}"
         )
     lines.append(f"  reason: {doc['reason']} (by {doc['requested_by']})")
     lines.append(f"  moving again: {doc['inner_mode']}")
