@@ -9,7 +9,13 @@ import pytest
 import sqlglot
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.ledger.mssql import MssqlLedger, MssqlStatements, ddl_v1, odbc_connection_string
+from dpone.ledger.mssql import (
+    MIGRATIONS,
+    MssqlLedger,
+    MssqlStatements,
+    ddl_v1,
+    odbc_connection_string,
+)
 from dpone.ledger.port import ChunkResult, LeaseStatus
 from ledger_backends import MssqlDoubleBackend, make_shape
 from ledger_mssql_double import split_statements
@@ -28,6 +34,11 @@ def _exercise(backend: MssqlDoubleBackend) -> None:
     store.cancel(shape.run_key, "y", undo=True)
     store.list_campaigns("wl")
     store.load(shape.run_key)
+    grown = make_shape(chunks=5)
+    store.extend(grown, lambda end: grown.config_hash, "b", 5)
+    store.amendments(shape.run_key)
+    store.restate(grown, [1, 2], "fix", "ana")
+    store.restatements(shape.run_key)
 
 
 def test_every_statement_sent_parses_as_tsql(tmp_path: Path) -> None:
@@ -45,6 +56,7 @@ def test_every_statement_sent_parses_as_tsql(tmp_path: Path) -> None:
 def test_every_statement_the_adapter_defines_parses_as_tsql() -> None:
     sql = MssqlStatements("dpone_audit")
     texts = [v for k, v in vars(sql).items() if k != "schema"] + ddl_v1(sql.schema)
+    texts += [statement for version in (2, 3, 4) for statement in MIGRATIONS[version](sql.schema)]
     for batch in texts:
         for statement in split_statements(batch):
             assert not isinstance(sqlglot.parse_one(statement, read="tsql"), exp.Command)
