@@ -99,7 +99,7 @@ def _before(a: Bound, b: Bound) -> bool:
     return a < b  # type: ignore[operator]
 
 
-def stored_shape(plan: ProcessPlan, pack: WorkloadPack, ledger: Ledger | None) -> CampaignShape:
+def stored_shape(plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
     """The campaign the ledger holds for ``plan``; refused when it has none or another plan."""
     if ledger is None:
         raise DponeError(
@@ -160,7 +160,7 @@ def restate_command(
     try:
         assert plan.run_key is not None
         ledger = store.load(plan.run_key)
-        shape = stored_shape(plan, pack, ledger)
+        shape = stored_shape(plan, ledger)
         assert ledger is not None
         would = preview(ledger, indexes)
         restated = would["restate"]
@@ -176,8 +176,13 @@ def restate_command(
         "run_key": plan.run_key,
         "selected": sorted(set(indexes)),
         "restated": restated,
-        "leased_now": would["leased_now"],
-        "not_committed": [i for i in would["not_committed"] if i not in restated],
+        # a restatement that went through found no chunk leased (it refuses otherwise)
+        "leased_now": would["leased_now"] if args.dry_run else [],
+        "not_committed": (
+            [i for i in sorted(set(indexes)) if i not in restated]
+            if not args.dry_run
+            else would["not_committed"]
+        ),
         "reason": args.reason,
         "requested_by": who,
         "inner_mode": note,
