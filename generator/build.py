@@ -34,6 +34,7 @@ class Build:
     pools: tuple[PoolSpec, ...]
     files: tuple[OutputFile, ...]
     errors: tuple[ErrorRecord, ...]
+    packs: tuple[WorkloadPack, ...] = ()  # what the files were made from (campaign changes)
 
     @property
     def owner(self) -> str:
@@ -128,4 +129,4 @@ def build_from_packs(display: str, packs: list[WorkloadPack]) -> Build:
         return Build(display, dags, pools, (), (record,))
     files.append(OutputFile(POOLS_FILE_NAME, pools_document(pools)))
     files.append(OutputFile(OWNER_FILE_NAME, owner_document(display)))
-    return Build(display, dags, pools, tuple(files), ())
+    return Build(display, dags, pools, tuple(files), (), tuple(packs))

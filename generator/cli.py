@@ -11,9 +11,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from dpone import errors
+from dpone.campaign_change import CONFLICTS, EXTENDS, REPLACES, classify, prior_campaigns
 from dpone.errors import ErrorRecord
+from dpone.pack import WorkloadPack
 from dpone.redaction import redact_document, redact_text
 from dpone.reporting import CommandParser, report_error
 
@@ -70,8 +73,41 @@ def _names(plan: EmitPlan, kind: str) -> list[str]:
     return [change.name for change in plan.changes if change.kind == kind]
 
 
-def _report_check(plan: EmitPlan, out_display: str, fix: str, output_format: str) -> int:
+def campaign_changes(plan: EmitPlan, packs: tuple[WorkloadPack, ...]) -> list[dict[str, Any]]:
+    """What each changed DAG file does to the campaigns its previous version names (extends,
+    replaces, conflicts); a campaign kept, or a file that did not exist, is not a change."""
+    found: list[dict[str, Any]] = []
+    olds = {c.name: c.old for c in plan.changes if c.kind == "changed" and c.old is not None}
+    for pack in packs:
+        old = olds.get(f"{pack.workload.airflow.dag_id}.py")
+        if old is None:
+            continue
+        priors = prior_campaigns(old)
+        for process in pack.processes:
+            verdict = classify(priors.get(process.name), process)
+            if verdict is not None and verdict["change"] in (EXTENDS, REPLACES, CONFLICTS):
+                found.append({"workload": pack.workload.name, "process": process.name, **verdict})
+    return found
+
+
+def _campaign_summary(changes: list[dict[str, Any]]) -> str:
+    if not changes:
+        return ""
+    shown = "; ".join(
+        f"{c['workload']}/{c['process']} {c['change'].upper()}: {c['detail']}" for c in changes
+    )
+    return f"\n  campaigns: {shown}"
+
+
+def _report_check(
+    plan: EmitPlan,
+    out_display: str,
+    fix: str,
+    output_format: str,
+    packs: tuple[WorkloadPack, ...] = (),
+) -> int:
     code = EXIT_OK if plan.up_to_date else EXIT_DIFF
+    changes = campaign_changes(plan, packs)
     if output_format == "json":
         doc = {
             "up_to_date": plan.up_to_date,
@@ -79,6 +115,7 @@ def _report_check(plan: EmitPlan, out_display: str, fix: str, output_format: str
             "missing": _names(plan, "missing"),
             "stale": _names(plan, "stale"),
             "unchanged": list(plan.unchanged),
+            "campaigns": changes,
         }
         print(json.dumps(doc, indent=2, ensure_ascii=False))
         return code
@@ -89,7 +126,8 @@ def _report_check(plan: EmitPlan, out_display: str, fix: str, output_format: str
         sys.stdout.write(unified_diff(change, out_display))
     print(
         f"dpone generate --check: {out_display} is out of date: {plan.count('changed')} changed, "
-        f"{plan.count('missing')} missing, {plan.count('stale')} stale\n  update with: {fix}",
+        f"{plan.count('missing')} missing, {plan.count('stale')} stale"
+        f"{_campaign_summary(changes)}\n  update with: {fix}",
         file=sys.stderr,
     )
     return code
@@ -123,7 +161,7 @@ def generate_command(catalog: str, out: str, check: bool, output_format: str = "
         return _report_errors(problems, output_format)
     if check:
         fix = f"dpone generate {catalog} --out {out}"
-        return _report_check(plan, out_display, fix, output_format)
+        return _report_check(plan, out_display, fix, output_format, result.packs)
     problems = apply_emit(plan, out_display)
     if problems:
         return _report_errors(problems, output_format)

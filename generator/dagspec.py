@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpone.authoring.models import AirflowConfig, Hook
+from dpone.campaign_change import campaign_line
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.task_env import Env, mapped_item_env, runtime_task_id, task_env
 
@@ -88,6 +89,7 @@ class DagFile:
     post_hooks: tuple[HookTask, ...]
     task_options: tuple[tuple[str, Any], ...] = ()  # retry_delay, owner, ... (every task)
     pod_options: tuple[tuple[str, Any], ...] = ()  # airflow.pod, manifest form (every pod)
+    campaigns: tuple[str, ...] = ()  # one header line per chunked process (campaign_change)
 
     @property
     def has_resources(self) -> bool:
@@ -222,4 +224,7 @@ def dag_file(pack: WorkloadPack, catalog_display: str) -> DagFile:
         post_hooks=_hooks("post", airflow.post_hooks, tasks[-1].env),
         task_options=airflow.task_options,
         pod_options=airflow.pod_options if airflow.flavour == "kubernetes" else (),
+        campaigns=tuple(
+            line for line in (campaign_line(plan) for plan in pack.processes) if line is not None
+        ),
     )

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from dpone import errors
+from dpone.campaign_change import PriorCampaign, classify, prior_campaigns
 from dpone.errors import DponeError
 from dpone.pack import ProcessPlan, WorkloadPack
 from dpone.plan.mapping import MappingItem
@@ -35,6 +37,12 @@ def _parser() -> CommandParser:
     parser.add_catalog("path of the workload catalog")
     parser.add_argument("--workload", help="only this workload")
     parser.add_argument(
+        "--previous",
+        metavar="PATH",
+        help="the previously generated DAG file, or its folder: say per process whether this "
+        "catalog keeps, extends or replaces that plan's campaign (no database needed)",
+    )
+    parser.add_argument(
         "--format",
         choices=("text", "json"),
         default="text",
@@ -55,9 +63,43 @@ def _bounds(plan: ProcessPlan, item: MappingItem) -> str:
     return f"[{first.start} .. {last.end})"
 
 
-def process_json(pack: WorkloadPack, plan: ProcessPlan) -> dict[str, Any]:
+Priors = dict[str, dict[str, PriorCampaign]]
+"""The previous plan's campaigns, by workload then process; None when --previous is not given."""
+
+
+def campaign_json(
+    pack: WorkloadPack, plan: ProcessPlan, priors: Priors | None
+) -> dict[str, Any] | None:
+    """The process's campaign and, against a previous plan, what this catalog does to it."""
+    if priors is None:
+        if plan.run_key is None:
+            return None
+        return {"run_key": plan.run_key, "chunks": plan.chunks_total, "change": None}
+    return classify(priors.get(pack.workload.name, {}).get(plan.name), plan)
+
+
+def load_priors(path: str, packs: list[WorkloadPack]) -> Priors:
+    """The campaigns the previous DAG file of each workload names (PATH itself, or
+    PATH/<dag_id>.py); a workload without one has none (every campaign is new)."""
+    root = Path(path)
+    if not root.exists():
+        raise DponeError(errors.USAGE, f"--previous {path!r}: no such file or folder")
+    priors: Priors = {}
+    for pack in packs:
+        file = root / f"{pack.workload.airflow.dag_id}.py" if root.is_dir() else root
+        if file.is_file():
+            text = file.read_text(encoding="utf-8", errors="replace")
+            if root.is_dir() or f"# workload: {pack.workload.name}" in text:
+                priors[pack.workload.name] = prior_campaigns(text)
+    return priors
+
+
+def process_json(
+    pack: WorkloadPack, plan: ProcessPlan, priors: Priors | None = None
+) -> dict[str, Any]:
     mapping = plan.mapping_plan
     return {
+        "campaign": campaign_json(pack, plan, priors),
         "name": plan.name,
         "mode": plan.mapping_policy.mode,
         "run_key": plan.run_key,
@@ -69,7 +111,7 @@ def process_json(pack: WorkloadPack, plan: ProcessPlan) -> dict[str, Any]:
     }
 
 
-def preview_document(packs: list[WorkloadPack]) -> dict[str, Any]:
+def preview_document(packs: list[WorkloadPack], priors: Priors | None = None) -> dict[str, Any]:
     return {
         "workloads": [
             {
@@ -77,14 +119,14 @@ def preview_document(packs: list[WorkloadPack]) -> dict[str, Any]:
                 "dag_id": pack.workload.airflow.dag_id,
                 "pack_fingerprint": pack.fingerprint,
                 "mapping_source": pack.workload.mapping_source,
-                "processes": [process_json(pack, plan) for plan in pack.processes],
+                "processes": [process_json(pack, plan, priors) for plan in pack.processes],
             }
             for pack in packs
         ]
     }
 
 
-def preview_text(packs: list[WorkloadPack]) -> str:
+def preview_text(packs: list[WorkloadPack], priors: Priors | None = None) -> str:
     lines: list[str] = []
     for pack in packs:
         wl = pack.workload
@@ -108,6 +150,11 @@ def preview_text(packs: list[WorkloadPack]) -> str:
                 lines.append(f"    chunks per item  {min(sizes)}..{max(sizes)}")
                 lines.append(f"    max concurrency  {policy.max_active} (max_active_tis_per_dag)")
                 lines.append(f"    pool             {policy.pool}")
+            campaign = campaign_json(pack, plan, priors)
+            if campaign is not None:
+                change = campaign["change"]
+                verdict = f"  {change.upper()}: {campaign['detail']}" if change else ""
+                lines.append(f"    campaign         {campaign['run_key']}{verdict}")
             lines.append(f"    state            {state_requirement(plan)}")
             if plan.backfill_plan_hash:
                 lines.append(f"    backfill plan    {plan.backfill_plan_hash}")
@@ -146,8 +193,10 @@ def main_preview(argv: list[str]) -> int:
         packs = [p for p in packs if p.workload.name == args.workload]
         if not packs:
             raise DponeError(errors.USAGE, not_in("workload", args.workload, catalog, names))
+    priors = load_priors(args.previous, packs) if args.previous else None
     if args.format == "json":
-        print(json.dumps(preview_document(packs), indent=2, ensure_ascii=False, sort_keys=True))
+        doc = preview_document(packs, priors)
+        print(json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=True))
     else:
-        print(preview_text(packs), end="")
+        print(preview_text(packs, priors), end="")
     return 0

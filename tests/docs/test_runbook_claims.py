@@ -178,7 +178,9 @@ def test_cancel_stops_new_chunks_and_undo_resumes(project: Project) -> None:
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
     done = project.run(_item(plan, 1))
     assert done.returncode == 5, done.stderr
-    assert json.loads(done.stderr.strip().splitlines()[-1])["code"] == "DPONE_BACKFILL_CANCELLED"
+    error = json.loads(done.stderr.strip().splitlines()[-1])
+    assert error["code"] == "DPONE_BACKFILL_CANCELLED"
+    assert "(reason: wrong source table)" in error["message"], "the pod says why"
     assert project.result()["backfill"]["chunks_committed"] == 0
     assert project.dpone("ledger", "cancel", *ledger, "--undo").returncode == 0
     done = project.run(_item(plan, 1))

@@ -161,7 +161,15 @@ def test_header_names_catalog_workload_and_pack_without_time_or_machine(path: Pa
     assert lines[1] == f"# catalog: golden/{case}/workloads.yaml"
     assert re.fullmatch(r"# workload: [A-Za-z][A-Za-z0-9_]*", lines[2])
     assert re.fullmatch(r"# pack: sha256:[0-9a-f]{64}", lines[3])
-    header = "\n".join(lines[:3] + lines[4:6])  # the pack line is hex: checked above
+    campaigns = [line for line in lines[4:] if line.startswith("# campaign ")]
+    for line in campaigns:  # one per chunked process, right after the pack line
+        assert re.fullmatch(
+            r"# campaign [A-Za-z0-9_]+: run_key [A-Za-z0-9_.\-]+, \d+ chunks, "
+            r"plan sha256:[0-9a-f]{64}",
+            line,
+        )
+    rest = lines[4 + len(campaigns) :]
+    header = "\n".join(lines[:3] + rest[:2])  # pack and campaign lines are hex: checked above
     assert "/work/" not in header and "/home/" not in header and "/tmp" not in header
     assert not re.search(r"\d{1,2}:\d{2}|\d{4}-\d{2}-\d{2}|version|0\.1\.0", header)
 

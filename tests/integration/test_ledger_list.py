@@ -113,6 +113,29 @@ def test_ledger_list_shows_every_campaign(
     assert lines[-1] == f"1 campaign(s) in ledger wh schema {schema}_audit"
 
 
+@pytest.mark.postgres
+def test_ledger_list_shows_the_cancel_reason(
+    project: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog, schema = project
+    assert main(["run", "--catalog", catalog, "--no-progress", "--workload", "returns"]) == 0
+    cancel = ["ledger", "cancel", "--catalog", catalog, "--workload", "returns"]
+    assert main([*cancel, "--reason", "source reloaded on 3 May"]) == 0
+    capsys.readouterr()
+    base = ["ledger", "list", "--connection", "wh", "--schema", f"{schema}_audit"]
+    assert main([*base, "--format", "json"]) == 0
+    (returns,) = json.loads(capsys.readouterr().out)["campaigns"]
+    assert returns["cancelled"] is True
+    assert returns["cancel_reason"] == "source reloaded on 3 May"
+    assert main(base) == 0
+    assert "cancelled: source reloaded on 3 May" in capsys.readouterr().out
+    assert main([*cancel, "--undo"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--format", "json"]) == 0
+    (returns,) = json.loads(capsys.readouterr().out)["campaigns"]
+    assert returns["cancelled"] is False and returns["cancel_reason"] is None
+
+
 def test_ledger_list_needs_one_ledger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

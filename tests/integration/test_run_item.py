@@ -169,6 +169,7 @@ def test_run_item_moves_exactly_that_item_and_status_names_the_retry(
         "task_id": "run_orders",
         "failed_map_indexes": [4],
         "stuck_map_indexes": [],
+        "restated_map_indexes": [],
         "command": "airflow tasks clear orders_backfill --task-regex '^run_orders$' "
         "--only-failed --yes",
     }

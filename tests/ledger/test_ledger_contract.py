@@ -161,7 +161,8 @@ def test_cancellation_is_read_before_every_lease(backend: Backend) -> None:
     lease = store.acquire_lease(shape, shape.chunks[0], "a", 30).lease
     assert lease is not None
     backend.open().cancel(shape.run_key, "operator stop")
-    assert store.acquire_lease(shape, shape.chunks[1], "a", 30).status is LeaseStatus.CANCELLED
+    refused = store.acquire_lease(shape, shape.chunks[1], "a", 30)
+    assert refused.status is LeaseStatus.CANCELLED and refused.cancel_reason == "operator stop"
     store.complete(lease, shape.chunks[0], ChunkResult(committed=True))  # running work may finish
     ledger = store.load(shape.run_key)
     assert ledger is not None and ledger.cancelled and ledger.cancel_reason == "operator stop"

@@ -28,6 +28,11 @@ def _exercise(backend: MssqlDoubleBackend) -> None:
     store.cancel(shape.run_key, "y", undo=True)
     store.list_campaigns("wl")
     store.load(shape.run_key)
+    grown = make_shape(chunks=5)
+    store.extend(grown, lambda end: grown.config_hash, "b", 5)
+    store.amendments(shape.run_key)
+    store.restate(grown, [1, 2], "fix", "ana")
+    store.restatements(shape.run_key)
 
 
 def test_every_statement_sent_parses_as_tsql(tmp_path: Path) -> None:

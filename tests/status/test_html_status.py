@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dpone.ledger.port import CampaignShape, ChunkRecord, ChunkState, Ledger
+from dpone.ledger.port import Amendment, CampaignShape, ChunkRecord, ChunkState, Ledger
 from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
 from dpone.reporting import use_colour
 from dpone.status import (
@@ -280,6 +280,37 @@ def test_html_cancelled_and_empty_campaigns(tmp_path: Path) -> None:
     assert "cancelled" in cancelled and "dpone ledger cancel --undo" in cancelled
     empty = render_html(status_document(pack, plan, None))
     assert "No ledger yet" in empty and empty.count('class="cell pending') == 241
+
+
+def test_extensions_and_cancel_reason_in_text_json_and_html(tmp_path: Path) -> None:
+    pack, plan = _compile(tmp_path)
+    ledger = _ledger(plan, cancelled=True)
+    ledger = Ledger(ledger.shape, ledger.records, True, "<i>source</i> reloaded", now=NOW)
+    amendment = Amendment(
+        plan.run_key or "", "sha256:old", "sha256:new", 200, 240, "pod-7:1:abc", NOW
+    )
+    doc = status_document(pack, plan, ledger, [amendment])
+    assert doc["cancel_reason"] == "<i>source</i> reloaded"
+    assert doc["amendments"] == [
+        {
+            "old_chunk_count": 200,
+            "new_chunk_count": 240,
+            "old_plan_hash": "sha256:old",
+            "new_plan_hash": "sha256:new",
+            "amended_by": "pod-7:1:abc",
+            "amended_at": NOW.isoformat(),
+        }
+    ]
+    text = render_text(doc, colour=False)
+    assert "[CANCELLED: <i>source</i> reloaded]" in text
+    assert f"extended: 200 -> 240 chunks at {NOW.isoformat()} by pod-7:1:abc" in text
+    page = render_html(doc)
+    assert "(&lt;i&gt;source&lt;/i&gt; reloaded)" in page and "<i>source" not in page
+    assert "<h3>Extensions</h3>" in page and "200 &rarr; 240" in page
+    plain = render_html(status_document(pack, plan, _ledger(plan)))
+    assert "Extensions" not in plain and "extended:" not in render_text(
+        status_document(pack, plan, _ledger(plan)), colour=False
+    )
 
 
 def _chromium() -> str:

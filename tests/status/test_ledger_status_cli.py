@@ -146,12 +146,18 @@ def test_cancel_and_undo(campaign: tuple[Path, dict[str, str]]) -> None:
     assert done.returncode == 0, done.stderr
     assert "cancelled" in done.stdout
     status = ledger(env, cwd, "status", "--process", "payments", "--format", "json")
-    assert json.loads(status.stdout)["cancelled"] is True
-    assert "[CANCELLED]" in ledger(env, cwd, "status", "--process", "payments").stdout
+    doc = json.loads(status.stdout)
+    assert doc["cancelled"] is True and doc["cancel_reason"] == "wrong source"
+    assert "[CANCELLED: wrong source]" in ledger(env, cwd, "status", "--process", "payments").stdout
+    page = ledger(env, cwd, "status", "--process", "payments", "--html", "cancelled.html")
+    assert page.returncode == 0, page.stderr
+    html = (cwd / "cancelled.html").read_text(encoding="utf-8")
+    assert "<b>cancelled</b> (wrong source)" in html
     undo = ledger(env, cwd, "cancel", "--process", "payments", "--undo")
     assert undo.returncode == 0 and "resumed" in undo.stdout
     status = ledger(env, cwd, "status", "--process", "payments", "--format", "json")
-    assert json.loads(status.stdout)["cancelled"] is False
+    doc = json.loads(status.stdout)
+    assert doc["cancelled"] is False and doc["cancel_reason"] is None
 
 
 def test_cancel_of_a_campaign_that_never_ran_is_a_usage_error(

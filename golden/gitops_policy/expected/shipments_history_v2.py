@@ -2,6 +2,7 @@
 # catalog: golden/gitops_policy/workloads.yaml
 # workload: shipments_history
 # pack: sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e
+# campaign shipments: run_key bf-f991f755caa3cec40449f147, 28 chunks, plan sha256:ac398d89daab4fe0796b21747f13c339913de6563d957e29cea47109b5d7ac64
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload shipments_history (kubernetes flavour).
 

@@ -2,6 +2,8 @@
 # catalog: golden/hooks_subprocess/workloads.yaml
 # workload: ledger_sync
 # pack: sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743
+# campaign accounts: run_key bf-28b06d47f705bfd418680e87, 10 chunks, plan sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3
+# campaign entries: run_key bf-8c46071aa67b26d55aaa9544, 10 chunks, plan sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload ledger_sync (subprocess flavour).
 

@@ -2,6 +2,7 @@
 # catalog: golden/internal_default/workloads.yaml
 # workload: orders_history
 # pack: sha256:6e2d8eb2ff5846ecab9454a01e032be4b8993cdbb2c15c7503c22bb5f4ac6389
+# campaign orders: run_key bf-0a3b371ba5b31817b5501844, 9 chunks, plan sha256:50c50ab33e760367f269442eed512844a9f817b89451170a553dea27aac0b2a6
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload orders_history (kubernetes flavour).
 

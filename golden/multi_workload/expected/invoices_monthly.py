@@ -2,6 +2,7 @@
 # catalog: golden/multi_workload/workloads.yaml
 # workload: invoices_monthly
 # pack: sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51
+# campaign invoices: run_key bf-6f91c07efa0d225d79486327, 12 chunks, plan sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload invoices_monthly (kubernetes flavour).
 

@@ -2,6 +2,7 @@
 # catalog: golden/multi_workload/workloads.yaml
 # workload: sessions_hourly
 # pack: sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5
+# campaign sessions: run_key bf-6c18151d95242bd22cc084e5, 48 chunks, plan sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload sessions_hourly (kubernetes flavour).
 

@@ -2,6 +2,7 @@
 # catalog: golden/pod_options/workloads.yaml
 # workload: invoices
 # pack: sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887
+# campaign invoices: run_key bf-f6f8e6355fa8a9f7d8bead61, 12 chunks, plan sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload invoices (kubernetes flavour).
 

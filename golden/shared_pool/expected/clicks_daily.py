@@ -2,6 +2,7 @@
 # catalog: golden/shared_pool/workloads.yaml
 # workload: clicks_daily
 # pack: sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543
+# campaign clicks: run_key bf-c75645e349b09673f1b720e2, 14 chunks, plan sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload clicks_daily (kubernetes flavour).
 

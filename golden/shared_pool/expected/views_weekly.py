@@ -2,6 +2,7 @@
 # catalog: golden/shared_pool/workloads.yaml
 # workload: views_weekly
 # pack: sha256:01307ae2db08f0785ad15c0bdfe6d0ba7d80f02e873c9b0e21dcf84bea7f8cdb
+# campaign views: run_key bf-f8d2d99fced3d08809d60962, 26 chunks, plan sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload views_weekly (kubernetes flavour).
 

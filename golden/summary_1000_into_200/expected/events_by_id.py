@@ -2,6 +2,7 @@
 # catalog: golden/summary_1000_into_200/workloads.yaml
 # workload: events_by_id
 # pack: sha256:bfe68e31637ab5c3a4082ad312ec10194b5cf192d9743defe4925e871b12410e
+# campaign events: run_key bf-fbb2bc5cda076321a67c47ec, 1000 chunks, plan sha256:fb8f6a476f8c5b76e81d617e4f59b4a5c9e2071a065c206bfac26547c603bb87
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload events_by_id (kubernetes flavour).
 

@@ -2,6 +2,7 @@
 # catalog: golden/summary_365_into_40/workloads.yaml
 # workload: orders_history
 # pack: sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361
+# campaign orders: run_key bf-ecc61b3dd22875beb783746f, 365 chunks, plan sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload orders_history (kubernetes flavour).
 

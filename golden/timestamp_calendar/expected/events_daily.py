@@ -2,6 +2,8 @@
 # catalog: golden/timestamp_calendar/workloads.yaml
 # workload: events_daily
 # pack: sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b
+# campaign events: run_key bf-7e012f732a0ae3c449567e9f, 366 chunks, plan sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123
+# campaign events_weekly_rollup: run_key bf-d6584c53303044610c9be9b7, 9 chunks, plan sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload events_daily (kubernetes flavour).
 

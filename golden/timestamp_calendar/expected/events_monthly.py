@@ -2,6 +2,7 @@
 # catalog: golden/timestamp_calendar/workloads.yaml
 # workload: events_monthly
 # pack: sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb
+# campaign events: run_key bf-a48d5c4037780c0b8e3a7b45, 12 chunks, plan sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload events_monthly (kubernetes flavour).
 

@@ -2,6 +2,7 @@
 # catalog: golden/visible_30_daily/workloads.yaml
 # workload: payments_daily
 # pack: sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581
+# campaign payments: run_key bf-7e38cb2498acab28b150a238, 30 chunks, plan sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11
 # Change the catalog or its manifests and run `dpone generate`: edits here are overwritten.
 """dpone workload payments_daily (kubernetes flavour).
 

@@ -40,6 +40,7 @@ def campaign_summary(ledger: Ledger, mode: str | None) -> dict[str, Any]:
         "expired_leases": stuck,
         "complete": ledger.complete,
         "cancelled": ledger.cancelled,
+        "cancel_reason": ledger.cancel_reason,
         "last_activity": max(stamps).isoformat() if stamps else None,
     }
 
@@ -65,7 +66,8 @@ def render_text(doc: dict[str, Any]) -> str:
     for c in doc["campaigns"]:
         flags = []
         if c["cancelled"]:
-            flags.append("cancelled")
+            reason = c.get("cancel_reason")
+            flags.append(f"cancelled: {reason}" if reason else "cancelled")
         if c["complete"]:
             flags.append("complete")
         if c["expired_leases"]:

@@ -37,7 +37,7 @@ usage: dpone <command> [options]
 
 commands:
   run        move a backfill chunk by chunk under the ledger (what every pod runs)
-  ledger     show (status), cancel or list (list) the campaigns of a ledger
+  ledger     show (status), cancel, restate or list (list) the campaigns of a ledger
   verify     compare every chunk's source and target rows (count + checksum), read-only
   check      validate a catalog and its manifests             [dpone distribution]
   preview    show the chunk and mapping plans                 [dpone distribution]

@@ -297,8 +297,18 @@ LEDGER_CORRUPT = _register(
 LEDGER_SHAPE_MISMATCH = _register(
     "DPONE_LEDGER_SHAPE_MISMATCH",
     "The stored campaign has another plan hash, config hash or chunk count than this run.",
-    "The window or chunking changed under the same backfill_id.",
-    "Use a new backfill_id for a new window, or restore the original configuration.",
+    "The window shrank, its start moved, the chunk grid or the source/sink changed under the "
+    "same backfill_id (a later end on the same grid extends the campaign instead).",
+    "Restore the stored window, or use a new backfill_id for a new campaign; to add a range, "
+    "move only the end (docs/runbook.md 'Extend a backfill').",
+)
+RESTATE_REFUSED = _register(
+    "DPONE_LEDGER_RESTATE_REFUSED",
+    "Chunks cannot be restated: moving them again would not be exact.",
+    "The process's inner_mode is append: moving a chunk again inserts its rows next to the ones "
+    "moved before.",
+    "Restate processes with inner_mode replace, merge or full_refresh; for an append process, "
+    "move the corrected range with replace under a new backfill_id.",
 )
 LEDGER_UNAVAILABLE = _register(
     "DPONE_LEDGER_UNAVAILABLE",

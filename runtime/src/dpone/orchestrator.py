@@ -37,7 +37,7 @@ from dpone.ledger.port import (
     LedgerStore,
 )
 from dpone.metrics import RunObserver
-from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.pack import ProcessPlan, WorkloadPack, config_hash_at
 from dpone.plan.chunks import Chunk
 from dpone.progress import NoProgressSink
 from dpone.result import ChunkTiming, RunOutcome
@@ -438,8 +438,13 @@ def _run_chunk(
     if outcome.status is LeaseStatus.CANCELLED:
         tally.outcome.cancelled = True
         tally.record(ChunkTiming(chunk.index, "cancelled", error_code=errors.CAMPAIGN_CANCELLED))
+        why = f" (reason: {outcome.cancel_reason})" if outcome.cancel_reason else ""
         tally.fail(
-            ErrorRecord(errors.CAMPAIGN_CANCELLED, "campaign cancelled: no new chunk started")
+            ErrorRecord(
+                errors.CAMPAIGN_CANCELLED,
+                f"campaign cancelled{why}: no new chunk started; `dpone ledger cancel --undo` "
+                "resumes it",
+            )
         )
         tally.stop.set()
         return False
@@ -497,6 +502,24 @@ def _run_chunk(
     return True
 
 
+def _open_campaign(ctx: RunContext, store: LedgerStore, owner: str) -> Ledger:
+    """Initialize the campaign; a stored campaign of another plan is extended when this plan
+    grows it on the same grid (ADR 0020), else the refusal says why and the way out."""
+    shape, timeout = ctx.shape(), ctx.settings.lock_timeout_s
+    try:
+        return store.initialize(shape, owner, timeout)
+    except DponeError as exc:
+        if exc.code != errors.LEDGER_SHAPE_MISMATCH:
+            raise
+    config = ctx.plan.config
+    ledger = store.extend(shape, functools.partial(config_hash_at, config), owner, timeout)
+    ctx.settings.warn(
+        f"campaign {shape.run_key} ({ctx.plan.name}) extended to {shape.chunk_count} chunks; "
+        "committed chunks stay committed (see `dpone ledger status`)"
+    )
+    return ledger
+
+
 def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     """Initialise (short campaign lock), then execute the selection. Fills ``outcome``."""
     started = time.monotonic()
@@ -523,7 +546,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             f"completion; mapped execution refuses it",
         )
     try:
-        ledger = store.initialize(ctx.shape(), owner, settings.lock_timeout_s)
+        ledger = _open_campaign(ctx, store, owner)
     except BaseException:
         store.close()
         raise

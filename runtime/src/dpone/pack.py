@@ -7,14 +7,14 @@ schedule) are deliberately outside it: a catalog inside an image cannot know its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dpone import errors
 from dpone.authoring.models import Catalog, ProcessConfig, Workload
 from dpone.errors import DponeError, ErrorCollector, ErrorRecord, Location
 from dpone.plan.canonical import fingerprint
-from dpone.plan.chunks import Chunk, ChunkPlanError, backfill_run_key, plan_chunks_hashed
+from dpone.plan.chunks import Bound, Chunk, ChunkPlanError, backfill_run_key, plan_chunks_hashed
 from dpone.plan.mapping import MappingPlan, MappingPlanError, MappingPolicy, plan_mapping
 from dpone.suggest import not_in
 
@@ -95,6 +95,16 @@ def config_hash(config: ProcessConfig) -> str:
             "inner_mode": bf.inner_mode if bf else None,
         }
     )
+
+
+def config_hash_at(config: ProcessConfig, end: Bound) -> str:
+    """config_hash of ``config`` with the window's end set to ``end``: what a campaign this
+    configuration extends (only the end moved) has stored (ADR 0020)."""
+    bf = config.backfill
+    if bf is None:
+        return config_hash(config)
+    moved = replace(bf, chunk=replace(bf.chunk, end=end))
+    return config_hash(replace(config, backfill=moved))
 
 
 def _check_mapped(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,52 @@ def parse_chunk_ranges(text: str, total: int) -> list[int]:
     return sorted(picked)
 
 
+def format_chunk_ranges(indexes: Sequence[int]) -> str:
+    """Chunk indexes in the form --chunks takes: [1, 2, 3, 7] -> "1-3,7"."""
+    parts: list[str] = []
+    run: list[int] = []
+    for index in sorted(set(indexes)):
+        if run and index == run[-1] + 1:
+            run.append(index)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [index]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+RESTATE_REASON = "verify: source and target differ"
+
+
+def restate_hint(
+    catalog: str, pack: WorkloadPack, plan: ProcessPlan, bad: Sequence[int]
+) -> dict[str, str] | None:
+    """The `dpone ledger restate` command that marks the mismatched chunks to be moved again
+    (verify -> restate -> run -> verify), or None where restating cannot repair them (no
+    chunked campaign, or append, which the restate command refuses)."""
+    bf = plan.config.backfill
+    if not bad or plan.run_key is None or bf is None or bf.inner_mode == "append":
+        return None
+    chunks = format_chunk_ranges(bad)
+    command = " ".join(
+        [
+            "dpone ledger restate --catalog",
+            shlex.quote(catalog),
+            "--workload",
+            shlex.quote(pack.workload.name),
+            "--process",
+            shlex.quote(plan.name),
+            "--chunks",
+            chunks,
+            "--reason",
+            shlex.quote(RESTATE_REASON),
+        ]
+    )
+    return {"chunks": chunks, "command": command}
+
+
 OpenSource = Callable[[SourceSpec, str], Source]
 
 
@@ -153,9 +200,16 @@ def compare_process(
 
 
 def report_document(
-    pack: WorkloadPack, plan: ProcessPlan, compared: Sequence[ChunkComparison], duration_ms: int
+    pack: WorkloadPack,
+    plan: ProcessPlan,
+    compared: Sequence[ChunkComparison],
+    duration_ms: int,
+    catalog: str | None = None,
 ) -> dict[str, Any]:
     mismatched = [c for c in compared if not c.matches]
+    hint = None
+    if catalog is not None:
+        hint = restate_hint(catalog, pack, plan, [c.index for c in mismatched])
     return {
         "schema": REPORT_SCHEMA,
         "workload": pack.workload.name,
@@ -171,6 +225,7 @@ def report_document(
         "mismatches": [c.to_json() for c in mismatched],
         "chunks": [c.to_json() for c in compared],
         "duration_ms": duration_ms,
+        "restate": hint,
     }
 
 
@@ -192,6 +247,9 @@ def render_text(doc: dict[str, Any]) -> str:
         f"{doc['chunks_mismatched']} mismatched; {doc['source_rows']:,} source rows, "
         f"{doc['target_rows']:,} target rows ({doc['duration_ms']} ms)"
     )
+    if doc.get("restate"):
+        lines.append(f"  to move chunks {doc['restate']['chunks']} again (then run, then verify):")
+        lines.append(f"    {doc['restate']['command']}")
     return "\n".join(lines) + "\n"
 
 
@@ -221,7 +279,8 @@ def verify_command(args: argparse.Namespace) -> int:
     for plan, indexes in zip(plans, selections, strict=True):
         started = time.monotonic()
         compared = compare_process(plan, indexes)
-        docs.append(report_document(pack, plan, compared, int((time.monotonic() - started) * 1000)))
+        elapsed = int((time.monotonic() - started) * 1000)
+        docs.append(report_document(pack, plan, compared, elapsed, args.catalog))
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:

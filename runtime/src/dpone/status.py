@@ -20,7 +20,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.ledger.port import ChunkState, Ledger, LedgerStore
+from dpone.ledger.port import Amendment, ChunkState, Ledger, LedgerStore, Restatement
 from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.plan.mapping import MappingItem
 from dpone.redaction import redact_document
@@ -88,7 +88,13 @@ def _item_group(plan: ProcessPlan, item: MappingItem) -> Group:
     )
 
 
-def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None) -> dict[str, Any]:
+def status_document(
+    pack: WorkloadPack,
+    plan: ProcessPlan,
+    ledger: Ledger | None,
+    amendments: Sequence[Amendment] = (),
+    restatements: Sequence[Restatement] = (),
+) -> dict[str, Any]:
     states = {
         c.index: (ledger.state_of(c.index).value if ledger else "pending") for c in plan.chunks
     }
@@ -121,10 +127,11 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
                         "error_message": (record.error_message or "")[:300],
                     }
                 )
+    restated = restated_chunks(ledger, restatements)
     document: dict[str, Any] = redact_document(
         {
             "schema": STATUS_SCHEMA,
-            "airflow_clear": airflow_clear(pack, plan, failures, leases),
+            "airflow_clear": airflow_clear(pack, plan, failures, leases, restated),
             "workload": pack.workload.name,
             "process": plan.name,
             "run_key": plan.run_key,
@@ -132,6 +139,7 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
             "exists": ledger is not None,
             "as_of": ledger.now.isoformat() if ledger is not None and ledger.now else None,
             "cancelled": bool(ledger and ledger.cancelled),
+            "cancel_reason": ledger.cancel_reason if ledger is not None else None,
             "chunks_total": plan.chunks_total,
             "counts": {state: counts.get(state, 0) for state in STATE_COLOURS},
             "items": [
@@ -145,9 +153,47 @@ def status_document(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None
             ],
             "running_leases": leases,
             "failures": failures,
+            "restated": restated,
+            "amendments": [
+                {
+                    "old_chunk_count": a.old_chunk_count,
+                    "new_chunk_count": a.new_chunk_count,
+                    "old_plan_hash": a.old_plan_hash,
+                    "new_plan_hash": a.new_plan_hash,
+                    "amended_by": a.amended_by,
+                    "amended_at": a.amended_at.isoformat() if a.amended_at else None,
+                }
+                for a in amendments
+            ],
         }
     )
     return document
+
+
+def restated_chunks(
+    ledger: Ledger | None, restatements: Sequence[Restatement]
+) -> list[dict[str, Any]]:
+    """Each restated chunk's latest restatement, and whether it has moved again since."""
+    latest: dict[int, Restatement] = {}
+    for restatement in restatements:
+        latest[restatement.chunk_index] = restatement
+    out = []
+    for index in sorted(latest):
+        r = latest[index]
+        state = ledger.state_of(index) if ledger is not None else ChunkState.PENDING
+        out.append(
+            {
+                "chunk_index": index,
+                "reason": r.reason,
+                "requested_by": r.requested_by,
+                "requested_at": r.requested_at.isoformat() if r.requested_at else None,
+                "prior_rows": r.prior_rows,
+                "prior_checksum": r.prior_checksum,
+                "moved_again": state is ChunkState.COMMITTED,
+                "times": sum(1 for x in restatements if x.chunk_index == index),
+            }
+        )
+    return out
 
 
 def airflow_clear(
@@ -155,6 +201,7 @@ def airflow_clear(
     plan: ProcessPlan,
     failures: Sequence[dict[str, Any]],
     leases: Sequence[dict[str, Any]],
+    restated: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any] | None:
     """What to clear in Airflow to retry the failed and stuck (lease expired) chunks: the map
     indexes of their items and the `airflow tasks clear` command that restarts them.
@@ -166,7 +213,8 @@ def airflow_clear(
     """
     failed = {x["chunk_index"] for x in failures}
     stuck = {x["chunk_index"] for x in leases if x["expired"]}
-    if not failed and not stuck:
+    to_move = {x["chunk_index"] for x in restated if not x["moved_again"]}
+    if not failed and not stuck and not to_move:
         return None
     task_id = runtime_task_id(plan)
     command = " ".join(
@@ -175,7 +223,8 @@ def airflow_clear(
             shlex.quote(pack.workload.airflow.dag_id),
             "--task-regex",
             shlex.quote(f"^{re.escape(task_id)}$"),
-            "--only-failed",
+            # the items holding restated chunks succeeded in Airflow: clear those too
+            *([] if to_move else ["--only-failed"]),
             "--yes",
         ]
     )
@@ -194,6 +243,7 @@ def airflow_clear(
         "task_id": task_id,
         "failed_map_indexes": items_of(failed),
         "stuck_map_indexes": items_of(stuck),
+        "restated_map_indexes": items_of(to_move),
         "command": command,
     }
 
@@ -208,8 +258,21 @@ def _clear_lines(clear: dict[str, Any] | None) -> list[str]:
         parts.append(
             "stuck (lease expired) map indexes " + ", ".join(map(str, clear["stuck_map_indexes"]))
         )
+    if clear.get("restated_map_indexes"):
+        parts.append(
+            "map indexes holding restated chunks "
+            + ", ".join(map(str, clear["restated_map_indexes"]))
+        )
     what = "; ".join(parts) if parts else f"task {clear['task_id']}"
     return [f"  retry in Airflow ({what}):", f"    {clear['command']}"]
+
+
+RESTATED_SHOWN = 20
+
+
+def _cancel_flag(doc: dict[str, Any]) -> str:
+    reason = doc.get("cancel_reason")
+    return f"  [CANCELLED: {reason}]" if reason else "  [CANCELLED]"
 
 
 def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH) -> str:
@@ -221,7 +284,7 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
         f"campaign {doc['run_key']}  ({doc['workload']}/{doc['process']}, mode {doc['mode']})",
         f"  {doc['chunks_total']} chunks: {c['committed']} committed, {c['running']} running, "
         f"{c['failed']} failed, {c['pending']} pending"
-        + ("  [CANCELLED]" if doc["cancelled"] else "")
+        + (_cancel_flag(doc) if doc["cancelled"] else "")
         + ("" if doc["exists"] else "  (no ledger yet: nothing has run)"),
     ]
     width = max((len(g["label"]) for g in doc["items"]), default=0)
@@ -239,6 +302,22 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
         lines.append(
             f"  failed: chunk {failure['chunk_index']} attempt {failure['attempt']} "
             f"{failure['error_code']}: {failure['error_message']}"
+        )
+    restated = doc.get("restated", ())
+    for entry in restated[:RESTATED_SHOWN]:
+        moved = "moved again" if entry["moved_again"] else "to move again"
+        lines.append(
+            f"  restated: chunk {entry['chunk_index']} at {entry['requested_at']} by "
+            f"{entry['requested_by']} ({moved}): {entry['reason']}"
+        )
+    if len(restated) > RESTATED_SHOWN:
+        lines.append(
+            f"  ... {len(restated) - RESTATED_SHOWN} more restated chunk(s) in --format json"
+        )
+    for amendment in doc.get("amendments", ()):
+        lines.append(
+            f"  extended: {amendment['old_chunk_count']} -> {amendment['new_chunk_count']} "
+            f"chunks at {amendment['amended_at']} by {amendment['amended_by']}"
         )
     lines.extend(_clear_lines(doc.get("airflow_clear")))
     legend = "  legend: " + "  ".join(f"{paint(s, glyph[s])} {s}" for s in STATE_COLOURS)
@@ -321,11 +400,37 @@ def _html_section(doc: dict[str, Any]) -> str:
     banner = ""
     if doc["cancelled"]:
         banner = (
-            '<p class="banner">This campaign is <b>cancelled</b>: no new chunk starts until '
-            "<code>dpone ledger cancel --undo</code>.</p>"
+            '<p class="banner">This campaign is <b>cancelled</b>'
+            + (f" ({e(doc['cancel_reason'])})" if doc.get("cancel_reason") else "")
+            + ": no new chunk starts until <code>dpone ledger cancel --undo</code>.</p>"
         )
     elif not doc["exists"]:
         banner = '<p class="meta">No ledger yet: nothing has run for this campaign.</p>'
+    extensions = "".join(
+        f"<tr><td>{x['old_chunk_count']} &rarr; {x['new_chunk_count']}</td>"
+        f"<td>{e(str(x['amended_at']))}</td><td class=\"code\">{e(str(x['amended_by']))}</td>"
+        f'<td class="code">{e(x["old_plan_hash"])} &rarr; {e(x["new_plan_hash"])}</td></tr>'
+        for x in doc.get("amendments", ())
+    )
+    restated_rows = "".join(
+        f"<tr><td>{x['chunk_index']}</td><td>{e(str(x['requested_at']))}</td>"
+        f'<td class="code">{e(str(x["requested_by"]))}</td><td>{e(x["reason"])}</td>'
+        f"<td>{'moved again' if x['moved_again'] else 'to move again'}</td></tr>"
+        for x in doc.get("restated", ())
+    )
+    restated_table = (
+        f"<h3>Restated chunks ({len(doc.get('restated', ()))})</h3><table><tr><th>chunk</th>"
+        "<th>when (database clock)</th><th>by</th><th>reason</th><th>now</th></tr>"
+        f"{restated_rows}</table>"
+        if restated_rows
+        else ""
+    )
+    extension_table = (
+        "<h3>Extensions</h3><table><tr><th>chunks</th><th>when (database clock)</th>"
+        f"<th>by run</th><th>plan hash</th></tr>{extensions}</table>"
+        if extensions
+        else ""
+    )
     clear = doc.get("airflow_clear")
     retry = (
         f'<h3>Retry in Airflow</h3><p class="meta">{e(_clear_lines(clear)[0].strip())}</p>'
@@ -344,7 +449,7 @@ def _html_section(doc: dict[str, Any]) -> str:
 {lease_table}
 <h3>Failures ({len(doc['failures'])})</h3>
 {failure_table}
-{retry}</section>"""
+{restated_table}{extension_table}{retry}</section>"""
 
 
 def render_html_page(docs: Sequence[dict[str, Any]]) -> str:
@@ -425,6 +530,12 @@ LEDGER_ACTIONS = (
         "--workload orders_history --reason 'wrong source table'",
     ),
     (
+        "restate",
+        "mark committed chunks of one process to be moved again by the next run (reason kept)",
+        "dpone ledger restate --catalog golden/internal_default/workloads.yaml "
+        "--workload orders_history --chunks 3-5 --reason 'source corrected on 3 May'",
+    ),
+    (
         "list",
         "list every campaign in a ledger: workload, process, mode, chunks by state, last activity",
         "dpone ledger list --connection warehouse --schema dpone_audit",
@@ -500,10 +611,12 @@ def _require_ledger_file(path: str) -> None:
 def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
     parser = parser_class(
         prog="dpone ledger",
-        description="Show, cancel or list the campaigns of a ledger.",
+        description="Show, cancel, restate or list the campaigns of a ledger.",
         epilog="examples:\n  dpone ledger status --catalog workloads.yaml --workload orders_history\n"
         "  dpone ledger status --catalog workloads.yaml --workload orders_history --html campaign.html\n"
         "  dpone ledger cancel --catalog workloads.yaml --workload orders_history --reason 'bad source'\n"
+        "  dpone ledger restate --catalog workloads.yaml --workload orders_history --chunks 3-5 "
+        "--reason 'source fixed'\n"
         "  dpone ledger list --connection warehouse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -534,6 +647,23 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
                 "--format", choices=("text", "json"), default="text", help="output (text)"
             )
             p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+        elif name == "restate":
+            p.add_argument("--chunks", metavar="RANGES", help="chunks to restate: 3-5, 7 or 1-5,9")
+            p.add_argument("--from", dest="start", metavar="T", help="or: chunks overlapping [T,")
+            p.add_argument("--to", dest="end", metavar="T", help="... T) of the chunk column")
+            p.add_argument(
+                "--reason",
+                type=cancel_reason,
+                required=True,
+                help=f"why, recorded with each restated chunk (at most {REASON_MAX} characters)",
+            )
+            p.add_argument("--by", help="who asked (default: user@host)")
+            p.add_argument(
+                "--dry-run", action="store_true", help="show what would change, change nothing"
+            )
+            p.add_argument(
+                "--format", choices=("text", "json"), default="text", help="output (text)"
+            )
         else:
             p.add_argument(
                 "--reason",
@@ -547,6 +677,10 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         return _list_campaigns(args)
     pack = load_workload_pack(args.catalog, args.workload)
     plans = _plans(pack, args.process)
+    if args.action == "restate":
+        from dpone.restate import restate_command
+
+        return restate_command(args, pack, plans, _open_store)
     if args.action == "cancel":
         for plan in plans:
             store = _open_store(plan)
@@ -564,9 +698,11 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         try:
             assert plan.run_key is not None
             ledger = store.load(plan.run_key)
+            amendments = store.amendments(plan.run_key) if ledger is not None else []
+            restatements = store.restatements(plan.run_key) if ledger is not None else []
         finally:
             store.close()
-        docs.append(status_document(pack, plan, ledger))
+        docs.append(status_document(pack, plan, ledger, amendments, restatements))
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:

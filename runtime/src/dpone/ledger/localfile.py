@@ -25,23 +25,27 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
+from dpone.ledger.amend import check_extension
 from dpone.ledger.port import (
+    Amendment,
     CampaignShape,
     Capabilities,
     ChunkRecord,
     ChunkResult,
     ChunkState,
+    ConfigHashAt,
     Lease,
     LeaseOutcome,
     LeaseStatus,
     Ledger,
+    Restatement,
 )
 from dpone.ledger.sql import (
     CampaignHead,
@@ -54,7 +58,12 @@ from dpone.ledger.sql import (
     completion_record,
     corrupt,
     decide_lease,
+    extended_head,
     merge_ledger,
+    restate_plan,
+    restate_selection,
+    restated_record,
+    restatement_of,
     running_record,
     shape_from_rows,
     stored_text,
@@ -85,6 +94,8 @@ class CampaignEntry:
     head: CampaignHead
     shape: list[ShapeRow]
     latest: dict[int, StoredTransition] = field(default_factory=dict)
+    amendments: list[Amendment] = field(default_factory=list)
+    restatements: list[Restatement] = field(default_factory=list)
 
 
 def _transition_json(
@@ -159,7 +170,13 @@ def _stored_json(row: StoredTransition, run_key: str) -> dict[str, Any]:
     }
 
 
-def _campaign_json(seq: int, head: CampaignHead, shape: list[ShapeRow] | None) -> dict[str, Any]:
+def _campaign_json(
+    seq: int,
+    head: CampaignHead,
+    shape: list[ShapeRow] | None,
+    amendments: list[Amendment] | None = None,
+    restatements: list[Restatement] | None = None,
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "seq": seq,
         "kind": "campaign",
@@ -174,11 +191,63 @@ def _campaign_json(seq: int, head: CampaignHead, shape: list[ShapeRow] | None) -
         "created_by": head.created_by,
         "created_at": _stamp(head.created_at),
     }
+    if amendments:
+        entry["amendments"] = [_amendment_json(a) for a in amendments]
+    if restatements:
+        entry["restatements"] = [_restatement_json(r) for r in restatements]
     if shape is not None:
         entry["chunks"] = [
             [r.chunk_index, r.chunk_start, r.chunk_end, r.idempotency_key] for r in shape
         ]
     return entry
+
+
+def _amendment_json(amendment: Amendment) -> dict[str, Any]:
+    return {
+        "old_plan_hash": amendment.old_plan_hash,
+        "new_plan_hash": amendment.new_plan_hash,
+        "old_chunk_count": amendment.old_chunk_count,
+        "new_chunk_count": amendment.new_chunk_count,
+        "amended_by": amendment.amended_by,
+        "amended_at": _stamp(amendment.amended_at),
+    }
+
+
+def _amendment(run_key: str, entry: dict[str, Any]) -> Amendment:
+    return Amendment(
+        run_key=run_key,
+        old_plan_hash=str(entry["old_plan_hash"]),
+        new_plan_hash=str(entry["new_plan_hash"]),
+        old_chunk_count=int(entry["old_chunk_count"]),
+        new_chunk_count=int(entry["new_chunk_count"]),
+        amended_by=str(entry["amended_by"]),
+        amended_at=_unstamp(entry.get("amended_at")),
+    )
+
+
+def _restatement_json(r: Restatement) -> dict[str, Any]:
+    return {
+        "chunk_index": r.chunk_index,
+        "transition": r.transition,
+        "reason": r.reason,
+        "requested_by": r.requested_by,
+        "prior_rows": r.prior_rows,
+        "prior_checksum": r.prior_checksum,
+        "requested_at": _stamp(r.requested_at),
+    }
+
+
+def _restatement(run_key: str, entry: dict[str, Any]) -> Restatement:
+    return Restatement(
+        run_key=run_key,
+        chunk_index=int(entry["chunk_index"]),
+        transition=int(entry["transition"]),
+        reason=str(entry["reason"]),
+        requested_by=str(entry["requested_by"]),
+        prior_rows=None if entry.get("prior_rows") is None else int(entry["prior_rows"]),
+        prior_checksum=entry.get("prior_checksum"),
+        requested_at=_unstamp(entry.get("requested_at")),
+    )
 
 
 def _head(entry: dict[str, Any]) -> CampaignHead:
@@ -346,7 +415,12 @@ class LocalFileLedger:
                     run_key, None, f"journal seq {seq} updates a campaign that was never created"
                 )
             latest = existing.latest if existing is not None else {}
-            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest)
+            # a snapshot's campaign lists every amendment, a journal line at most its own one
+            amended = list(existing.amendments) if existing is not None else []
+            amended.extend(_amendment(run_key, a) for a in entry.get("amendments", ()))
+            restated = list(existing.restatements) if existing is not None else []
+            restated.extend(_restatement(run_key, r) for r in entry.get("restatements", ()))
+            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest, amended, restated)
         elif entry["kind"] == "transition":
             campaign = self._campaigns.get(run_key)
             if campaign is None:
@@ -355,6 +429,8 @@ class LocalFileLedger:
                 )
             row = _stored(entry)
             campaign.latest[row.chunk_index] = row
+            if "restated" in entry:  # the PENDING transition of a restatement carries it
+                campaign.restatements.append(_restatement(run_key, entry["restated"]))
         else:
             raise corrupt(run_key, None, f"journal seq {seq} has unknown kind {entry['kind']!r}")
         self._last_seq = max(self._last_seq, seq)
@@ -381,7 +457,8 @@ class LocalFileLedger:
             "format_version": FORMAT_VERSION,
             "last_seq": self._last_seq,
             "campaigns": [
-                _campaign_json(c.head.seq, c.head, c.shape) for c in self._campaigns.values()
+                _campaign_json(c.head.seq, c.head, c.shape, c.amendments, c.restatements)
+                for c in self._campaigns.values()
             ],
             "latest": [
                 _stored_json(row, run_key)
@@ -441,6 +518,74 @@ class LocalFileLedger:
             raise corrupt(shape.run_key, None, "stored chunks differ from the planned chunks")
         return ledger
 
+    def extend(
+        self,
+        shape: CampaignShape,
+        config_hash_at: ConfigHashAt,
+        owner: str,
+        lock_timeout_s: float,
+    ) -> Ledger:
+        """Grow the stored campaign to ``shape`` (see the port): one journal line carries the
+        grown chunk list, the new snapshot and the amendment."""
+        check_shape_input(shape)
+        with self._locked(lock_timeout_s):
+            existing = self._campaigns.get(shape.run_key)
+            if existing is not None and existing.head.plan_hash != shape.plan_hash:
+                stored = shape_from_rows(existing.head, existing.shape)
+                check_extension(stored, existing.head.config_hash, shape, config_hash_at)
+                now = self._clock()
+                head = replace(extended_head(existing.head, shape), seq=self._last_seq + 1)
+                head = replace(head, created_at=now)
+                amendment = Amendment(
+                    run_key=shape.run_key,
+                    old_plan_hash=existing.head.plan_hash,
+                    new_plan_hash=shape.plan_hash,
+                    old_chunk_count=existing.head.chunk_count,
+                    new_chunk_count=shape.chunk_count,
+                    amended_by=owner,
+                    amended_at=now,
+                )
+                rows = [ShapeRow.of(chunk) for chunk in shape.chunks]
+                self._append(_campaign_json(head.seq, head, rows, [amendment]))
+        return self.initialize(shape, owner, lock_timeout_s)
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        with self._locked():
+            campaign = self._campaigns.get(run_key)
+            return [] if campaign is None else list(campaign.amendments)
+
+    def restate(
+        self, shape: CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
+    ) -> list[int]:
+        """Mark committed chunks to be moved again (see the port), under the file lock: one
+        journal line per restated chunk, its PENDING transition carrying the restatement."""
+        chunks = restate_selection(shape, indexes)
+        with self._locked(self.lock_timeout_s):
+            now = self._clock()
+            seen = []
+            for chunk in chunks:
+                _, latest, transition = self._view(shape.run_key, chunk)
+                seen.append((chunk, latest, transition))
+            todo = restate_plan(shape.run_key, [(c, now, r) for c, r, _ in seen])
+            for chunk, latest, transition in seen:
+                if chunk.index not in todo:
+                    continue
+                assert latest is not None
+                record = restated_record(chunk, latest, transition + 1)
+                restatement = replace(
+                    restatement_of(shape.run_key, record, latest, reason, requested_by),
+                    requested_at=now,
+                )
+                entry = _transition_json(self._last_seq + 1, shape.run_key, record, now)
+                entry["restated"] = _restatement_json(restatement)
+                self._append(entry)
+        return todo
+
+    def restatements(self, run_key: str) -> list[Restatement]:
+        with self._locked():
+            campaign = self._campaigns.get(run_key)
+            return [] if campaign is None else list(campaign.restatements)
+
     def _ledger(self, run_key: str) -> Ledger | None:
         campaign = self._campaigns.get(run_key)
         if campaign is None:
@@ -482,7 +627,8 @@ class LocalFileLedger:
             now = self._clock()
             decision = decide_lease(campaign.head.cancelled, latest, now, owner)
             if decision.status is not LeaseStatus.ACQUIRED:
-                return LeaseOutcome(decision.status, holder=latest)
+                reason = campaign.head.cancel_reason if campaign.head.cancelled else None
+                return LeaseOutcome(decision.status, holder=latest, cancel_reason=reason)
             assert decision.attempt is not None
             if decision.reuse:
                 assert latest is not None and latest.lease_expires_at is not None

@@ -22,11 +22,13 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from dpone import errors
 from dpone.connections import redact
 from dpone.errors import DponeError
-from dpone.ledger.port import ChunkState
+from dpone.ledger.port import Amendment, ChunkState, Restatement
 from dpone.ledger.sql import (
+    AMENDMENT_COLUMNS,
     CAMPAIGN_COLUMNS,
     INSERT_CAMPAIGN_COLUMNS,
     INSERT_TRANSITION_COLUMNS,
+    RESTATEMENT_COLUMNS,
     SCHEMA_VERSION,
     TRANSITION_COLUMNS,
     CampaignHead,
@@ -39,10 +41,14 @@ from dpone.ledger.sql import (
     TxMode,
     ViewThenAppend,
     WriteFailed,
+    amendment_from_row,
+    amendment_params,
     campaign_from_row,
     campaign_params,
     first_line,
     lock_resource,
+    restatement_from_row,
+    restatement_params,
     rows_as_shape,
     transition_from_row,
     transition_params,
@@ -192,7 +198,35 @@ def ddl_v3(s: str) -> list[str]:
     return [f"ALTER TABLE {s}.[chunk_transition] ADD source_checksum NVARCHAR(200) NULL"]
 
 
-MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: ddl_v3}
+def ddl_v4(s: str) -> list[str]:
+    """Version 4 (additive): ``campaign_amendment``, one row per extension of a campaign, and
+    ``chunk_restatement``, one row per committed chunk marked to be moved again."""
+    return [
+        f"""CREATE TABLE {s}.[campaign_amendment] (
+            seq BIGINT IDENTITY(1, 1) NOT NULL PRIMARY KEY,
+            run_key NVARCHAR(200) NOT NULL,
+            old_plan_hash VARCHAR(100) NOT NULL,
+            new_plan_hash VARCHAR(100) NOT NULL,
+            old_chunk_count INT NOT NULL,
+            new_chunk_count INT NOT NULL CHECK (new_chunk_count > old_chunk_count),
+            amended_by NVARCHAR(400) NOT NULL,
+            amended_at DATETIME2(6) NOT NULL DEFAULT SYSUTCDATETIME())""",
+        f"CREATE INDEX [campaign_amendment_run_key] ON {s}.[campaign_amendment] (run_key, seq)",
+        f"""CREATE TABLE {s}.[chunk_restatement] (
+            seq BIGINT IDENTITY(1, 1) NOT NULL PRIMARY KEY,
+            run_key NVARCHAR(200) NOT NULL,
+            chunk_index INT NOT NULL,
+            [transition] INT NOT NULL,
+            reason NVARCHAR(2000) NOT NULL,
+            requested_by NVARCHAR(2000) NOT NULL,
+            prior_rows BIGINT NULL,
+            prior_checksum NVARCHAR(200) NULL,
+            requested_at DATETIME2(6) NOT NULL DEFAULT SYSUTCDATETIME(),
+            CONSTRAINT [chunk_restatement_once] UNIQUE (run_key, chunk_index, [transition]))""",
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: ddl_v3, 4: ddl_v4}
 
 
 def _naive_utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -252,6 +286,25 @@ class MssqlStatements:
             f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) VALUES (?, ?)"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.[committed_chunk] WHERE run_key = ?"
+        self.insert_amendment = (
+            f"INSERT INTO {s}.[campaign_amendment] ({AMENDMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+        )
+        self.amendments = (
+            f"SELECT {AMENDMENT_COLUMNS}, amended_at FROM {s}.[campaign_amendment] "
+            "WHERE run_key = ? ORDER BY seq"
+        )
+        restatement_columns = RESTATEMENT_COLUMNS.replace("transition,", "[transition],")
+        self.insert_restatement = (
+            f"INSERT INTO {s}.[chunk_restatement] ({restatement_columns}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
+        self.unmark_committed = (
+            f"DELETE FROM {s}.[committed_chunk] WHERE run_key = ? AND chunk_index = ?"
+        )
+        self.restatements = (
+            f"SELECT {restatement_columns}, requested_at FROM {s}.[chunk_restatement] "
+            "WHERE run_key = ? ORDER BY seq"
+        )
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.[campaign] ORDER BY run_key"
         self.run_keys_of = (
             f"SELECT DISTINCT run_key FROM {s}.[campaign] WHERE workload = ? ORDER BY run_key"
@@ -343,6 +396,21 @@ class MssqlTx(ViewThenAppend):
 
     def latest_transitions(self, run_key: str) -> list[StoredTransition]:
         return [transition_from_row(row) for row in self._all(self.sql.latest_transitions, run_key)]
+
+    def insert_amendment(self, amendment: Amendment) -> None:
+        self.cursor.execute(self.sql.insert_amendment, *amendment_params(amendment))
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        return [amendment_from_row(row) for row in self._all(self.sql.amendments, run_key)]
+
+    def insert_restatement(self, restatement: Restatement) -> None:
+        self.cursor.execute(self.sql.insert_restatement, *restatement_params(restatement))
+
+    def unmark_committed(self, run_key: str, chunk_index: int) -> None:
+        self.cursor.execute(self.sql.unmark_committed, run_key, chunk_index)
+
+    def restatements(self, run_key: str) -> list[Restatement]:
+        return [restatement_from_row(r) for r in self._all(self.sql.restatements, run_key)]
 
     def db_now(self) -> dt.datetime:
         return utc(self._one(self.sql.now)[0])

@@ -7,12 +7,12 @@ mapped execution refuses a store that lacks any of the three distributed ones.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from dpone.plan.chunks import Chunk
+from dpone.plan.chunks import Bound, Chunk
 
 T = TypeVar("T")
 
@@ -96,6 +96,38 @@ class Ledger:
 
 
 @dataclass(frozen=True)
+class Amendment:
+    """One extension of a campaign's plan, as the ledger recorded it (ADR 0020)."""
+
+    run_key: str
+    old_plan_hash: str
+    new_plan_hash: str
+    old_chunk_count: int
+    new_chunk_count: int
+    amended_by: str  # the owner token of the run that extended it (host:pid:random)
+    amended_at: dt.datetime | None = None  # the store's clock
+
+
+@dataclass(frozen=True)
+class Restatement:
+    """A committed chunk marked to be moved again, as the ledger recorded it."""
+
+    run_key: str
+    chunk_index: int
+    transition: int  # the PENDING transition the restatement appended
+    reason: str
+    requested_by: str
+    prior_rows: int | None = None  # what the committed record said it had moved
+    prior_checksum: str | None = None
+    requested_at: dt.datetime | None = None  # the store's clock
+
+
+ConfigHashAt = Callable[[Bound], str]
+"""The planned configuration's config_hash with the window's end replaced by the given bound:
+what the stored campaign's config_hash must be when only the end moved."""
+
+
+@dataclass(frozen=True)
 class Lease:
     """Proof of ownership of one chunk attempt; completion is compare-and-set on (owner, attempt)."""
 
@@ -118,6 +150,7 @@ class LeaseOutcome:
     status: LeaseStatus
     lease: Lease | None = None
     holder: ChunkRecord | None = None
+    cancel_reason: str | None = None  # set with CANCELLED: what the operator recorded
 
 
 @dataclass(frozen=True)
@@ -153,8 +186,23 @@ class LedgerStore(Protocol):
       Stores that cannot do that raise NotImplementedError.
     - renew: extend an owned lease (CAS on owner and attempt) for chunks that run long.
     - cancel: mark the campaign cancelled (or undo it); acquire_lease reads it before every lease.
-    - committed_count: how many of the campaign's chunks were ever committed (0 for an unknown
-      campaign). A COMMITTED record is final, so a campaign is complete only when this is its
+    - extend: under the campaign lock, grow the stored campaign to ``shape`` when its chunks are
+      the first chunks of ``shape`` (same bounds and keys) and ``config_hash_at(stored end)`` is
+      the stored config_hash: append the new chunk rows, a new campaign snapshot (new plan_hash,
+      config_hash, chunk count; cancel flag kept) and an Amendment, in one transaction. Anything
+      else raises DPONE_LEDGER_SHAPE_MISMATCH with the reason and the way out. A campaign
+      already at ``shape`` is left as it is. Returns the merged ledger (as initialize).
+    - amendments: the recorded extensions of a campaign, oldest first.
+    - restate: under each chunk's lock (ascending, one transaction, all or nothing): every
+      selected chunk leased now (RUNNING, unexpired by the store's clock) refuses the whole call
+      (DPONE_BACKFILL_CHUNK_BUSY); every COMMITTED one gets a PENDING transition (next transition
+      number, so the fence holds), loses its committed mark and gains a Restatement; others are
+      left as they are (they move anyway). Returns the restated indexes. The next lease of a
+      restated chunk is a new attempt under the usual lease and fence.
+    - restatements: every recorded restatement of a campaign, oldest first.
+    - committed_count: how many of the campaign's chunks are committed (committed and not
+      restated since; 0 for an unknown campaign). A COMMITTED record is final unless restated
+      (which drops its mark in the same transaction), so a campaign is complete only when this is its
       chunk count: one short read that spares a run the full load of every chunk's record
       while the campaign cannot be complete yet.
     """
@@ -165,6 +213,22 @@ class LedgerStore(Protocol):
     def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger: ...
 
     def load(self, run_key: str) -> Ledger | None: ...
+
+    def extend(
+        self,
+        shape: CampaignShape,
+        config_hash_at: ConfigHashAt,
+        owner: str,
+        lock_timeout_s: float,
+    ) -> Ledger: ...
+
+    def amendments(self, run_key: str) -> list[Amendment]: ...
+
+    def restate(
+        self, shape: CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
+    ) -> list[int]: ...
+
+    def restatements(self, run_key: str) -> list[Restatement]: ...
 
     def committed_count(self, run_key: str) -> int: ...
 

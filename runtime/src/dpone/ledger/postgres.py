@@ -23,11 +23,13 @@ from dpone.dsn_settings import (
     postgres_setting_problem,
 )
 from dpone.errors import DponeError
-from dpone.ledger.port import ChunkResult, ChunkState, Lease
+from dpone.ledger.port import Amendment, ChunkResult, ChunkState, Lease, Restatement
 from dpone.ledger.sql import (
+    AMENDMENT_COLUMNS,
     CAMPAIGN_COLUMNS,
     INSERT_CAMPAIGN_COLUMNS,
     INSERT_TRANSITION_COLUMNS,
+    RESTATEMENT_COLUMNS,
     SCHEMA_VERSION,
     TRANSITION_COLUMNS,
     Appended,
@@ -40,11 +42,15 @@ from dpone.ledger.sql import (
     StoredTransition,
     TxMode,
     WriteFailed,
+    amendment_from_row,
+    amendment_params,
     campaign_from_row,
     campaign_lock_key,
     campaign_params,
     chunk_lock_class,
     first_line,
+    restatement_from_row,
+    restatement_params,
     rows_as_shape,
     schema_lock_key,
     stored_text,
@@ -254,7 +260,36 @@ def ddl_v3(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: ddl_v3}
+def ddl_v4(s: str) -> list[str]:
+    """Version 4 (additive): ``campaign_amendment``, one row per extension of a campaign, and
+    ``chunk_restatement``, one row per committed chunk marked to be moved again."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {s}.campaign_amendment (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_key text NOT NULL,
+            old_plan_hash text NOT NULL,
+            new_plan_hash text NOT NULL,
+            old_chunk_count integer NOT NULL,
+            new_chunk_count integer NOT NULL CHECK (new_chunk_count > old_chunk_count),
+            amended_by text NOT NULL,
+            amended_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        f"CREATE INDEX IF NOT EXISTS campaign_amendment_run_key ON {s}.campaign_amendment "
+        "(run_key, seq)",
+        f"""CREATE TABLE IF NOT EXISTS {s}.chunk_restatement (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_key text NOT NULL,
+            chunk_index integer NOT NULL,
+            transition integer NOT NULL,
+            reason text NOT NULL,
+            requested_by text NOT NULL,
+            prior_rows bigint,
+            prior_checksum text,
+            requested_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            UNIQUE (run_key, chunk_index, transition))""",
+    ]
+
+
+MIGRATIONS = {1: ddl_v1, 2: ddl_v2, 3: ddl_v3, 4: ddl_v4}
 
 
 class PostgresStatements:
@@ -305,6 +340,25 @@ class PostgresStatements:
             "WHERE run_key = %s ORDER BY chunk_index, transition DESC"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.committed_chunk WHERE run_key = %s"
+        self.insert_amendment = (
+            f"INSERT INTO {s}.campaign_amendment ({AMENDMENT_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s)"
+        )
+        self.amendments = (
+            f"SELECT {AMENDMENT_COLUMNS}, amended_at FROM {s}.campaign_amendment "
+            "WHERE run_key = %s ORDER BY seq"
+        )
+        self.insert_restatement = (
+            f"INSERT INTO {s}.chunk_restatement ({RESTATEMENT_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)"
+        )
+        self.unmark_committed = (
+            f"DELETE FROM {s}.committed_chunk WHERE run_key = %s AND chunk_index = %s"
+        )
+        self.restatements = (
+            f"SELECT {RESTATEMENT_COLUMNS}, requested_at FROM {s}.chunk_restatement "
+            "WHERE run_key = %s ORDER BY seq"
+        )
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.campaign ORDER BY run_key"
         self.run_keys_of = (
             f"SELECT DISTINCT run_key FROM {s}.campaign WHERE workload = %s ORDER BY run_key"
@@ -482,6 +536,23 @@ class PostgresTx:
     def committed_marks(self, run_key: str) -> set[int]:
         rows = self.connection.execute(self.sql.committed_marks, (run_key,)).fetchall()
         return {int(row[0]) for row in rows}
+
+    def insert_amendment(self, amendment: Amendment) -> None:
+        self.connection.execute(self.sql.insert_amendment, amendment_params(amendment))
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        rows = self.connection.execute(self.sql.amendments, (run_key,)).fetchall()
+        return [amendment_from_row(row) for row in rows]
+
+    def insert_restatement(self, restatement: Restatement) -> None:
+        self.connection.execute(self.sql.insert_restatement, restatement_params(restatement))
+
+    def unmark_committed(self, run_key: str, chunk_index: int) -> None:
+        self.connection.execute(self.sql.unmark_committed, (run_key, chunk_index))
+
+    def restatements(self, run_key: str) -> list[Restatement]:
+        rows = self.connection.execute(self.sql.restatements, (run_key,)).fetchall()
+        return [restatement_from_row(row) for row in rows]
 
     def db_now(self) -> dt.datetime:
         """The database clock: the time the campaign head was just read, once (no round trip),

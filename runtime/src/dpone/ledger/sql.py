@@ -27,27 +27,34 @@ from typing import Any, Protocol
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.faults import fault_point
+from dpone.ledger.amend import check_extension
 from dpone.ledger.port import (
+    Amendment,
     CampaignShape,
     Capabilities,
     ChunkRecord,
     ChunkResult,
     ChunkState,
+    ConfigHashAt,
     Lease,
     LeaseOutcome,
     LeaseStatus,
     Ledger,
+    Restatement,
 )
 from dpone.plan.canonical import json_scalar
 from dpone.plan.chunks import Bound, Chunk, plan_hash
 from dpone.redaction import redact_text
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The audit-schema version this release writes; a newer stored version is refused.
 
 Version 2 adds ``committed_chunk``: one row per chunk ever committed, written in the same
 transaction as its COMMITTED transition, so committed transitions that disappear later are
-detected (DPONE_LEDGER_CORRUPT) instead of the chunk being moved again."""
+detected (DPONE_LEDGER_CORRUPT) instead of the chunk being moved again. Version 3 adds
+``chunk_transition.source_checksum`` (the read-back gate's source side). Version 4 adds
+``campaign_amendment`` (one row per extension of a campaign's plan, ADR 0020) and
+``chunk_restatement`` (one row per restated chunk)."""
 
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 ERROR_MESSAGE_LIMIT = 2000
@@ -383,9 +390,10 @@ def merge_ledger(
 ) -> Ledger:
     """The campaign snapshot merged with the latest record of every chunk (validated).
 
-    ``committed_marks`` (chunks recorded as ever committed) must all still be committed: a
-    COMMITTED transition is final, so a marked chunk whose latest record is anything else lost
-    its transitions to an edit or a partial restore, and moving it again would duplicate rows.
+    ``committed_marks`` (chunks recorded as committed) must all still be committed: a COMMITTED
+    transition is final (a restatement drops the mark with it), so a marked chunk whose latest
+    record is anything else lost its transitions to an edit or a partial restore, and moving it
+    again would duplicate rows.
     """
     rows = {chunk.index: ShapeRow.of(chunk) for chunk in shape.chunks}
     records: dict[int, ChunkRecord] = {}
@@ -413,6 +421,158 @@ def merge_ledger(
         cancelled=head.cancelled,
         cancel_reason=head.cancel_reason if head.cancelled else None,
         now=now,
+    )
+
+
+def extended_head(head: CampaignHead, shape: CampaignShape) -> CampaignHead:
+    """The snapshot of an extended campaign: the new plan, the rest (cancel flag too) kept."""
+    return CampaignHead(
+        run_key=head.run_key,
+        workload=head.workload,
+        process=head.process,
+        plan_hash=shape.plan_hash,
+        config_hash=shape.config_hash,
+        chunk_count=shape.chunk_count,
+        cancelled=head.cancelled,
+        cancel_reason=head.cancel_reason,
+        created_by=head.created_by,
+    )
+
+
+AMENDMENT_COLUMNS = (
+    "run_key, old_plan_hash, new_plan_hash, old_chunk_count, new_chunk_count, amended_by"
+)
+"""The columns an amendment is inserted with (amended_at and seq come from the database); a
+read selects them and then amended_at."""
+
+
+def amendment_params(amendment: Amendment) -> tuple[Any, ...]:
+    return (
+        amendment.run_key,
+        amendment.old_plan_hash,
+        amendment.new_plan_hash,
+        amendment.old_chunk_count,
+        amendment.new_chunk_count,
+        amendment.amended_by,
+    )
+
+
+def amendment_from_row(row: Sequence[Any]) -> Amendment:
+    return Amendment(
+        run_key=str(row[0]),
+        old_plan_hash=str(row[1]),
+        new_plan_hash=str(row[2]),
+        old_chunk_count=int(row[3]),
+        new_chunk_count=int(row[4]),
+        amended_by=str(row[5]),
+        amended_at=optional_utc(row[6]),
+    )
+
+
+def restate_selection(shape: CampaignShape, indexes: Sequence[int]) -> list[Chunk]:
+    """The planned chunks of ``indexes``, ascending and once each (the lock order)."""
+    wanted = sorted(set(indexes))
+    outside = [i for i in wanted if not 1 <= i <= shape.chunk_count]
+    if outside or not wanted:
+        raise DponeError(
+            errors.USAGE,
+            f"campaign {shape.run_key!r}: restate needs chunks within 1-{shape.chunk_count}"
+            + (f" (got {outside[:5]})" if outside else ""),
+        )
+    return [shape.chunks[i - 1] for i in wanted]
+
+
+def restate_plan(
+    run_key: str, seen: Sequence[tuple[Chunk, dt.datetime, ChunkRecord | None]]
+) -> list[int]:
+    """The indexes a restatement marks (the committed ones), or DPONE_BACKFILL_CHUNK_BUSY
+    naming the chunks leased now: a pod is moving them, so nothing is restated."""
+    busy = [
+        (chunk.index, record)
+        for chunk, now, record in seen
+        if record is not None
+        and record.state is ChunkState.RUNNING
+        and record.lease_expires_at is not None
+        and record.lease_expires_at > now
+    ]
+    if busy:
+        shown = ", ".join(
+            f"chunk {index} (attempt {r.attempt} of {r.lease_owner}, until "
+            f"{r.lease_expires_at.isoformat() if r.lease_expires_at else '?'})"
+            for index, r in busy[:5]
+        )
+        raise DponeError(
+            errors.CHUNK_BUSY,
+            f"campaign {run_key!r}: {len(busy)} selected chunk(s) leased now: {shown}; nothing "
+            "was restated: restate them once their run has committed them (or its lease expired)",
+        )
+    return [
+        chunk.index
+        for chunk, _, record in seen
+        if record is not None and record.state is ChunkState.COMMITTED
+    ]
+
+
+def restated_record(chunk: Chunk, latest: ChunkRecord, transition: int) -> NewTransition:
+    """The PENDING transition that hands a committed chunk back to the lease rule (its attempt
+    kept: the next lease is attempt + 1)."""
+    shape = ShapeRow.of(chunk)
+    return NewTransition(
+        chunk_index=chunk.index,
+        transition=transition,
+        state=ChunkState.PENDING,
+        attempt=latest.attempt,
+        idempotency_key=chunk.idempotency_key,
+        chunk_start=shape.chunk_start,
+        chunk_end=shape.chunk_end,
+        lease_owner=None,
+        lease_expires_at=None,
+        started_at=None,
+    )
+
+
+def restatement_of(
+    run_key: str, record: NewTransition, prior: ChunkRecord, reason: str, requested_by: str
+) -> Restatement:
+    return Restatement(
+        run_key=run_key,
+        chunk_index=record.chunk_index,
+        transition=record.transition,
+        reason=stored_text(reason) or "",
+        requested_by=stored_text(requested_by) or "",
+        prior_rows=prior.rows,
+        prior_checksum=prior.checksum,
+    )
+
+
+RESTATEMENT_COLUMNS = (
+    "run_key, chunk_index, transition, reason, requested_by, prior_rows, prior_checksum"
+)
+"""The columns a restatement is inserted with; a read selects them and then requested_at."""
+
+
+def restatement_params(r: Restatement) -> tuple[Any, ...]:
+    return (
+        r.run_key,
+        r.chunk_index,
+        r.transition,
+        r.reason,
+        r.requested_by,
+        r.prior_rows,
+        r.prior_checksum,
+    )
+
+
+def restatement_from_row(row: Sequence[Any]) -> Restatement:
+    return Restatement(
+        run_key=str(row[0]),
+        chunk_index=int(row[1]),
+        transition=int(row[2]),
+        reason=str(row[3]),
+        requested_by=str(row[4]),
+        prior_rows=None if row[5] is None else int(row[5]),
+        prior_checksum=row[6],
+        requested_at=optional_utc(row[7]),
     )
 
 
@@ -583,6 +743,11 @@ def next_transition(view: ChunkView) -> int:
     return 1 if view.latest is None else view.latest.transition + 1
 
 
+def _reason_of(decision: LeaseDecision, view: ChunkView) -> str | None:
+    """The cancel reason a CANCELLED lease outcome carries to the pod's error message."""
+    return view.cancel_reason if decision.status is LeaseStatus.CANCELLED else None
+
+
 class LedgerTx(Protocol):
     """One open ledger transaction of a SQL dialect. Locks are transaction-scoped: commit or
     rollback releases them, so a crashed process can never leave one behind."""
@@ -621,6 +786,19 @@ class LedgerTx(Protocol):
 
     def committed_marks(self, run_key: str) -> set[int]:
         """Indexes of the campaign's chunks that were ever committed (schema version 2)."""
+
+    def insert_amendment(self, amendment: Amendment) -> None:
+        """Record one extension (schema version 4); the store's clock stamps it."""
+
+    def amendments(self, run_key: str) -> list[Amendment]: ...
+
+    def insert_restatement(self, restatement: Restatement) -> None:
+        """Record one restatement (schema version 4); the store's clock stamps it."""
+
+    def unmark_committed(self, run_key: str, chunk_index: int) -> None:
+        """Drop a restated chunk's committed mark: it is no longer committed."""
+
+    def restatements(self, run_key: str) -> list[Restatement]: ...
 
     def db_now(self) -> dt.datetime: ...
 
@@ -756,6 +934,70 @@ class SqlLedger(ABC):
     def load(self, run_key: str) -> Ledger | None:
         return self._load(run_key, None)
 
+    def extend(
+        self,
+        shape: CampaignShape,
+        config_hash_at: ConfigHashAt,
+        owner: str,
+        lock_timeout_s: float,
+    ) -> Ledger:
+        """Grow the stored campaign to ``shape`` (see the port), then initialize as usual: the
+        chunk rows, the snapshot and the amendment commit together under the campaign lock, so
+        many pods of a regenerated DAG extend it once and every other one finds it done."""
+        check_shape_input(shape)
+        with self._transaction("extend", TxMode.CAMPAIGN) as tx:
+            tx.lock_campaign(shape.run_key, lock_timeout_s)
+            head = tx.campaign_head(shape.run_key)
+            if head is not None and head.plan_hash != shape.plan_hash:
+                stored = shape_from_rows(head, tx.shape_rows(shape.run_key))
+                check_extension(stored, head.config_hash, shape, config_hash_at)
+                grown = [ShapeRow.of(chunk) for chunk in shape.chunks[stored.chunk_count :]]
+                tx.insert_shape(shape.run_key, grown)
+                tx.insert_campaign(extended_head(head, shape))
+                tx.insert_amendment(
+                    Amendment(
+                        run_key=shape.run_key,
+                        old_plan_hash=head.plan_hash,
+                        new_plan_hash=shape.plan_hash,
+                        old_chunk_count=head.chunk_count,
+                        new_chunk_count=shape.chunk_count,
+                        amended_by=owner,
+                    )
+                )
+        return self.initialize(shape, owner, lock_timeout_s)
+
+    def amendments(self, run_key: str) -> list[Amendment]:
+        with self._transaction("amendments", TxMode.READ) as tx:
+            return tx.amendments(run_key)
+
+    def restate(
+        self, shape: CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
+    ) -> list[int]:
+        """Mark committed chunks to be moved again (see the port): each chunk's lock in
+        ascending order, then every decision, then the writes, in one transaction."""
+        chunks = restate_selection(shape, indexes)
+        with self._transaction("restate", TxMode.CAMPAIGN) as tx:
+            seen = []
+            for chunk in chunks:
+                view, latest = self._view(tx, shape.run_key, chunk)
+                seen.append((chunk, view, latest))
+            todo = restate_plan(shape.run_key, [(c, v.now, r) for c, v, r in seen])
+            for chunk, view, latest in seen:
+                if chunk.index not in todo:
+                    continue
+                assert latest is not None and view.latest is not None
+                record = restated_record(chunk, latest, view.latest.transition + 1)
+                tx.append_transition(shape.run_key, record)
+                tx.unmark_committed(shape.run_key, chunk.index)
+                tx.insert_restatement(
+                    restatement_of(shape.run_key, record, latest, reason, requested_by)
+                )
+        return todo
+
+    def restatements(self, run_key: str) -> list[Restatement]:
+        with self._transaction("restatements", TxMode.READ) as tx:
+            return tx.restatements(run_key)
+
     def committed_count(self, run_key: str) -> int:
         with self._transaction("committed_count", TxMode.READ) as tx:
             return len(tx.committed_marks(run_key))
@@ -836,7 +1078,9 @@ class SqlLedger(ABC):
                 if wants_append != (appended is not None):
                     raise self._disagree(shape.run_key, chunk, f"decision {decision}")
                 if decision.status is not LeaseStatus.ACQUIRED:
-                    return LeaseOutcome(decision.status, holder=latest)
+                    return LeaseOutcome(
+                        decision.status, holder=latest, cancel_reason=_reason_of(decision, view)
+                    )
                 if appended is None:
                     assert latest is not None and latest.lease_expires_at is not None
                     attempt, expires = latest.attempt, latest.lease_expires_at

@@ -1,0 +1,221 @@
+"""`dpone ledger restate`: mark committed chunks of one process to be moved again.
+
+The ledger decides what is committed, so re-moving a range (a source corrected after its chunks
+moved) is a ledger transition, not a new campaign: the selected committed chunks get a PENDING
+transition with the reason and who asked, under each chunk's lock; the next run moves them under
+the usual lease and fence. Refused where moving a chunk again cannot be exact (append), for
+chunks a pod is moving now, and for a catalog whose plan is not the stored campaign's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from dpone import errors
+from dpone.errors import DponeError
+from dpone.ledger.port import CampaignShape, ChunkState, Ledger, LedgerStore
+from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.plan.chunks import Bound, ChunkPlanError, canonical_bound
+from dpone.reconcile import format_chunk_ranges, parse_chunk_ranges
+
+RESTATE_SCHEMA = "dpone.ledger-restate.v1"
+EXACT_MODES = {
+    "replace": "deletes the chunk's range in the target, then inserts it: exact",
+    "full_refresh": "deletes every target row, then inserts the chunk: exact",
+    "merge": (
+        "upserts on the keys: corrected and added source rows are exact; rows deleted at the "
+        "source since the chunk moved stay in the target"
+    ),
+}
+
+
+def requested_by(given: str | None) -> str:
+    """Who asked: --by, else the operating-system user at this host."""
+    if given:
+        return given
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{os.uname().nodename}"
+
+
+def check_exact(plan: ProcessPlan) -> str:
+    """What moving a chunk again does in this inner mode, or DPONE_LEDGER_RESTATE_REFUSED."""
+    bf = plan.config.backfill
+    assert bf is not None
+    note = EXACT_MODES.get(bf.inner_mode)
+    if note is None:
+        raise DponeError(
+            errors.RESTATE_REFUSED,
+            f"process {plan.name!r}: inner_mode {bf.inner_mode} inserts a chunk's rows without "
+            "removing the ones moved before, so moving a chunk again would duplicate them; "
+            "restate is for replace, merge and full_refresh (move a corrected range with "
+            "replace under a new backfill_id instead)",
+        )
+    return note
+
+
+def select_by_time(plan: ProcessPlan, start: str, end: str) -> list[int]:
+    """The chunks overlapping [start, end) of the chunk column (whole chunks: a chunk moves
+    whole)."""
+    bf = plan.config.backfill
+    assert bf is not None
+    bounds: list[Bound] = []
+    for flag, value in (("--from", start), ("--to", end)):
+        try:
+            bounds.append(canonical_bound(bf.chunk.type, _typed(bf.chunk.type, value)))
+        except ChunkPlanError as exc:
+            raise DponeError(errors.USAGE, f"{flag} {value!r}: {exc}") from None
+    low, high = bounds
+    if not _before(low, high):
+        raise DponeError(errors.USAGE, f"--from {low} is not before --to {high}")
+    picked = [c.index for c in plan.chunks if _before(c.start, high) and _before(low, c.end)]
+    if not picked:
+        raise DponeError(
+            errors.USAGE,
+            f"no chunk of process {plan.name!r} overlaps [{low}, {high}) (the campaign covers "
+            f"[{plan.chunks[0].start}, {plan.chunks[-1].end}))",
+        )
+    return picked
+
+
+def _typed(type_: str, value: str) -> object:
+    if type_ != "integer":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        return value  # canonical_bound names the problem
+
+
+def _before(a: Bound, b: Bound) -> bool:
+    """Canonical bounds of one type order as they compare (ISO text, or integers)."""
+    return a < b  # type: ignore[operator]
+
+
+def stored_shape(plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
+    """The campaign the ledger holds for ``plan``; refused when it has none or another plan."""
+    if ledger is None:
+        raise DponeError(
+            errors.USAGE,
+            f"campaign {plan.run_key!r} ({plan.name}) is not in the ledger: nothing ran, nothing "
+            "to restate",
+        )
+    if ledger.shape.plan_hash != plan.backfill_plan_hash:
+        raise DponeError(
+            errors.LEDGER_SHAPE_MISMATCH,
+            f"campaign {plan.run_key!r}: the ledger holds plan {ledger.shape.plan_hash} "
+            f"({ledger.shape.chunk_count} chunks), this catalog plans {plan.backfill_plan_hash} "
+            f"({plan.chunks_total} chunks): restate with the catalog the campaign runs with "
+            "(run an extended catalog once first)",
+        )
+    return ledger.shape
+
+
+def preview(ledger: Ledger, indexes: Sequence[int]) -> dict[str, list[int]]:
+    """What a restatement of ``indexes`` would do now (read without locks: a dry run)."""
+    now = ledger.now
+    out: dict[str, list[int]] = {"restate": [], "leased_now": [], "not_committed": []}
+    for index in sorted(set(indexes)):
+        record = ledger.records.get(index)
+        if record is not None and record.state is ChunkState.COMMITTED:
+            out["restate"].append(index)
+        elif (
+            record is not None
+            and record.state is ChunkState.RUNNING
+            and record.lease_expires_at is not None
+            and (now is None or record.lease_expires_at > now)
+        ):
+            out["leased_now"].append(index)
+        else:
+            out["not_committed"].append(index)
+    return out
+
+
+def restate_command(
+    args: argparse.Namespace, pack: WorkloadPack, plans: Sequence[ProcessPlan], store_for: Any
+) -> int:
+    """Run `dpone ledger restate` for the one selected process (see the module doc)."""
+    if len(plans) != 1:
+        names = ", ".join(p.name for p in plans)
+        raise DponeError(errors.USAGE, f"restate one process at a time: --process ({names})")
+    (plan,) = plans
+    if (args.chunks is None) == (args.start is None and args.end is None):
+        raise DponeError(errors.USAGE, "give --chunks RANGES, or --from T and --to T")
+    if args.chunks is None and (args.start is None or args.end is None):
+        raise DponeError(errors.USAGE, "--from and --to go together")
+    note = check_exact(plan)
+    if args.chunks is not None:
+        indexes = parse_chunk_ranges(args.chunks, plan.chunks_total)
+    else:
+        indexes = select_by_time(plan, args.start, args.end)
+    who = requested_by(args.by)
+    store: LedgerStore = store_for(plan)
+    try:
+        assert plan.run_key is not None
+        ledger = store.load(plan.run_key)
+        shape = stored_shape(plan, ledger)
+        assert ledger is not None
+        would = preview(ledger, indexes)
+        restated = would["restate"]
+        if not args.dry_run:
+            restated = store.restate(shape, indexes, args.reason, who)
+    finally:
+        store.close()
+    doc = {
+        "schema": RESTATE_SCHEMA,
+        "dry_run": bool(args.dry_run),
+        "workload": pack.workload.name,
+        "process": plan.name,
+        "run_key": plan.run_key,
+        "selected": sorted(set(indexes)),
+        "restated": restated,
+        # a restatement that went through found no chunk leased (it refuses otherwise)
+        "leased_now": would["leased_now"] if args.dry_run else [],
+        "not_committed": (
+            [i for i in sorted(set(indexes)) if i not in restated]
+            if not args.dry_run
+            else would["not_committed"]
+        ),
+        "reason": args.reason,
+        "requested_by": who,
+        "inner_mode": note,
+    }
+    if args.format == "json":
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(render_text(doc), end="")
+    return 0
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    verb = "would restate" if doc["dry_run"] else "restated"
+    lines = [
+        f"dpone: {verb} {len(doc['restated'])} chunk(s) of campaign {doc['run_key']} "
+        f"({doc['workload']}/{doc['process']})"
+        + (f": chunks {format_chunk_ranges(doc['restated'])}" if doc["restated"] else "")
+    ]
+    if doc["not_committed"]:
+        lines.append(
+            f"  not committed (they move on the next run anyway): chunks "
+            f"{format_chunk_ranges(doc['not_committed'])}"
+        )
+    if doc["leased_now"]:
+        lines.append(
+            f"  leased now (a restatement is refused until they commit): chunks "
+            f"{format_chunk_ranges(doc['leased_now'])}"
+        )
+    lines.append(f"  reason: {doc['reason']} (by {doc['requested_by']})")
+    lines.append(f"  moving again: {doc['inner_mode']}")
+    if doc["restated"] and not doc["dry_run"]:
+        lines.append(
+            "  next: run the campaign again (internal), or clear its mapped items; "
+            "`dpone ledger status` prints the `airflow tasks clear` command"
+        )
+    return "\n".join(lines) + "\n"
