@@ -38,7 +38,7 @@ def test_every_store_keeps_the_source_checksum(backend: Backend) -> None:
 
 @pytest.mark.postgres
 def test_a_version_2_ledger_is_migrated_with_its_records(pg_dsn: str, pg_schema: str) -> None:
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION >= 3
     s = f'"{pg_schema}"'
     shape = make_shape(chunks=2)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -59,7 +59,7 @@ def test_a_version_2_ledger_is_migrated_with_its_records(pg_dsn: str, pg_schema:
         store.close()
     with psycopg.connect(pg_dsn) as conn:
         versions = conn.execute(f"SELECT version FROM {s}.schema_version ORDER BY 1").fetchall()
-    assert versions == [(1,), (2,), (3,)]
+    assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
 
 
 def test_the_local_file_ledger_reads_records_without_it(tmp_path: Path) -> None:
