@@ -87,7 +87,7 @@ def synthesise(folder: Path, count: int) -> tuple[Path, dict[str, int]]:
         "defaults:\n  airflow:\n",
         "    image: registry.example.com/dpone-runtime:0.1.0\n",
         "    namespace: data\n",
-        "    catalog_path: /app/catalog/workloads.yaml\n",
+        "    catalog_path: /opt/dpone/catalog/workloads.yaml\n",
         "    secrets:\n      - {connection: warehouse, secret: dpone-conn-warehouse, key: dsn}\n",
         "    env: {DPONE_LOG_FORMAT: json, SETTINGS_FILE: settings.yaml}\n",
         "workloads:\n",

@@ -15,14 +15,14 @@ from pathlib import Path, PurePosixPath
 
 from dpone import errors
 from dpone.errors import ErrorRecord
-from dpone.pack import WorkloadPack, load_and_compile
+from dpone.pack import WorkloadPack
 
+from .check import catalog_problems
 from .dagspec import POOLS_FILE_NAME, DagFile, dag_file
 from .emit import OWNER_FILE_NAME, OutputFile, owner_document
 from .format import FormatError, format_rendered
 from .pools import PoolSpec, plan_pools, pools_document
 from .render import comment_text, render_dag
-from .validate import validate_for_airflow
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,7 @@ def render_files(dags: tuple[DagFile, ...]) -> list[OutputFile]:
 def build(catalog_path: str) -> Build:
     """Run every step up to the files' bytes; all errors of all steps are collected."""
     display = catalog_identity(catalog_path)
-    catalog, packs, problems = load_and_compile(catalog_path)
-    if catalog is None or problems:
-        return Build(display, (), (), (), tuple(problems))
-    problems = validate_for_airflow(catalog)
+    packs, problems = catalog_problems(catalog_path)
     if problems:
         return Build(display, (), (), (), tuple(problems))
     return build_from_packs(display, packs)

@@ -10,8 +10,9 @@ import argparse
 import json
 import sys
 
+from dpone.authoring.loader import load_catalog_partly
 from dpone.errors import ErrorRecord
-from dpone.pack import WorkloadPack, load_and_compile
+from dpone.pack import WorkloadPack, compile_catalog
 from dpone.redaction import redact_document, redact_text
 from dpone.reporting import CommandParser
 
@@ -38,13 +39,16 @@ def _parser() -> CommandParser:
 
 
 def catalog_problems(path: str) -> tuple[list[WorkloadPack], list[ErrorRecord]]:
-    """Everything `dpone check` refuses: the pure front half's problems and the rules only a DAG
-    file needs (image, secrets per connection, unique hook names), which CI should not learn
-    about first from generate. `preview` refuses the same."""
-    catalog, packs, problems = load_and_compile(path)
-    if catalog is not None:
-        problems = [*problems, *validate_for_airflow(catalog)]
-    return packs, problems
+    """Everything `dpone check` refuses, in one pass: the pure front half's problems and the
+    rules only a DAG file needs (image, secrets per connection, unique hook names), which CI
+    should not learn about first from generate. Each workload whose entry and manifest load
+    cleanly is planned and checked even when another one fails. `preview` and `generate`
+    refuse the same."""
+    catalog, problems = load_catalog_partly(path)
+    if catalog is None:
+        return [], problems
+    packs, plan_problems = compile_catalog(catalog)
+    return packs, [*problems, *plan_problems, *validate_for_airflow(catalog)]
 
 
 def main_check(argv: list[str]) -> int:

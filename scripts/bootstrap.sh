@@ -13,6 +13,10 @@ echo "bootstrap: creating $VENV (python: $($PY --version))" >&2
 rm -rf "$VENV"
 $PY -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+# The generator's import name (dpone_generator) maps to generator/, so setuptools installs it
+# editable through an import hook and prints a note saying so ("Editable installation."); that
+# note is the one warning the install gives, and it is informational: keep it off the terminal.
+PYTHONWARNINGS="ignore:Editable installation" "$VENV/bin/python" -m pip install --quiet \
+  --disable-pip-version-check \
   -r requirements/dev.txt -e "./runtime[postgres,mssql,mysql,progress,metrics,lineage]" -e .
 echo "$stamp_key" > "$VENV/.dpone-stamp"

@@ -18,7 +18,5 @@ trap 'rm -rf "$work"' EXIT
 tar --exclude='*.egg-info' --exclude=build --exclude=dist --exclude=__pycache__ \
   -cf - pyproject.toml README.md generator templates runtime | tar -xf - -C "$work"
 rm -f "$out"/dpone_runtime-*.whl "$out"/dpone-*.whl
-# setuptools warns that templates/tasks is not a package: it ships as package data on purpose.
-"$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$work/runtime" "$work" 2>&1 |
-  { grep -v -e BuildBackendWarning -e '^ ' -e '^$' -e 'check.warn' || true; }
+"$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$work/runtime" "$work"
 ls -l "$out"/dpone_runtime-*.whl "$out"/dpone-*.whl >&2

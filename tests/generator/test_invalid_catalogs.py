@@ -39,7 +39,7 @@ EXPECTED_CODE = {
     "provider_owned_env": "DPONE_AIRFLOW_PROVIDER_OWNED_ENV",
     "requires_chunked_backfill": "DPONE_AIRFLOW_MAPPING_REQUIRES_CHUNKED_BACKFILL",
     "state_path_kernel": "DPONE_MANIFEST_INVALID",
-    "state_unsupported_clickhouse": "DPONE_AIRFLOW_MAPPING_STATE_UNSUPPORTED",
+    "state_unsupported_clickhouse": "DPONE_MANIFEST_INVALID",
     "state_unsupported_local_file": "DPONE_AIRFLOW_MAPPING_STATE_UNSUPPORTED",
     "task_limit_exceeded": "DPONE_AIRFLOW_MAPPING_TASK_LIMIT_EXCEEDED",
     "unknown_field": "DPONE_CATALOG_INVALID",

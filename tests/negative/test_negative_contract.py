@@ -273,19 +273,29 @@ def test_max_active_overflow_is_refused(
     "state",
     [
         {"backend": "local_file", "path": "ledger.json"},
-        {"backend": "clickhouse", "connection": "neg", "require_distributed_lock": True},
         {"backend": "audit_schema", "connection": "neg", "require_distributed_lock": False},
     ],
-    ids=["local_file", "clickhouse", "no_distributed_lock"],
+    ids=["local_file", "no_distributed_lock"],
 )
-def test_local_and_clickhouse_state_are_refused_for_mapped_modes(
+def test_local_state_is_refused_for_mapped_modes(
     project: Project, state: dict[str, object]
 ) -> None:
     project.process["state"] = state
     records = negkit.check_codes(project)
     assert codes(records) == {errors.MAPPING_STATE_UNSUPPORTED}, records
-    project.airflow["mapping"] = {"mode": "internal"}  # internal mode may keep any backend
+    project.airflow["mapping"] = {"mode": "internal"}  # internal mode may keep these backends
     assert negkit.check_codes(project) == []
+
+
+@pytest.mark.parametrize("mode", ["summary", "internal"])
+def test_clickhouse_state_is_refused_by_check_in_every_mode(project: Project, mode: str) -> None:
+    """There is no ClickHouse ledger store: check says so at the field, not the pod at run time."""
+    project.process["state"] = {"backend": "clickhouse", "connection": "neg"}
+    if mode == "internal":
+        project.airflow["mapping"] = {"mode": "internal"}
+    records = negkit.check_codes(project)
+    assert codes(records) == {errors.MANIFEST_INVALID}, records
+    assert "clickhouse is not supported" in str(records[0]["message"])
 
 
 def test_local_and_clickhouse_stores_lack_the_mapped_capabilities(tmp_path: Path) -> None:

@@ -118,7 +118,14 @@ def test_summary_dag_under_a_real_scheduler(
             report["db_migrate_seconds"] = round(time.monotonic() - t, 1)
             deployment.cli("pools", "import", str(pools))
             # throttle: fewer slots than max_active, without touching the DAG file
-            deployment.cli("pools", "set", POOL, str(SLOTS), "dpone: throttled by the test")
+            deployment.cli(
+                "pools",
+                "set",
+                POOL,
+                str(SLOTS),
+                "dpone: throttled by the test",
+                "--include-deferred",
+            )
             with schedkit.running(deployment):
                 _scenario(
                     deployment, plan, data_db, dag_file, store, held, held_chunk, bad_row, report

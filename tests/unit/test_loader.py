@@ -535,11 +535,10 @@ def test_parallelism_multiplier(tmp_path: Path) -> None:
     "state",
     [
         "state: {backend: local_file, path: /tmp/ledger}",
-        "state: {backend: clickhouse, connection: wh, require_distributed_lock: true}",
         "state: {backend: audit_schema, connection: wh, require_distributed_lock: false}",
         "state: {backend: audit_schema, connection: wh}",
     ],
-    ids=["local_file", "clickhouse", "lock-false", "lock-absent"],
+    ids=["local_file", "lock-false", "lock-absent"],
 )
 def test_state_unsupported(tmp_path: Path, state: str) -> None:
     codes = mapped_codes(
@@ -547,6 +546,25 @@ def test_state_unsupported(tmp_path: Path, state: str) -> None:
         **{"state: {backend: audit_schema, connection: wh, require_distributed_lock: true}": state},
     )
     assert codes == [(errors.MAPPING_STATE_UNSUPPORTED, PROCESS)]
+
+
+@pytest.mark.parametrize("policy", [MAPPED, "{mode: internal}"], ids=["summary", "internal"])
+def test_clickhouse_state_is_refused_in_every_mode_at_its_field(
+    tmp_path: Path, policy: str
+) -> None:
+    """No ClickHouse ledger store exists: check refuses it where it is written, in any mode,
+    instead of the pod failing with DPONE_LEDGER_UNAVAILABLE."""
+    clickhouse = "state: {backend: clickhouse, connection: wh, require_distributed_lock: true}"
+    codes = mapped_codes(
+        tmp_path,
+        policy,
+        **{
+            "state: {backend: audit_schema, connection: wh, require_distributed_lock: true}": (
+                clickhouse
+            )
+        },
+    )
+    assert codes == [(errors.MANIFEST_INVALID, ("orders.yaml", 15, 22))]
 
 
 def test_state_rules_do_not_apply_to_internal(tmp_path: Path) -> None:
@@ -594,7 +612,7 @@ def test_every_mapped_rule_is_reported_at_once(tmp_path: Path) -> None:
             "parallel_workers: 1": "parallel_workers: 2",
             "inner_mode: replace": "inner_mode: append",
             "state: {backend: audit_schema, connection: wh, require_distributed_lock: true}": (
-                "state: {backend: clickhouse, connection: ch}"
+                "state: {backend: local_file, path: /tmp/ledger}"
             ),
         },
     )

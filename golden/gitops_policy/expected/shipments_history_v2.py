@@ -232,7 +232,7 @@ with DAG(
             "requests": {"cpu": "250m", "memory": "512Mi"},
             "limits": {"cpu": "1", "memory": "1Gi"},
         },
-        cmds=["dpone", "check", "/app/golden/gitops_policy/workloads.yaml"],
+        cmds=["dpone", "check", "/opt/dpone/catalog/workloads.yaml"],
         retries=1,
         env_vars={
             "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"shipments_history_v2","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3bffe43495954b8feba8027dddab747645b5d57d5bbc7092fc5f6bf02241040e","process":"shipments","schema":"dpone.airflow-run-identity.v1","workload":"shipments_history"}',
@@ -260,7 +260,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/gitops_policy/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "shipments_history",
             "--process",

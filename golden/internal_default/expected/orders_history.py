@@ -229,7 +229,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/internal_default/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "orders_history",
             "--process",

@@ -228,7 +228,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/multi_workload/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "customers_snapshot",
             "--process",

@@ -229,7 +229,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/multi_workload/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "invoices_monthly",
             "--process",

@@ -376,7 +376,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/pod_options/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "invoices",
             "--process",

@@ -229,7 +229,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/shared_pool/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "clicks_daily",
             "--process",

@@ -229,7 +229,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/summary_1000_into_200/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "events_by_id",
             "--process",

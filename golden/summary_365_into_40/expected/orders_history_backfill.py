@@ -233,7 +233,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/summary_365_into_40/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "orders_history",
             "--process",

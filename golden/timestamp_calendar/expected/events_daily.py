@@ -231,7 +231,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/timestamp_calendar/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "events_daily",
             "--process",
@@ -316,7 +316,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/timestamp_calendar/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "events_daily",
             "--process",

@@ -229,7 +229,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/timestamp_calendar/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "events_monthly",
             "--process",

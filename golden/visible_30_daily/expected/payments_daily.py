@@ -229,7 +229,7 @@ with DAG(
         arguments=[
             "run",
             "--catalog",
-            "/app/golden/visible_30_daily/workloads.yaml",
+            "/opt/dpone/catalog/workloads.yaml",
             "--workload",
             "payments_daily",
             "--process",

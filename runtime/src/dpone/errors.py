@@ -71,7 +71,8 @@ CATALOG_INVALID = _register(
 MANIFEST_INVALID = _register(
     "DPONE_MANIFEST_INVALID",
     "A pipeline manifest violates the dpone.pipeline.v1 schema or its rules.",
-    "A missing required field, an unknown field, a bad chunk spec or a wrong type.",
+    "A missing required field, an unknown field, a bad chunk spec, a wrong type, or a state "
+    "backend this release has no store for (clickhouse).",
     "Compare the reported node with docs/reference/schemas.md (pipeline).",
 )
 BACKFILL_PLAN_INVALID = _register(
@@ -162,7 +163,7 @@ MAPPING_PARALLELISM_MULTIPLIER = _register(
 MAPPING_STATE_UNSUPPORTED = _register(
     "DPONE_AIRFLOW_MAPPING_STATE_UNSUPPORTED",
     "The state backend lacks a distributed lock, chunk lease or compare-and-set completion.",
-    "local_file or clickhouse state, or require_distributed_lock is not true.",
+    "local_file state, or require_distributed_lock is not true.",
     "Use state.backend: audit_schema on Postgres or MSSQL with require_distributed_lock: true.",
 )
 MAPPING_PLAN_MISMATCH = _register(

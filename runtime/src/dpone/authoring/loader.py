@@ -7,6 +7,7 @@ env) -> normalise to ``Catalog``. Nothing here touches a database or the network
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ from dpone.redaction import has_credentials
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"
 DEFAULT_UNITS = {"date": "day", "timestamp": "hour", "integer": "value"}
-DEFAULT_IMAGE_CATALOG_PATH = "/app/catalog/workloads.yaml"
+# Where deploy/Containerfile copies the catalog folder (tests/unit/test_check_one_pass.py keeps them equal).
+DEFAULT_IMAGE_CATALOG_PATH = "/opt/dpone/catalog/workloads.yaml"
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_START_DATE = "2024-01-01"
 # Airflow task arguments the catalog may set beside ``retries``, in the order the DAG file writes them.
@@ -194,6 +196,14 @@ def _process(
             errors.MANIFEST_INVALID,
             f"process {name!r}: state.backend audit_schema needs state.connection",
             doc.locate((*path, "state")),
+        )
+    if backend == "clickhouse":
+        out.add(
+            errors.MANIFEST_INVALID,
+            f"process {name!r}: state.backend clickhouse is not supported in this release (dpone "
+            "has no ClickHouse ledger store; the pod would fail with DPONE_LEDGER_UNAVAILABLE): "
+            "use audit_schema (Postgres or MSSQL) or local_file",
+            doc.locate((*path, "state", "backend")),
         )
     schema = st.get("schema", "dpone_audit")
     if backend == "audit_schema" and not (isinstance(schema, str) and SCHEMA_NAME.match(schema)):
@@ -389,6 +399,33 @@ def _pod_credentials(
         )
 
 
+def _quantities(
+    name: str,
+    resources: dict[str, Any],
+    kind: str,
+    doc: YamlDocument,
+    wpath: tuple[str | int, ...],
+    out: ErrorCollector,
+) -> tuple[tuple[str, str], ...]:
+    """``resources.<kind>`` as Kubernetes quantity strings: the API takes ``cpu: 1`` and
+    ``cpu: 0.5`` as numbers too; the DAG file writes each as the string Kubernetes parses alike."""
+    found: list[tuple[str, str]] = []
+    for key, value in sorted(resources.get(kind, {}).items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            field = (*wpath, "airflow", "resources", kind, key)
+            if field not in doc.positions:
+                field = ("defaults", "airflow", "resources", kind, key)
+            out.add(
+                errors.CATALOG_INVALID,
+                f"workload {name!r}: airflow.resources.{kind}.{key} must be a finite quantity, "
+                f"got {value!r}",
+                doc.locate(field),
+            )
+            continue
+        found.append((key, value if isinstance(value, str) else repr(value)))
+    return tuple(found)
+
+
 def _airflow(
     name: str,
     raw: dict[str, Any],
@@ -429,8 +466,8 @@ def _airflow(
         flavour=flavour,
         catalog_path=raw.get("catalog_path", DEFAULT_IMAGE_CATALOG_PATH),
         command=tuple(raw.get("command", ("dpone",))),
-        requests=tuple(sorted(resources.get("requests", {}).items())),
-        limits=tuple(sorted(resources.get("limits", {}).items())),
+        requests=_quantities(name, resources, "requests", doc, wpath, out),
+        limits=_quantities(name, resources, "limits", doc, wpath, out),
         secrets=tuple(
             SecretRef(s["connection"], s["secret"], s["key"]) for s in raw.get("secrets", ())
         ),
@@ -452,6 +489,18 @@ def load_catalog(
     manifest is read: what a pod needs, without parsing every other workload's manifest per
     run (`dpone check` and `dpone generate` still load them all).
     """
+    catalog, records = load_catalog_partly(path, only)
+    return (None, records) if records else (catalog, [])
+
+
+def load_catalog_partly(
+    path: str | Path, only: str | None = None
+) -> tuple[Catalog | None, list[ErrorRecord]]:
+    """Every problem of the catalog and of every manifest it names, in one pass, with the
+    workloads whose own manifest is clean (``dpone check`` plans and checks those too, so one
+    run reports everything). A catalog that breaks its schema still has each manifest it names
+    read and checked; the catalog is then None. A manifest that cannot be parsed is one problem.
+    """
     display = str(path)
     catalog_path = Path(path)
     out = ErrorCollector()
@@ -460,6 +509,7 @@ def load_catalog(
     if doc is None:
         return None, out.records
     if not _schema_errors(doc, CATALOG_SCHEMA, errors.CATALOG_INVALID, out):
+        _named_manifests(doc, display, catalog_path.parent, only, out)
         return None, out.records
     data = doc.data
     defaults_airflow = data.get("defaults", {}).get("airflow", {})
@@ -481,17 +531,9 @@ def load_catalog(
         wraw = data["workloads"][name]
         wpath: tuple[str | int, ...] = ("workloads", name)
         manifest_rel = wraw["manifest"]
-        manifest_display = _join_display(display, manifest_rel)
-        manifest = load_manifest(base / manifest_rel, manifest_display, out)
-        if manifest is None and not (base / manifest_rel).exists():
-            # load_yaml reported the file as missing; point at the catalog entry instead.
-            last = out.records[-1]
-            out.records[-1] = ErrorRecord(
-                last.code,
-                f"workload {name!r}: manifest {manifest_rel!r} not found "
-                f"(paths are relative to the catalog's folder)",
-                doc.locate((*wpath, "manifest")),
-            )
+        before = len(out.records)
+        manifest = _workload_manifest(doc, display, base, name, manifest_rel, out)
+        manifest_clean = len(out.records) == before
         own_airflow = wraw.get("airflow", {})
         _env_credentials(f"workload {name!r}", own_airflow.get("env"), wpath, doc, out)
         _pod_credentials(
@@ -523,12 +565,43 @@ def load_catalog(
         policy, source, location = _choose_policy(
             name, catalog_policy, manifest, default_policy, doc, wpath, out
         )
-        if policy is None:
+        if policy is None or not manifest_clean:
             continue
         workloads.append(Workload(name, manifest, airflow, policy, source, location))
-    if out:
-        return None, out.records
-    return Catalog(display, tuple(workloads), tuple(data["workloads"])), []
+    return Catalog(display, tuple(workloads), tuple(data["workloads"])), out.records
+
+
+def _workload_manifest(
+    doc: YamlDocument, display: str, base: Path, name: str, relative: str, out: ErrorCollector
+) -> Manifest | None:
+    """The manifest of workload ``name``; a missing file is reported at the catalog entry."""
+    manifest = load_manifest(base / relative, _join_display(display, relative), out)
+    if manifest is None and not (base / relative).exists():
+        # load_yaml reported the file as missing; point at the catalog entry instead.
+        last = out.records[-1]
+        out.records[-1] = ErrorRecord(
+            last.code,
+            f"workload {name!r}: manifest {relative!r} not found "
+            f"(paths are relative to the catalog's folder)",
+            doc.locate(("workloads", name, "manifest")),
+        )
+    return manifest
+
+
+def _named_manifests(
+    doc: YamlDocument, display: str, base: Path, only: str | None, out: ErrorCollector
+) -> None:
+    """Check every manifest a schema-invalid catalog still names readably (a workload entry
+    that is a mapping with a string ``manifest``), so one run reports both files' problems."""
+    workloads = doc.data.get("workloads") if isinstance(doc.data, dict) else None
+    if not isinstance(workloads, dict):
+        return
+    for name, entry in workloads.items():
+        if only is not None and name != only:
+            continue
+        relative = entry.get("manifest") if isinstance(entry, dict) else None
+        if isinstance(name, str) and isinstance(relative, str) and relative:
+            _workload_manifest(doc, display, base, name, relative, out)
 
 
 def _join_display(catalog_display: str, relative: str) -> str:

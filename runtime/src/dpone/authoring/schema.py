@@ -145,7 +145,7 @@ def _walk(
             out.append(SchemaViolation(path, f"must have at most {schema['maxLength']} characters"))
         if "pattern" in schema and not _pattern(schema["pattern"]).search(value):
             out.append(SchemaViolation(path, f"{value[:80]!r} does not match {schema['pattern']}"))
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int | float) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             out.append(SchemaViolation(path, f"must be >= {schema['minimum']}, got {value}"))
         if "maximum" in schema and value > schema["maximum"]:
