@@ -11,6 +11,7 @@ source replaces the whole target in one sink transaction (:func:`run_full_refres
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import queue
@@ -243,16 +244,16 @@ class ChunkMover:
         owner: str,
         lease_seconds: float,
         upcoming: Chunk | None,
-        attempts: list[int],
+        leases: list[Lease],
     ) -> tuple[LeaseOutcome, ChunkResult | None]:
         """The one-commit chunk: the lease's RUNNING record, the rows, the gate and the
-        COMMITTED record in one transaction on the ledger's connection; ``attempts`` gets the
-        attempt number once leased (for the caller's record of a failure)."""
+        COMMITTED record in one transaction on the ledger's connection; ``leases`` gets the
+        lease once taken (for the caller's record of a failure)."""
         source, sink = self._connectors()
         window = self.window(chunk)
 
         def write(connection: Any, lease: Lease) -> ChunkResult:
-            attempts.append(lease.attempt)
+            leases.append(lease)
             source.expect(self.window(upcoming) if upcoming is not None else None)
             fault_point("chunk_leased")
             try:
@@ -266,10 +267,25 @@ class ChunkMover:
 
         with STOP.cancellable(self.interrupt):
             store: Any = self.store
-            outcome: tuple[LeaseOutcome, ChunkResult | None] = store.lease_and_complete(
-                self.ctx.shape(), chunk, owner, lease_seconds, write
-            )
+            try:
+                outcome: tuple[LeaseOutcome, ChunkResult | None] = store.lease_and_complete(
+                    self.ctx.shape(), chunk, owner, lease_seconds, write
+                )
+            except DponeError as exc:
+                if STOP.requested and leases and exc.code != errors.CHUNK_LEASE_LOST:
+                    self._release_after_stop(leases[-1], chunk)
+                raise
             return outcome
+
+    def _release_after_stop(self, lease: Lease, chunk: Chunk) -> None:
+        """Make sure a chunk stopped in the one-commit placement is released: the FAILED
+        record written after the rollback may itself have met a stop's cancel. A
+        compare-and-set: refused (and ignored) when that record is there or no RUNNING one is."""
+        STOP.settle()
+        stopped = STOP.record("the chunk's transaction was rolled back")
+        failed = ChunkResult(False, error_code=stopped.code, error_message=stopped.message[:500])
+        with contextlib.suppress(DponeError):
+            self.store.complete(lease, chunk, failed)
 
     def _move_fenced(
         self, lease: Lease, chunk: Chunk, source: Any, sink: Any, window: Any
@@ -456,13 +472,13 @@ def _run_chunk_one_commit(
     started: float,
 ) -> bool:
     """_run_chunk where lease, data and completion are one transaction (ADR 0021)."""
-    attempts: list[int] = []
+    leases: list[Lease] = []
     try:
-        outcome, result = mover.lease_and_move(chunk, owner, lease_s, upcoming, attempts)
+        outcome, result = mover.lease_and_move(chunk, owner, lease_s, upcoming, leases)
     except DponeError as exc:
-        if not attempts:  # the lease statement itself failed: nothing was recorded
+        if not leases:  # the lease statement itself failed: nothing was recorded
             return _lease_failed(exc, chunk, tally)
-        return _chunk_failed(exc, chunk, attempts[-1], started, tally)
+        return _chunk_failed(exc, chunk, leases[-1].attempt, started, tally)
     refused = _lease_refused(outcome, chunk, tally)
     if refused is not None:
         return refused
