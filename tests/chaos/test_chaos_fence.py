@@ -137,6 +137,23 @@ class FenceProject:
             (chunk,),
         )
 
+    def leased(self, chunk: int) -> bool:
+        """A committed RUNNING record (split placement), or the chunk's lock held by the
+        one-commit transaction that moves it (ledger in the sink's database, ADR 0021)."""
+        if any(t[1] == "running" for t in self.transitions(chunk)):
+            return True
+        if not self.transitions(chunk) and not self.sql(
+            self.audit_dsn, "SELECT 1 FROM pg_namespace WHERE nspname = 'fence_audit'"
+        ):
+            return False
+        from dpone.ledger.postgres import PostgresLedger
+
+        store = PostgresLedger(self.audit_dsn, "fence_audit", create=False)
+        try:
+            return any(chunk in store.chunk_lock_holders(k) for k in store.list_campaigns())
+        finally:
+            store.close()
+
     def day(self, table: str, day: str = DAY_ONE) -> tuple[int, int, Any]:
         """(rows, distinct ids, sum of amounts) of one day of a table."""
         rows = self.sql(
@@ -253,10 +270,7 @@ def test_sigterm_mid_copy_rolls_back_and_releases_the_chunk_at_once(
     fence.write("replace", "dst_same", ledger=ledger)
     fence.sql(fence.data_dsn, "UPDATE chaos.slow SET seconds = 60")
     run, err = fence.launch(0)
-    wait_until(
-        "the chunk to be leased and moving",
-        lambda: any(t[1] == "running" for t in fence.transitions(1)),
-    )
+    wait_until("the chunk to be leased and moving", lambda: fence.leased(1))
     time.sleep(1.0)  # inside the source COPY (pg_sleep) with the sink transaction open
     signalled = time.monotonic()
     run.send_signal(signal.SIGTERM)

@@ -271,6 +271,21 @@ def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
 
 
 def _leased(dsn: str, schema: str, index: int) -> bool:
+    """The chunk is leased: a committed RUNNING record (the split placement), or its lock held
+    by the one-commit transaction that moves it (ADR 0021)."""
+    from dpone.ledger.postgres import PostgresLedger
+
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f"{schema}_audit.chunk_transition",)
+        ).fetchone()
+    if found and found[0]:
+        store = PostgresLedger(dsn, f"{schema}_audit", create=False)
+        try:
+            if any(index in store.chunk_lock_holders(k) for k in store.list_campaigns()):
+                return True
+        finally:
+            store.close()
     with psycopg.connect(dsn) as conn:
         found = conn.execute(
             "SELECT to_regclass(%s) IS NOT NULL", (f"{schema}_audit.chunk_transition",)

@@ -224,19 +224,30 @@ def test_verify_restate_run_verify(project: Project) -> None:
 
 
 def _wait_for_lease(project: Project, chunk: int, deadline_s: float = 60.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        states = [t[1] for t in project.transitions(chunk)]
-        if states and states[-1] == "running":
-            return
-        time.sleep(0.1)
+    """A committed RUNNING record, or (ledger in the sink's database, ADR 0021) the chunk's
+    lock held by the one-commit transaction that moves it."""
+    from dpone.ledger.postgres import PostgresLedger
+
+    store = PostgresLedger(project.dsn, f"{project.schema}_audit", create=False)
+    try:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            states = [t[1] for t in project.transitions(chunk)]
+            if states and states[-1] == "running":
+                return
+            if any(chunk in store.chunk_lock_holders(k) for k in store.list_campaigns()):
+                return
+            time.sleep(0.1)
+    finally:
+        store.close()
     raise AssertionError(f"chunk {chunk} was never leased")
 
 
 def test_restate_races_a_live_pod_on_the_same_chunk(project: Project) -> None:
-    """A real pod process, stopped right after its lease of chunk 3 committed (the moment it
-    starts moving data): restating chunk 3 is refused, nothing written; the pod resumes and
-    commits once; restated then, the chunk moves exactly once more."""
+    """A real pod process, stopped right after its lease of chunk 3 (the moment it starts
+    moving data, inside the chunk's one transaction: the chunk lock is held): restating chunk 3
+    is refused once the bounded lock wait ends, nothing written; the pod resumes and commits
+    once; restated then, the chunk moves exactly once more."""
     s = project.schema
     plan = project.write("visible")  # one chunk per item: item 2 is chunk 3
     for index in range(12):

@@ -193,6 +193,33 @@ def test_a_failed_item_is_retried_without_moving_committed_chunks(project, monke
     assert attempts[item.first_chunk_index + 1] == 2  # the failed chunk, retried once
 
 
+def test_a_pod_runs_its_workload_while_another_workloads_manifest_is_broken_or_missing(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    catalog = project["write"]()
+    pack, plan = _plan(catalog)  # the plan and identity the generated DAG carries
+    folder = Path(catalog).parent
+    (folder / "workloads.yaml").write_text(
+        CATALOG + "  broken:\n    manifest: broken.yaml\n  gone:\n    manifest: gone.yaml\n"
+    )
+    (folder / "broken.yaml").write_text("schema: [oops\n")
+    _, _, problems = load_and_compile(catalog)  # check and generate --check still refuse
+    assert sorted(p.code for p in problems) == ["DPONE_FILE_NOT_FOUND", "DPONE_YAML_INVALID"]
+    monkeypatch.setenv(
+        "DPONE_AIRFLOW_MAPPING_ITEM", plan.mapping_plan.item_env_value(plan.mapping_plan.items[0])
+    )
+    monkeypatch.setenv("DPONE_AIRFLOW_RUN_IDENTITY", expected_identity(pack, plan.name).env_value())
+    code = main(["run", "--catalog", catalog, "--workload", "orders", "--process", "orders"])
+    result = json.loads((folder / "xcom.json").read_text())
+    assert code == 0, result
+    assert result["pack_fingerprint"] == pack.fingerprint  # the pod's plan is the generated one
+    monkeypatch.delenv("DPONE_AIRFLOW_MAPPING_ITEM")
+    monkeypatch.delenv("DPONE_AIRFLOW_RUN_IDENTITY")
+    assert main(["run", "--catalog", catalog, "--workload", "orders"]) == 0  # internal run
+    s = project["schema"]
+    assert _table_digest(project["dsn"], f"{s}.orders") == _table_digest(
+        project["dsn"], f"{s}.raw_orders"
+    )
+
+
 def test_plan_mismatch_is_refused_before_any_database_io(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     catalog = project["write"]()
     pack, plan = _plan(catalog)

@@ -254,6 +254,27 @@ def test_status_names_the_failed_and_stuck_items_to_clear(campaign: dict[str, An
     assert html.escape(clear["command"]) in render_html(campaign)
 
 
+def test_chunks_held_by_a_live_transaction_show_as_running_by_their_holder(tmp_path: Path) -> None:
+    """The one-commit placement (ADR 0021): a chunk being moved has no committed RUNNING record;
+    the ledger store names who holds its lock, and status shows it running by that holder."""
+    pack, plan = _compile(tmp_path)
+    who = "dpone-ledger pid 4242 (transaction since 2024-05-01T11:59:00+00:00)"
+    held = {5: "a restate holding a committed chunk", 150: who, 200: who}
+    doc = status_document(pack, plan, _ledger(plan), held=held)
+    assert doc["counts"] == {
+        "committed": COUNTS["committed"],
+        "running": COUNTS["running"] + 2,
+        "failed": COUNTS["failed"] - 1,
+        "pending": COUNTS["pending"] - 1,
+    }
+    mine = [x for x in doc["running_leases"] if x.get("in_transaction")]
+    assert [(x["chunk_index"], x["owner"]) for x in mine] == [(150, who), (200, who)]
+    assert 150 not in {x["chunk_index"] for x in doc["failures"]}  # being retried now
+    text = render_text(doc, colour=False)
+    assert f"  lease: chunk 200 held by {who}: moving in one transaction" in text
+    assert "while its transaction lives" in render_html(doc)
+
+
 # --- HTML ---------------------------------------------------------------------------------------
 
 

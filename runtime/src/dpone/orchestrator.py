@@ -32,6 +32,7 @@ from dpone.ledger.port import (
     CampaignShape,
     ChunkResult,
     Lease,
+    LeaseOutcome,
     LeaseStatus,
     Ledger,
     LedgerStore,
@@ -221,49 +222,65 @@ class ChunkMover:
         """Move one chunk and record its completion (compare-and-set on the lease); the source
         may read ``upcoming`` (the chunk this worker moves next) ahead while this one is written.
 
-        Same database: data and completion commit in one transaction under the chunk's ledger
-        lock, which is the fence. Split placement: the sink transaction claims the chunk's fence
-        row with the lease's attempt (a stale attempt's transaction rolls back), then the
-        completion is recorded in the ledger.
+        The split placement (the one-database placement is lease_and_move): the sink
+        transaction claims the chunk's fence row with the lease's attempt (a stale attempt's
+        transaction rolls back), then the completion is recorded in the ledger.
         """
         source, sink = self._connectors()
         window = self.window(chunk)
         source.expect(self.window(upcoming) if upcoming is not None else None)
         with STOP.cancellable(self.interrupt):
-            if self.ctx.same_transaction:
-                return self._move_same_transaction(lease, chunk, source, sink, window)
             return self._move_fenced(lease, chunk, source, sink, window)
 
-    def _move_same_transaction(
-        self, lease: Lease, chunk: Chunk, source: Any, sink: Any, window: Any
-    ) -> ChunkResult:
-        def write(connection: Any) -> ChunkResult:
+    @functools.cached_property
+    def one_commit(self) -> bool:
+        """Lease, data, read-back gate and completion commit together (ADR 0021): the ledger
+        lives in the sink's Postgres database."""
+        return self.ctx.same_transaction and hasattr(self.store, "lease_and_complete")
+
+    def lease_and_move(
+        self,
+        chunk: Chunk,
+        owner: str,
+        lease_seconds: float,
+        upcoming: Chunk | None,
+        leases: list[Lease],
+    ) -> tuple[LeaseOutcome, ChunkResult | None]:
+        """The one-commit chunk: the lease's RUNNING record, the rows, the gate and the
+        COMMITTED record in one transaction on the ledger's connection; ``leases`` gets the
+        lease once taken (for the caller's record of a failure)."""
+        source, sink = self._connectors()
+        window = self.window(chunk)
+
+        def write(connection: Any, lease: Lease) -> ChunkResult:
+            leases.append(lease)
+            source.expect(self.window(upcoming) if upcoming is not None else None)
+            fault_point("chunk_leased")
             try:
                 # the ledger rolls the whole transaction back when this raises: no savepoint
                 written = sink.write_chunk(source, window, connection=connection, isolated=False)
             except DponeError as exc:
-                STOP.settle()  # a stop's last cancel must not land on the rollback or release
+                STOP.settle()  # a stop's last cancel must not land on the rollback or record
                 raise interrupted_or(exc, "the chunk's transaction was rolled back") from None
             fault_point("chunk_written")
             return committed(written)
 
-        try:
-            return self.store.complete_in_transaction(lease, chunk, write)
-        except DponeError as exc:
-            if STOP.requested and exc.code != errors.CHUNK_LEASE_LOST:
-                self._release_after_stop(lease, chunk)
-            if exc.code == errors.CHUNK_LEASE_LOST and "fence" not in exc.message:
-                raise DponeError(
-                    exc.code,
-                    f"{exc.message}; the chunk's data was not written (the ledger and the sink "
-                    "share one transaction)",
-                ) from None
-            raise
+        with STOP.cancellable(self.interrupt):
+            store: Any = self.store
+            try:
+                outcome: tuple[LeaseOutcome, ChunkResult | None] = store.lease_and_complete(
+                    self.ctx.shape(), chunk, owner, lease_seconds, write
+                )
+            except DponeError as exc:
+                if STOP.requested and leases and exc.code != errors.CHUNK_LEASE_LOST:
+                    self._release_after_stop(leases[-1], chunk)
+                raise
+            return outcome
 
     def _release_after_stop(self, lease: Lease, chunk: Chunk) -> None:
-        """Make sure a chunk stopped in the one-database placement is released: the FAILED
-        record the ledger writes after the rollback may itself have met a stop's cancel. A
-        compare-and-set: refused (and ignored) when that record, or the commit, is there."""
+        """Make sure a chunk stopped in the one-commit placement is released: the FAILED
+        record written after the rollback may itself have met a stop's cancel. A
+        compare-and-set: refused (and ignored) when that record is there or no RUNNING one is."""
         STOP.settle()
         stopped = STOP.record("the chunk's transaction was rolled back")
         failed = ChunkResult(False, error_code=stopped.code, error_message=stopped.message[:500])
@@ -426,15 +443,63 @@ def _run_chunk(
     """Lease, move, complete one chunk (``upcoming``: the worker's next, which the source may
     read ahead); returns False when the run should stop (mapped item)."""
     started = time.monotonic()
+    if mover.one_commit:
+        return _run_chunk_one_commit(mover, chunk, owner, tally, lease_s, upcoming, started)
     try:
         outcome = mover.store.acquire_lease(mover.ctx.shape(), chunk, owner, lease_s)
     except DponeError as exc:
-        if STOP.requested:  # the stop cancelled the lease statement: nothing was recorded
-            tally.record(ChunkTiming(chunk.index, "not_started"))
-            return False
-        tally.record(ChunkTiming(chunk.index, "failed", error_code=exc.code))
-        tally.fail(exc.records[0])
+        return _lease_failed(exc, chunk, tally)
+    refused = _lease_refused(outcome, chunk, tally)
+    if refused is not None:
+        return refused
+    lease = outcome.lease
+    assert lease is not None
+    fault_point("chunk_leased")
+    try:
+        result = mover.move(lease, chunk, upcoming)
+    except DponeError as exc:
+        return _chunk_failed(exc, chunk, lease.attempt, started, tally)
+    return _chunk_committed(result, chunk, lease.attempt, started, tally)
+
+
+def _run_chunk_one_commit(
+    mover: ChunkMover,
+    chunk: Chunk,
+    owner: str,
+    tally: _Tally,
+    lease_s: float,
+    upcoming: Chunk | None,
+    started: float,
+) -> bool:
+    """_run_chunk where lease, data and completion are one transaction (ADR 0021)."""
+    leases: list[Lease] = []
+    try:
+        outcome, result = mover.lease_and_move(chunk, owner, lease_s, upcoming, leases)
+    except DponeError as exc:
+        if not leases:  # the lease statement itself failed: nothing was recorded
+            return _lease_failed(exc, chunk, tally)
+        return _chunk_failed(exc, chunk, leases[-1].attempt, started, tally)
+    refused = _lease_refused(outcome, chunk, tally)
+    if refused is not None:
+        return refused
+    assert outcome.lease is not None and result is not None
+    if not result.committed:
+        failed = DponeError(result.error_code or errors.INTERNAL, result.error_message or "failed")
+        return _chunk_failed(failed, chunk, outcome.lease.attempt, started, tally)
+    return _chunk_committed(result, chunk, outcome.lease.attempt, started, tally)
+
+
+def _lease_failed(exc: DponeError, chunk: Chunk, tally: _Tally) -> bool:
+    if STOP.requested:  # the stop cancelled the lease statement: nothing was recorded
+        tally.record(ChunkTiming(chunk.index, "not_started"))
         return False
+    tally.record(ChunkTiming(chunk.index, "failed", error_code=exc.code))
+    tally.fail(exc.records[0])
+    return False
+
+
+def _lease_refused(outcome: LeaseOutcome, chunk: Chunk, tally: _Tally) -> bool | None:
+    """What _run_chunk returns for a lease it did not get; None when it got it."""
     if outcome.status is LeaseStatus.CANCELLED:
         tally.outcome.cancelled = True
         tally.record(ChunkTiming(chunk.index, "cancelled", error_code=errors.CAMPAIGN_CANCELLED))
@@ -462,37 +527,40 @@ def _run_chunk(
             )
         )
         return False
-    lease = outcome.lease
-    assert lease is not None
-    fault_point("chunk_leased")
-    try:
-        result = mover.move(lease, chunk, upcoming)
-    except DponeError as exc:
-        status = {
-            errors.CHUNK_LEASE_LOST: "lease_lost",
-            errors.CHUNK_BUSY: "busy",
-            errors.RUN_INTERRUPTED: "interrupted",
-        }.get(exc.code, "failed")
-        tally.record(
-            ChunkTiming(
-                chunk.index,
-                status,
-                attempt=lease.attempt,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                error_code=exc.code,
-            )
+    return None
+
+
+def _chunk_failed(
+    exc: DponeError, chunk: Chunk, attempt: int, started: float, tally: _Tally
+) -> bool:
+    status = {
+        errors.CHUNK_LEASE_LOST: "lease_lost",
+        errors.CHUNK_BUSY: "busy",
+        errors.RUN_INTERRUPTED: "interrupted",
+    }.get(exc.code, "failed")
+    tally.record(
+        ChunkTiming(
+            chunk.index,
+            status,
+            attempt=attempt,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            error_code=exc.code,
         )
-        tally.fail(
-            ErrorRecord(
-                exc.code, f"chunk {chunk.index} [{chunk.start}, {chunk.end}): {exc.message}"
-            )
-        )
-        return False
+    )
+    tally.fail(
+        ErrorRecord(exc.code, f"chunk {chunk.index} [{chunk.start}, {chunk.end}): {exc.message}")
+    )
+    return False
+
+
+def _chunk_committed(
+    result: ChunkResult, chunk: Chunk, attempt: int, started: float, tally: _Tally
+) -> bool:
     tally.record(
         ChunkTiming(
             chunk.index,
             "committed",
-            attempt=lease.attempt,
+            attempt=attempt,
             rows=result.rows,
             checksum=result.checksum,
             duration_ms=int((time.monotonic() - started) * 1000),

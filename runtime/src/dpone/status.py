@@ -13,7 +13,7 @@ import re
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,12 +94,18 @@ def status_document(
     ledger: Ledger | None,
     amendments: Sequence[Amendment] = (),
     restatements: Sequence[Restatement] = (),
+    held: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
+    """``held``: chunks whose lock a live transaction holds (the one-commit placement's lease,
+    ADR 0021), shown as running by that holder."""
     states = {
         c.index: (ledger.state_of(c.index).value if ledger else "pending") for c in plan.chunks
     }
+    held = {i: who for i, who in (held or {}).items() if states.get(i, "committed") != "committed"}
+    states.update({index: "running" for index in held})
     counts = Counter(states.values())
-    leases, failures = [], []
+    leases: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
     if ledger is not None:
         for index in sorted(ledger.records):
             record = ledger.records[index]
@@ -118,7 +124,7 @@ def status_document(
                         "expired": expired,
                     }
                 )
-            elif record.state is ChunkState.FAILED:
+            elif record.state is ChunkState.FAILED and index not in held:
                 failures.append(
                     {
                         "chunk_index": index,
@@ -127,6 +133,21 @@ def status_document(
                         "error_message": (record.error_message or "")[:300],
                     }
                 )
+    for index, who in sorted(held.items()):
+        if ledger is not None and index in ledger.records:
+            if ledger.records[index].state is ChunkState.RUNNING:
+                continue  # its committed RUNNING record is listed (the split placement)
+        leases.append(
+            {
+                "chunk_index": index,
+                "owner": who,
+                "attempt": None,
+                "expires_at": None,
+                "expired": False,
+                "in_transaction": True,
+            }
+        )
+    leases.sort(key=lambda lease: lease["chunk_index"])
     restated = restated_chunks(ledger, restatements)
     document: dict[str, Any] = redact_document(
         {
@@ -293,6 +314,12 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
         done = sum(1 for s in group["states"] if s == "committed")
         lines.append(f"  {group['label']:<{width}}  {cells} {done}/{len(group['states'])}")
     for lease in doc["running_leases"]:
+        if lease.get("in_transaction"):
+            lines.append(
+                f"  lease: chunk {lease['chunk_index']} held by {lease['owner']}: moving in one "
+                "transaction (a crash releases it at once)"
+            )
+            continue
         flag = " (expired: retryable)" if lease["expired"] else ""
         lines.append(
             f"  lease: chunk {lease['chunk_index']} attempt {lease['attempt']} owner "
@@ -375,8 +402,9 @@ def _html_section(doc: dict[str, Any]) -> str:
         f'<span class="cell {s}"></span> {s} <b>{c[s]}</b>' for s in STATE_COLOURS
     )
     leases = "".join(
-        f"<tr><td>{x['chunk_index']}</td><td>{x['attempt']}</td>"
-        f'<td class="code">{e(str(x["owner"]))}</td><td>{e(str(x["expires_at"]))}</td>'
+        f"<tr><td>{x['chunk_index']}</td><td>{x['attempt'] or '-'}</td>"
+        f'<td class="code">{e(str(x["owner"]))}</td>'
+        f'<td>{e(str(x["expires_at"] or "while its transaction lives"))}</td>'
         f"<td>{'yes: retryable' if x['expired'] else 'no'}</td></tr>"
         for x in doc["running_leases"]
     )
@@ -700,9 +728,11 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             ledger = store.load(plan.run_key)
             amendments = store.amendments(plan.run_key) if ledger is not None else []
             restatements = store.restatements(plan.run_key) if ledger is not None else []
+            holders = getattr(store, "chunk_lock_holders", None)
+            held = holders(plan.run_key) if holders is not None and ledger is not None else {}
         finally:
             store.close()
-        docs.append(status_document(pack, plan, ledger, amendments, restatements))
+        docs.append(status_document(pack, plan, ledger, amendments, restatements, held))
     if args.format == "json":
         print(json.dumps(docs if len(docs) != 1 else docs[0], indent=2, sort_keys=True))
     else:

@@ -36,6 +36,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("connect", "dpone.connectors.postgres", "PgConnection.get"),
     ("chunk", "dpone.orchestrator", "_run_chunk"),
     ("lease", "dpone.ledger.sql", "SqlLedger.acquire_lease"),
+    ("lease", "dpone.ledger.sql", "SqlLedger.lease_and_complete"),  # one commit: + the commit
+    ("completion", "dpone.ledger.sql", "SqlLedger._close_in"),
     ("cas", "dpone.ledger.sql", "SqlLedger._view"),
     ("completion", "dpone.ledger.sql", "SqlLedger.complete_in_transaction"),
     ("completion", "dpone.ledger.sql", "SqlLedger.complete"),

@@ -696,6 +696,35 @@ class PostgresLedger(SqlLedger):
         finally:
             self.pending_chunk_lock = None
 
+    def chunk_lock_holders(self, run_key: str) -> dict[int, str]:
+        """Chunks whose lock another session holds now, and who: in the one-commit placement
+        (ADR 0021) a chunk being moved has no committed RUNNING record, its lock is the lease.
+        Read from pg_locks (no lock is taken; a collision of two campaigns' lock class can only
+        name a chunk of the other campaign as held, never hide one)."""
+        key = chunk_lock_class(self.schema, run_key) & 0xFFFFFFFF
+        try:
+            with self._transaction("chunk_lock_holders", TxMode.READ) as tx:
+                rows = tx.connection.execute(
+                    "SELECT l.objid::bigint, a.pid, a.application_name, a.xact_start "
+                    "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+                    "AND l.classid = %s::bigint::oid AND l.pid <> pg_backend_pid() "
+                    "AND l.database = (SELECT oid FROM pg_database "
+                    "WHERE datname = current_database())",
+                    (key,),
+                ).fetchall()
+        except DponeError as exc:
+            if exc.code != errors.LEDGER_UNAVAILABLE:
+                raise
+            return {}  # no right to read other sessions' locks: the committed records only
+        holders: dict[int, str] = {}
+        for index, pid, application, since in rows:
+            began = utc(since).isoformat() if since is not None else "?"
+            holders[int(index)] = (
+                f"{application or 'session'} pid {pid} (transaction since {began})"
+            )
+        return holders
+
     # --- schema ---------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
         """Create or migrate the audit schema once, safely from many processes at once."""

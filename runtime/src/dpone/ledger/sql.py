@@ -1069,29 +1069,103 @@ class SqlLedger(ABC):
         the same read and must agree with what the statement wrote, else nothing commits."""
         try:
             with self._transaction("acquire_lease", TxMode.CHUNK) as tx:
-                tx.lock_chunk(shape.run_key, chunk.index)
-                view, appended = tx.lease_append(shape.run_key, chunk, owner, lease_seconds)
-                fault_point("lease_locked")
-                latest = validated_latest(shape.run_key, chunk, view)
-                decision = decide_lease(view.cancelled, latest, view.now, owner)
-                wants_append = decision.status is LeaseStatus.ACQUIRED and not decision.reuse
-                if wants_append != (appended is not None):
-                    raise self._disagree(shape.run_key, chunk, f"decision {decision}")
-                if decision.status is not LeaseStatus.ACQUIRED:
-                    return LeaseOutcome(
-                        decision.status, holder=latest, cancel_reason=_reason_of(decision, view)
-                    )
-                if appended is None:
-                    assert latest is not None and latest.lease_expires_at is not None
-                    attempt, expires = latest.attempt, latest.lease_expires_at
-                else:
-                    if appended.attempt != decision.attempt or appended.lease_expires_at is None:
-                        raise self._disagree(shape.run_key, chunk, f"attempt {appended.attempt}")
-                    attempt, expires = appended.attempt, appended.lease_expires_at
+                return self._lease_in(tx, shape, chunk, owner, lease_seconds)
         except ChunkLockTimeout:
             return LeaseOutcome(LeaseStatus.BUSY)
+
+    def _lease_in(
+        self, tx: LedgerTx, shape: CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> LeaseOutcome:
+        """The lease decision and its RUNNING record inside ``tx`` (which holds the chunk lock
+        from here to its end)."""
+        tx.lock_chunk(shape.run_key, chunk.index)
+        view, appended = tx.lease_append(shape.run_key, chunk, owner, lease_seconds)
+        fault_point("lease_locked")
+        latest = validated_latest(shape.run_key, chunk, view)
+        decision = decide_lease(view.cancelled, latest, view.now, owner)
+        wants_append = decision.status is LeaseStatus.ACQUIRED and not decision.reuse
+        if wants_append != (appended is not None):
+            raise self._disagree(shape.run_key, chunk, f"decision {decision}")
+        if decision.status is not LeaseStatus.ACQUIRED:
+            return LeaseOutcome(
+                decision.status, holder=latest, cancel_reason=_reason_of(decision, view)
+            )
+        if appended is None:
+            assert latest is not None and latest.lease_expires_at is not None
+            attempt, expires = latest.attempt, latest.lease_expires_at
+        else:
+            if appended.attempt != decision.attempt or appended.lease_expires_at is None:
+                raise self._disagree(shape.run_key, chunk, f"attempt {appended.attempt}")
+            attempt, expires = appended.attempt, appended.lease_expires_at
         lease = Lease(shape.run_key, chunk.index, owner, attempt, utc(expires))
         return LeaseOutcome(LeaseStatus.ACQUIRED, lease=lease)
+
+    def lease_and_complete(
+        self,
+        shape: CampaignShape,
+        chunk: Chunk,
+        owner: str,
+        lease_seconds: float,
+        write: Callable[[Any, Lease], ChunkResult],
+    ) -> tuple[LeaseOutcome, ChunkResult | None]:
+        """Lease, ``write(connection, lease)`` and the completion record in ONE transaction.
+
+        The chunk lock taken by the lease statement is the lease while the transaction lives
+        (another attempt waits for it, then sees COMMITTED); the RUNNING record of the attempt
+        and its COMMITTED record commit with the data, or nothing does. A crash rolls all of it
+        back and frees the lock at once. A failed write is rolled back, then the attempt is
+        recorded (RUNNING, then FAILED) in fresh CAS-checked transactions and the write's
+        exception propagates (ADR 0021).
+        """
+        try:
+            with self._transaction("lease_and_complete", TxMode.WRITE) as tx:
+                outcome = self._lease_in(tx, shape, chunk, owner, lease_seconds)
+                if outcome.lease is None:
+                    return outcome, None
+                lease = outcome.lease
+                try:
+                    result = write(tx.connection, lease)
+                except Exception as exc:
+                    raise WriteFailed(exc) from exc
+                if not result.committed:
+                    raise WriteFailed(None, result)
+                self._close_in(tx, lease, chunk, result)
+                return outcome, result
+        except ChunkLockTimeout:
+            return LeaseOutcome(LeaseStatus.BUSY), None
+        except WriteFailed as failed:
+            return self._record_failed_attempt(shape, chunk, owner, lease_seconds, failed)
+
+    def _close_in(self, tx: LedgerTx, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
+        """The compare-and-set completion inside ``tx`` (see complete)."""
+        view, appended = tx.close_append(lease.run_key, chunk, lease, result)
+        latest = validated_latest(lease.run_key, chunk, view)
+        check_owner(lease, latest)  # raises LEASE_LOST: the transaction rolls back
+        if appended is None:
+            raise self._disagree(lease.run_key, chunk, "owner matches but nothing appended")
+
+    def _record_failed_attempt(
+        self,
+        shape: CampaignShape,
+        chunk: Chunk,
+        owner: str,
+        lease_seconds: float,
+        failed: WriteFailed,
+    ) -> tuple[LeaseOutcome, ChunkResult | None]:
+        """The rolled-back attempt's RUNNING and FAILED records, so its number and error stay
+        in the history; the write's own exception is what the caller sees."""
+        try:
+            outcome = self.acquire_lease(shape, chunk, owner, lease_seconds)
+        except DponeError as ledger_error:
+            if failed.cause is None:
+                raise
+            failed.cause.add_note(f"dpone: the FAILED record was not written: {ledger_error}")
+            raise failed.cause from None
+        if outcome.lease is None:  # another attempt took the chunk in between
+            if failed.cause is not None:
+                raise failed.cause
+            return outcome, failed.result
+        return outcome, self._record_failed_write(outcome.lease, chunk, failed)
 
     def complete(self, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
         """Compare-and-set on (owner, attempt) and append COMMITTED or FAILED, in one statement."""
