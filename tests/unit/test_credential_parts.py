@@ -7,12 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
-
 from dpone import errors, redaction
 from dpone.connections import require_connections, resolve_dsn
 from dpone.dsn_parts import _url_view
 from dpone.errors import DponeError
+from psycopg.conninfo import conninfo_to_dict
 
 HARD = "p/@:?#%&=;' x}"
 
@@ -41,7 +40,7 @@ def test_separate_password_reaches_libpq_unchanged() -> None:
 @pytest.mark.parametrize("scheme", ["mysql", "mssql"])
 def test_separate_password_reaches_the_url_connectors_unchanged(scheme: str) -> None:
     env = {
-        f"DPONE_CONN_WH": f"{scheme}://app@db.example:3306/sales",
+        "DPONE_CONN_WH": f"{scheme}://app@db.example:3306/sales",
         "DPONE_CONN_WH_PASSWORD": HARD,
     }
     view = _url_view(resolve_dsn("wh", env))
