@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 import pytest
 from dpone import redaction
 from dpone.connections import resolve_dsn
@@ -83,7 +84,7 @@ def scram_port() -> Iterator[int]:
     try:
         admin = f"postgresql://postgres:{ADMIN_PW}@127.0.0.1:{port}/postgres"
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute("CREATE ROLE app LOGIN PASSWORD %s" % _literal(FIRST))
+            conn.execute(sql.SQL("CREATE ROLE app LOGIN PASSWORD {}").format(sql.Literal(FIRST)))
             conn.execute("CREATE SCHEMA app AUTHORIZATION app")
             conn.execute("GRANT CREATE ON DATABASE postgres TO app")
         yield port
@@ -92,14 +93,10 @@ def scram_port() -> Iterator[int]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _rotate(port: int, password: str) -> None:
     admin = f"postgresql://postgres:{ADMIN_PW}@127.0.0.1:{port}/postgres"
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute("ALTER ROLE app PASSWORD %s" % _literal(password))
+        conn.execute(sql.SQL("ALTER ROLE app PASSWORD {}").format(sql.Literal(password)))
 
 
 def test_password_file_is_reread_at_connect_after_rotation(scram_port: int, tmp_path: Path) -> None:
