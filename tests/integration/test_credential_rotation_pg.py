@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 import pytest
 from dpone import redaction
 from dpone.connections import resolve_dsn
+from psycopg import sql
 
 pytestmark = pytest.mark.postgres
 
