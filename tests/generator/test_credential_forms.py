@@ -59,6 +59,15 @@ workloads:
         - {connection: src, conn_id: dpone_src}
       secret_files:
         - {connection: wh, path: /run/secrets/wh-dsn}
+  local_mapped:
+    manifest: m.yaml
+    airflow:
+      flavour: subprocess
+      pre_hooks: [{name: echo, command: [echo, hi]}]
+      airflow_connections:
+        - {connection: src, conn_id: dpone_src}
+        - {connection: wh, conn_id: dpone_wh}
+      mapping: {mode: visible, max_items: 10, max_active: 2, pool: dpone_t}
 """
 #: the child: report (as its run result) whether it got the Connection's URI, never the URI
 CHILD = (
@@ -166,6 +175,33 @@ def test_kubernetes_pod_gets_one_secret_key_per_field(
     assert {"mountPath": "/var/run/secrets/src", "name": "src-pw", "readOnly": True} in container[
         "volumeMounts"
     ]
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mapped_tasks_and_hooks_take_the_connection_ids(
+    generated: dict[str, Any], version: str
+) -> None:
+    python = _python_envs()[version]
+    done = subprocess.run(
+        [python, str(PROBE), str(generated["out"] / "local_mapped.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_clean_env(),
+        cwd=str(generated["folder"]),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    facts = json.loads(done.stdout)
+    assert facts["import_errors"] == {}
+    tasks = facts["dags"]["local_mapped"]["tasks"]
+    assert set(tasks) == {"pre_echo", "run_p"}
+    assert len(tasks["run_p"]["concrete"]) == 2  # both map indexes built from the partial
+    text = generated["texts"]["local_mapped.py"]
+    assert text.count("airflow_connections={") == 2  # the hook and the mapped runtime task
+    assert text.count('"DPONE_CONN_SRC": "dpone_src"') == 2
+    assert text.count('"DPONE_CONN_WH": "dpone_wh"') == 2
 
 
 @pytest.mark.airflow
