@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 from dpone_generator.build import build
+from dpone_generator.check import catalog_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "generator" / "airflow_probe.py"
@@ -254,3 +255,5 @@ def test_kubernetes_refuses_an_airflow_connection_located(tmp_path: Path) -> Non
     assert any(":9:" in s for s in pod_spec) and any(":10:" in s for s in pod_spec), pod_spec
     assert any("gives the dsn of connection 'wh' again" in s for s in shown), shown
     assert any("airflow.secrets has no entry" in s and "'src'" in s for s in shown), shown
+    _, checked = catalog_problems(str(tmp_path / "workloads.yaml"))  # `dpone check` refuses too
+    assert sorted(str(e) for e in checked) == sorted(shown)
