@@ -133,3 +133,13 @@ def test_require_connections_counts_every_form(tmp_path: Path) -> None:
     with pytest.raises(DponeError) as caught:
         require_connections(["a", "d"], env)
     assert "DPONE_CONN_D" in str(caught.value)
+
+
+def test_a_socket_folder_or_host_list_in_the_base_is_kept_as_written() -> None:
+    for base, host in (
+        ("postgresql://app@%2Fvar%2Frun%2FPG/db", "/var/run/PG"),
+        ("postgresql://app@h1:5432,h2:5433/db", "h1,h2"),
+    ):
+        env = {"DPONE_CONN_WH": base, "DPONE_CONN_WH_PASSWORD": "Sock-Pw/@1"}
+        info = conninfo_to_dict(resolve_dsn("wh", env))
+        assert (info["host"], info["password"], info["dbname"]) == (host, "Sock-Pw/@1", "db")

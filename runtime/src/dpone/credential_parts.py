@@ -81,7 +81,7 @@ def _value(variable: str, env: Mapping[str, str], secret: bool) -> str | None:
     return value
 
 
-def _netloc(host: str, port: str | None, user: str | None, password: str | None) -> str:
+def _netloc(hostport: str, user: str | None, password: str | None) -> str:
     userinfo = ""
     if user is not None:
         userinfo = quote(user, safe="")
@@ -89,8 +89,12 @@ def _netloc(host: str, port: str | None, user: str | None, password: str | None)
         userinfo += ":" + quote(password, safe="")
     if userinfo:
         userinfo += "@"
+    return userinfo + hostport
+
+
+def _hostport(host: str, port: str | None) -> str:
     shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return userinfo + shown_host + (f":{port}" if port else "")
+    return shown_host + (f":{port}" if port else "")
 
 
 def assemble(base: str | None, parts: Mapping[str, str], label: str) -> str:
@@ -111,9 +115,12 @@ def assemble(base: str | None, parts: Mapping[str, str], label: str) -> str:
             f"{label}: separate parts go into a postgresql://, mysql:// or mssql:// DSN "
             f"(not {kind + '://' if sep else 'this DSN'}); put them in the DSN itself",
         )
+    moved = "host" in parts or "port" in parts  # else the base's host text is kept as written
     try:
         url = urlsplit(base.strip())
-        port = parts.get("port") or (str(url.port) if url.port is not None else None)
+        port = parts.get("port")
+        if moved and port is None and url.port is not None:
+            port = str(url.port)
     except ValueError:
         raise DponeError(errors.CONFIG_INVALID, f"{label}: the DSN is malformed") from None
     if port is not None and not port.isdigit():
@@ -124,10 +131,15 @@ def assemble(base: str | None, parts: Mapping[str, str], label: str) -> str:
     dbname = parts.get("dbname", _unq(url.path.lstrip("/")))
     if password is not None and user is None:
         user = ""
+    if moved:
+        hostport = _hostport(host, port)
+    else:  # the base's own text: a socket folder or a host list stays as its driver reads it
+        hostport = url.netloc.rpartition("@")[2]
+        host = ""
     dsn = urlunsplit(
         (
             url.scheme,
-            _netloc(host, port, user, password),
+            _netloc(hostport, user, password),
             "/" + quote(dbname, safe="") if dbname else "",
             url.query,
             url.fragment,
@@ -161,12 +173,14 @@ def _check_driver_reads(
         if kind in ("postgres", "postgresql"):
             return  # psycopg is not installed: the Postgres connector cannot open it either
         raise DponeError(errors.CONFIG_INVALID, f"{label}: the assembled DSN does not parse")
-    expected = {"host": host, "port": port, "user": user or None, "password": password or None}
+    expected = {"host": host or None, "user": user or None, "password": password or None}
+    expected["port"] = port if host else None
     expected["dbname"] = dbname or None
-    for key, want in expected.items():
+    for key, given in expected.items():
         got = view.get(key) or None
-        if key == "host" and want == "":
-            continue
+        want = given.lower() if key == "host" and given else given  # host names ignore case
+        if key == "host" and got is not None:
+            got = got.lower()
         if want is not None and got != want:
             raise DponeError(
                 errors.CONFIG_INVALID,
