@@ -13,6 +13,7 @@ from pathlib import Path
 from dpone import errors
 from dpone.authoring.models import Catalog, Hook, Workload
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
+from dpone.credential_parts import FIELDS
 from dpone.errors import ErrorRecord, Location
 
 
@@ -101,6 +102,25 @@ def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]
                     locate((*wpath, "airflow_connections", index)),
                 )
             )
+    used = {
+        name.upper(): name
+        for process in workload.manifest.processes
+        for name in (process.source.connection, process.sink.connection, process.state.connection)
+        if name
+    }
+    for upper, name in sorted(used.items()):
+        for suffix in ("FILE", *(field.upper() for field in FIELDS)):
+            if f"{upper}_{suffix}" in used:
+                found.append(
+                    ErrorRecord(
+                        errors.CATALOG_INVALID,
+                        f"workload {workload.name!r}: connections {name!r} and "
+                        f"{used[upper + '_' + suffix]!r} are both used, but "
+                        f"DPONE_CONN_{upper}_{suffix} would be read as a part of {name!r} "
+                        "(dpone.credential_parts); rename one of them",
+                        locate(("workloads", workload.name), key=True),
+                    )
+                )
     seen: dict[tuple[str, str], str] = {}
     forms: list[tuple[str, int, str, str]] = [
         ("secrets", i, r.connection, r.field) for i, r in enumerate(airflow.secrets)

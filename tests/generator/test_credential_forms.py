@@ -257,3 +257,18 @@ def test_kubernetes_refuses_an_airflow_connection_located(tmp_path: Path) -> Non
     assert any("airflow.secrets has no entry" in s and "'src'" in s for s in shown), shown
     _, checked = catalog_problems(str(tmp_path / "workloads.yaml"))  # `dpone check` refuses too
     assert sorted(str(e) for e in checked) == sorted(shown)
+
+
+def test_a_connection_named_like_a_part_of_another_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(MANIFEST.replace("connection: src", "connection: wh_host"))
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  local:\n"
+        "    manifest: m.yaml\n"
+        "    airflow: {flavour: subprocess}\n",
+        encoding="utf-8",
+    )
+    shown = [str(e) for e in build(str(tmp_path / "workloads.yaml")).errors]
+    assert len(shown) == 1 and "DPONE_CONN_WH_HOST would be read as a part of 'wh'" in shown[0]
+    assert "workloads.yaml:3:" in shown[0], shown
