@@ -23,7 +23,7 @@ VERSIONS = ["3.3.2", "2.10.5"]
 pytestmark = [pytest.mark.postgres, pytest.mark.airflow]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per version: each run starts a fresh campaign
 def e2e_db(pg_dsn: str) -> Iterator[str]:
     with e2ekit.private_database(pg_dsn, prefix="dpone_afconn_e2e") as dsn:
         e2ekit.seed(dsn)
