@@ -90,6 +90,20 @@ class DagFile:
     task_options: tuple[tuple[str, Any], ...] = ()  # retry_delay, owner, ... (every task)
     pod_options: tuple[tuple[str, Any], ...] = ()  # airflow.pod, manifest form (every pod)
     campaigns: tuple[str, ...] = ()  # one header line per chunked process (campaign_change)
+    # subprocess: (DPONE_CONN_<NAME>, Airflow conn id), resolved by the operator at execute
+    airflow_connections: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def subprocess_operator(self) -> str:
+        """The subprocess operator class: the one resolving Airflow Connections only when used."""
+        if self.airflow_connections:
+            return "DponeConnectionsSubprocessOperator"
+        return "DponeRuntimeSubprocessOperator"
+
+    @property
+    def connection_ids(self) -> dict[str, str]:
+        """airflow_connections as the operator takes it: DPONE_CONN_<NAME> -> Airflow conn id."""
+        return dict(self.airflow_connections)
 
     @property
     def has_resources(self) -> bool:
@@ -120,6 +134,19 @@ def secret_env_name(connection: str) -> str:
     return f"DPONE_CONN_{connection.upper()}"
 
 
+def part_env_name(connection: str, field: str) -> str:
+    """DPONE_CONN_<NAME> for the whole DSN, DPONE_CONN_<NAME>_<FIELD> for one part of it."""
+    base = secret_env_name(connection)
+    return base if field == "dsn" else f"{base}_{field.upper()}"
+
+
+def file_env(airflow: AirflowConfig) -> Env:
+    """DPONE_CONN_<NAME>[_<FIELD>]_FILE -> path of each airflow.secret_files entry."""
+    return tuple(
+        (part_env_name(f.connection, f.field) + "_FILE", f.path) for f in airflow.secret_files
+    )
+
+
 def used_connections(pack: WorkloadPack) -> tuple[str, ...]:
     """Every connection name a process of the pack reads, writes or keeps its ledger in."""
     names: set[str] = set()
@@ -146,6 +173,8 @@ def _summary(plan: ProcessPlan) -> str:
 def _runtime_task(pack: WorkloadPack, plan: ProcessPlan) -> RuntimeTask:
     airflow = pack.workload.airflow
     env: Env = task_env(pack, plan)
+    if airflow.secret_files:  # only then: files of catalogs without them stay byte-identical
+        env = tuple(sorted((*env, *file_env(airflow))))
     arguments = (
         "run",
         "--catalog",
@@ -214,8 +243,12 @@ def dag_file(pack: WorkloadPack, catalog_display: str) -> DagFile:
         requests=airflow.requests,
         limits=airflow.limits,
         secrets=tuple(
-            SecretEnv(secret_env_name(ref.connection), ref.secret, ref.key)
+            SecretEnv(part_env_name(ref.connection, ref.field), ref.secret, ref.key)
             for ref in airflow.secrets
+        ),
+        airflow_connections=tuple(
+            (secret_env_name(ref.connection), ref.conn_id)
+            for ref in sorted(airflow.airflow_connections, key=lambda r: r.connection)
         ),
         connections=tuple(secret_env_name(name) for name in used_connections(pack)),
         retries=airflow.retries,

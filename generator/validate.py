@@ -13,6 +13,7 @@ from pathlib import Path
 from dpone import errors
 from dpone.authoring.models import Catalog, Hook, Workload
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
+from dpone.credential_parts import FIELDS
 from dpone.errors import ErrorRecord, Location
 
 
@@ -55,7 +56,9 @@ def _duplicate_hooks(
 def _unprojected_connections(workload: Workload, locate: _Locator) -> list[ErrorRecord]:
     """kubernetes: a DSN reaches the pod only as a secret reference, so each used connection
     needs an airflow.secrets entry; without one the pod fails with DPONE_CONNECTION_MISSING."""
-    projected = {ref.connection for ref in workload.airflow.secrets}
+    airflow = workload.airflow
+    projected = {ref.connection for ref in airflow.secrets if ref.field in ("dsn", "scheme")}
+    projected |= {ref.connection for ref in airflow.secret_files if ref.field in ("dsn", "scheme")}
     found: list[ErrorRecord] = []
     for process in workload.manifest.processes:
         state = process.state.connection
@@ -74,6 +77,74 @@ def _unprojected_connections(workload: Workload, locate: _Locator) -> list[Error
                     locate(("workloads", workload.name), key=True),
                 )
             )
+    return found
+
+
+def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]:
+    """Refuse what the flavour cannot honour: an Airflow Connection on the kubernetes flavour
+    (the operator would have to write its password into the pod spec, readable by anyone who can
+    read the pod: project it from a Kubernetes secret instead), and one part of a connection given
+    twice (which one the pod sees would depend on the order of env entries)."""
+    airflow = workload.airflow
+    wpath: tuple[str | int, ...] = ("workloads", workload.name, "airflow")
+    found: list[ErrorRecord] = []
+    if airflow.flavour == "kubernetes":
+        for index, ref in enumerate(airflow.airflow_connections):
+            found.append(
+                ErrorRecord(
+                    errors.CATALOG_INVALID,
+                    f"workload {workload.name!r}: airflow.airflow_connections[{index}] "
+                    f"(connection {ref.connection!r}) cannot be honoured on the kubernetes "
+                    "flavour: the operator would write the Airflow Connection's password into "
+                    "the pod spec, where anyone who can read the pod sees it; project it from a "
+                    "Kubernetes secret with airflow.secrets (a whole DSN, or one key per field) "
+                    "or mount it and name the file in airflow.secret_files",
+                    locate((*wpath, "airflow_connections", index)),
+                )
+            )
+    used = {
+        name.upper(): name
+        for process in workload.manifest.processes
+        for name in (process.source.connection, process.sink.connection, process.state.connection)
+        if name
+    }
+    for upper, name in sorted(used.items()):
+        for suffix in ("FILE", *(field.upper() for field in FIELDS)):
+            if f"{upper}_{suffix}" in used:
+                found.append(
+                    ErrorRecord(
+                        errors.CATALOG_INVALID,
+                        f"workload {workload.name!r}: connections {name!r} and "
+                        f"{used[upper + '_' + suffix]!r} are both used, but "
+                        f"DPONE_CONN_{upper}_{suffix} would be read as a part of {name!r} "
+                        "(dpone.credential_parts); rename one of them",
+                        locate(("workloads", workload.name), key=True),
+                    )
+                )
+    seen: dict[tuple[str, str], str] = {}
+    forms: list[tuple[str, int, str, str]] = [
+        ("secrets", i, r.connection, r.field) for i, r in enumerate(airflow.secrets)
+    ]
+    forms += [
+        ("secret_files", i, r.connection, r.field) for i, r in enumerate(airflow.secret_files)
+    ]
+    forms += [
+        ("airflow_connections", i, r.connection, "dsn")
+        for i, r in enumerate(airflow.airflow_connections)
+    ]
+    for kind, index, connection, field in forms:
+        where = f"airflow.{kind}[{index}]"
+        if (connection, field) in seen:
+            found.append(
+                ErrorRecord(
+                    errors.CATALOG_INVALID,
+                    f"workload {workload.name!r}: {where} gives the {field} of connection "
+                    f"{connection!r} again (first in {seen[(connection, field)]}); give each part "
+                    "of a connection once",
+                    locate((*wpath, kind, index)),
+                )
+            )
+        seen.setdefault((connection, field), where)
     return found
 
 
@@ -96,6 +167,7 @@ def validate_for_airflow(catalog: Catalog) -> list[ErrorRecord]:
             )
         if airflow.flavour == "kubernetes":
             found += _unprojected_connections(workload, locate)
+        found += _credential_forms(workload, locate)
         found += _duplicate_hooks(workload.name, "pre_hooks", airflow.pre_hooks, locate)
         found += _duplicate_hooks(workload.name, "post_hooks", airflow.post_hooks, locate)
         folded = airflow.dag_id.casefold()

@@ -119,7 +119,12 @@ def _notes() -> dict[tuple[str, str], str]:
             f"Default: `{loader.DEFAULT_IMAGE_CATALOG_PATH}`."
         ),
         ("workload-catalog.v1", "workloads.<name>.airflow.secrets[]"): (
-            "Projects a Kubernetes secret key into the pod as `DPONE_CONN_<CONNECTION>`."
+            "Projects a Kubernetes secret key into the pod as `DPONE_CONN_<CONNECTION>` "
+            "(`field: dsn`, the default) or `DPONE_CONN_<CONNECTION>_<FIELD>` (one part of the "
+            "DSN, docs/security.md)."
+        ),
+        ("workload-catalog.v1", "workloads.<name>.airflow.airflow_connections[]"): (
+            "Refused on the kubernetes flavour: the pod spec would carry the password."
         ),
         ("workload-catalog.v1", "workloads.<name>.airflow.env"): (
             "Extra pod environment. `DPONE_AIRFLOW_*` keys are owned by dpone "

@@ -76,15 +76,47 @@ class Server:
     app: str
 
 
+@dataclass(frozen=True)
+class Parts:
+    """A DSN without its password plus the password in its own variable (DPONE_CONN_<NAME>_PASSWORD)
+    or in a file (DPONE_CONN_<NAME>_PASSWORD_FILE, as a mounted secret volume gives it)."""
+
+    dsn: str
+    password: str
+    as_file: bool
+
+
+Conn = str | Parts
+
+
 #: form name -> (secret, DSN builder). Each secret is unique to its form; the builder places it.
-def _forms(tag: str) -> dict[str, tuple[str, Callable[[Server], str]]]:
+def _forms(tag: str) -> dict[str, tuple[str, Callable[[Server], Conn]]]:
     def secret(name: str) -> str:
         return f"Sx{name}{tag}"
 
-    s = {name: secret(name) for name in ("ui", "qp", "qs", "pe", "pm", "op", "kv", "v6", "ob")}
+    names = ("ui", "qp", "qs", "pe", "pm", "op", "kv", "v6", "ob", "pv", "pf")
+    s = {name: secret(name) for name in names}
     s["pe"] = s["pe"] + "/@:;?&%"
     s["ob"] = s["ob"] + "};x"
+    s["pv"] = s["pv"] + "/@:?#%"
+    s["pf"] = s["pf"] + "#%/@:?"
     return {
+        "password_variable": (
+            s["pv"],
+            lambda v: Parts(
+                f"postgresql://{v.user}@{v.host}:{v.port}/{v.database}?application_name={v.app}",
+                s["pv"],
+                as_file=False,
+            ),
+        ),
+        "password_file": (
+            s["pf"],
+            lambda v: Parts(
+                f"postgresql://{v.user}@{v.host}:{v.port}/{v.database}?application_name={v.app}",
+                s["pf"],
+                as_file=True,
+            ),
+        ),
         "url_userinfo": (
             s["ui"],
             lambda v: f"postgresql://{v.user}:{s['ui']}@{v.host}:{v.port}/{v.database}"
@@ -143,6 +175,8 @@ def _forms(tag: str) -> dict[str, tuple[str, Callable[[Server], str]]]:
 
 #: forms the Postgres server accepts (trust authentication ignores the planted password)
 LIVE_FORMS = (
+    "password_variable",
+    "password_file",
     "url_userinfo",
     "url_query_password",
     "url_query_sslpassword",
@@ -219,9 +253,21 @@ def project(tmp_path: Path, pg_dsn: str) -> Iterator[Project]:
         conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
-def _env(project: Project, conns: dict[str, str], **extra: str) -> dict[str, str]:
+def _env(project: Project, conns: dict[str, Conn], **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
-    env.update({f"DPONE_CONN_{name.upper()}": dsn for name, dsn in conns.items()})
+    for name, conn in conns.items():
+        key = f"DPONE_CONN_{name.upper()}"
+        if isinstance(conn, str):
+            env[key] = conn
+            continue
+        env[key] = conn.dsn
+        if conn.as_file:  # outside out/: the mounted secret itself is not an output channel
+            secrets = project.root / "secrets"
+            secrets.mkdir(exist_ok=True)
+            (secrets / name).write_text(conn.password + "\n", encoding="utf-8")
+            env[key + "_PASSWORD_FILE"] = str(secrets / name)
+        else:
+            env[key + "_PASSWORD"] = conn.password
     env["DPONE_XCOM_PATH"] = str(project.root / "out" / "xcom.json")
     env["DPONE_EVIDENCE_DIR"] = str(project.root / "out" / "evidence")
     env.update(extra)
@@ -340,7 +386,7 @@ def _exercise(
     good = build(pg)
     codes: dict[str, str] = {}
 
-    def run(path: str, conns: dict[str, str], source: str = "raw_orders") -> None:
+    def run(path: str, conns: dict[str, Conn], source: str = "raw_orders") -> None:
         ledger = "ledger" if "ledger" in conns else "wh"
         project.write(f"a_{path}", source=source, ledger=ledger)
         env = _env(project, conns)

@@ -785,3 +785,41 @@ def test_one_workload_is_validated_like_the_whole_catalog(tmp_path: Path) -> Non
         only="orders",
     )
     assert schema_error is None and problems  # the catalog file itself is always validated
+
+
+def test_credential_forms_load_typed(tmp_path: Path) -> None:
+    path = write_project(
+        tmp_path,
+        catalog_with(extra_airflow="""
+            flavour: subprocess
+            secrets: [{connection: wh, secret: wh-pw, key: password, field: password}]
+            secret_files: [{connection: wh, path: /run/secrets/wh-dsn}]
+            airflow_connections: [{connection: src, conn_id: dpone_src}]
+            """),
+        {"orders.yaml": BACKFILL_MANIFEST},
+    )
+    loaded, problems = load_catalog(path)
+    assert problems == [] and loaded is not None
+    airflow = loaded.workloads[0].airflow
+    assert [(s.connection, s.field) for s in airflow.secrets] == [("wh", "password")]
+    assert [(f.connection, f.field, f.path) for f in airflow.secret_files] == [
+        ("wh", "dsn", "/run/secrets/wh-dsn")
+    ]
+    assert [(c.connection, c.conn_id) for c in airflow.airflow_connections] == [
+        ("src", "dpone_src")
+    ]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "secrets: [{connection: wh, secret: s, key: k, field: sslkey}]",
+        "secret_files: [{connection: wh, path: relative/password}]",
+        "airflow_connections: [{connection: wh, conn_id: 'has space'}]",
+        "airflow_connections: [{connection: wh}]",
+    ],
+)
+def test_credential_forms_are_typed_by_the_schema(tmp_path: Path, entry: str) -> None:
+    problem = only(load(tmp_path, catalog_with(extra_airflow=entry)))
+    assert problem.code == errors.CATALOG_INVALID
+    assert where(problem)[1] == 6, str(problem)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from dpone import errors, redaction
+from dpone.credential_parts import has_any, resolve_parts
 from dpone.dsn_parts import register_driver_secrets
 from dpone.errors import DponeError, ErrorRecord
 
@@ -30,9 +31,11 @@ def register_dsn(dsn: str) -> None:
 
 
 def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The DSN of ``name``, read now from its variable, its file or its separate parts
+    (dpone.credential_parts), so a rotated file is seen by the next connection."""
     env = os.environ if environ is None else environ
     key = env_key(name)
-    value = env.get(key)
+    value = resolve_parts(name, env)
     if not value:
         raise DponeError(
             errors.CONNECTION_MISSING,
@@ -48,7 +51,7 @@ def require_connections(
     """Refuse when any of ``names`` has no DSN, naming every missing variable at once (one
     record each) rather than the first one the run happens to open."""
     env = os.environ if environ is None else environ
-    missing = sorted({name for name in names if name and not env.get(env_key(name))})
+    missing = sorted({name for name in names if name and not has_any(name, env)})
     if missing:
         raise DponeError.from_records(
             ErrorRecord(

@@ -15,11 +15,13 @@ from typing import Any
 from dpone import errors
 from dpone.authoring.models import (
     AirflowConfig,
+    AirflowConnectionRef,
     BackfillConfig,
     Catalog,
     Hook,
     Manifest,
     ProcessConfig,
+    SecretFile,
     SecretRef,
     SinkConfig,
     SourceConfig,
@@ -469,7 +471,16 @@ def _airflow(
         requests=_quantities(name, resources, "requests", doc, wpath, out),
         limits=_quantities(name, resources, "limits", doc, wpath, out),
         secrets=tuple(
-            SecretRef(s["connection"], s["secret"], s["key"]) for s in raw.get("secrets", ())
+            SecretRef(s["connection"], s["secret"], s["key"], s.get("field", "dsn"))
+            for s in raw.get("secrets", ())
+        ),
+        secret_files=tuple(
+            SecretFile(f["connection"], f.get("field", "dsn"), f["path"])
+            for f in raw.get("secret_files", ())
+        ),
+        airflow_connections=tuple(
+            AirflowConnectionRef(c["connection"], c["conn_id"])
+            for c in raw.get("airflow_connections", ())
         ),
         env=tuple(sorted(env.items())),
         retries=raw.get("retries", 0),

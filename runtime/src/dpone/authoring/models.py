@@ -129,9 +129,32 @@ class Hook:
 
 @dataclass(frozen=True)
 class SecretRef:
+    """One Kubernetes secret key projected into DPONE_CONN_<NAME> (field "dsn") or into one part
+    of the connection, DPONE_CONN_<NAME>_<FIELD> (dpone.credential_parts)."""
+
     connection: str
     secret: str
     key: str
+    field: str = "dsn"
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """A file (a mounted secret volume) holding the DSN or one part of a connection: the task
+    gets DPONE_CONN_<NAME>[_<FIELD>]_FILE and the runtime reads the file at each connect."""
+
+    connection: str
+    field: str
+    path: str
+
+
+@dataclass(frozen=True)
+class AirflowConnectionRef:
+    """subprocess flavour: an Airflow Connection the operator resolves at execute time into
+    DPONE_CONN_<NAME> of the child process's environment."""
+
+    connection: str
+    conn_id: str
 
 
 @dataclass(frozen=True)
@@ -157,6 +180,8 @@ class AirflowConfig:
     # KubernetesPodOperator arguments (airflow.pod), in POD_OPTIONS order; nested values stay in
     # their manifest form (camelCase keys), exactly as the catalog wrote them.
     pod_options: tuple[tuple[str, Any], ...] = ()
+    secret_files: tuple[SecretFile, ...] = ()
+    airflow_connections: tuple[AirflowConnectionRef, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,274 @@
+"""Credential forms in generated DAG files, built by real Airflow: per-field secret projection and
+secret files on the kubernetes flavour, Airflow Connections resolved at execute (never at parse)
+on the subprocess flavour, and the form the kubernetes flavour cannot honour refused, located."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from dpone_generator.build import build
+from dpone_generator.check import catalog_problems
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "tests" / "generator" / "airflow_probe.py"
+EXECUTE = ROOT / "tests" / "generator" / "credential_probe.py"
+VERSIONS = ("2.10.5", "3.3.2")
+PASSWORD = "Af-conn/@:?#%pw"
+
+MANIFEST = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: p
+    source: {connection: src, table: {schema: raw, name: t}}
+    sink: {connection: wh, table: {schema: mart, name: t}, keys: [id], strategy: {mode: backfill}}
+    backfill:
+      chunk: {column: d, type: date, start: 2024-01-01, end: 2024-01-05, step: 2}
+    state: {backend: audit_schema, connection: wh, require_distributed_lock: true}
+"""
+CATALOG = """\
+schema: dpone.workload-catalog.v1
+workloads:
+  k8s:
+    manifest: m.yaml
+    airflow:
+      image: reg.example.com/dpone:1
+      secrets:
+        - {connection: wh, secret: wh-dsn, key: dsn-without-password}
+        - {connection: wh, secret: wh-password, key: password, field: password}
+        - {connection: src, secret: src-parts, key: scheme, field: scheme}
+        - {connection: src, secret: src-parts, key: host, field: host}
+        - {connection: src, secret: src-parts, key: user, field: user}
+        - {connection: src, secret: src-parts, key: dbname, field: dbname}
+      secret_files:
+        - {connection: src, field: password, path: /var/run/secrets/src/password}
+      pod:
+        volumes: [{name: src-pw, secret: {secretName: src-password}}]
+        volume_mounts: [{name: src-pw, mountPath: /var/run/secrets/src, readOnly: true}]
+  local:
+    manifest: m.yaml
+    airflow:
+      flavour: subprocess
+      command: [{python}, -c, {script}]
+      airflow_connections:
+        - {connection: src, conn_id: dpone_src}
+      secret_files:
+        - {connection: wh, path: /run/secrets/wh-dsn}
+  local_mapped:
+    manifest: m.yaml
+    airflow:
+      flavour: subprocess
+      pre_hooks: [{name: echo, command: [echo, hi]}]
+      airflow_connections:
+        - {connection: src, conn_id: dpone_src}
+        - {connection: wh, conn_id: dpone_wh}
+      mapping: {mode: visible, max_items: 10, max_active: 2, pool: dpone_t}
+"""
+#: the child: report (as its run result) whether it got the Connection's URI, never the URI
+CHILD = (
+    "import json, os; from urllib.parse import unquote, urlsplit;"
+    "url = urlsplit(os.environ.get('DPONE_CONN_SRC', ''));"
+    "ok = unquote(url.password or '') == os.environ['DPONE_PROBE_PASSWORD'];"
+    "json.dump({'schema': 'dpone.run-result.v1', 'status': 'passed', 'got_password': ok,"
+    " 'wh_file': os.environ.get('DPONE_CONN_WH_FILE')}, open(os.environ['DPONE_XCOM_PATH'], 'w'))"
+)
+
+
+def _python_envs() -> dict[str, str]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "airflow_envs.py"),
+            "--versions",
+            ",".join(VERSIONS),
+            "--jobs",
+            "1",
+            "--print-paths",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    pythons: dict[str, str] = json.loads(done.stdout)
+    return pythons
+
+
+def _clean_env() -> dict[str, str]:
+    prefixes = ("AIRFLOW", "PYTHON", "VIRTUAL_ENV", "DPONE_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("dpone-credentials")
+    (folder / "m.yaml").write_text(MANIFEST, encoding="utf-8")
+    catalog = CATALOG.replace("{python}", json.dumps("python3")).replace(
+        "{script}", json.dumps(CHILD)
+    )
+    (folder / "workloads.yaml").write_text(catalog, encoding="utf-8")
+    built = build(str(folder / "workloads.yaml"))
+    assert not built.errors, [str(e) for e in built.errors]
+    out = folder / "dags"
+    out.mkdir()
+    texts = {}
+    for file in built.files:
+        if file.name.endswith(".py"):
+            (out / file.name).write_text(file.text, encoding="utf-8")
+            texts[file.name] = file.text
+    return {"folder": folder, "out": out, "texts": texts}
+
+
+def test_the_generated_files_hold_no_secret_and_name_each_form(generated: dict[str, Any]) -> None:
+    k8s, local = generated["texts"]["k8s.py"], generated["texts"]["local.py"]
+    assert 'Secret("env", "DPONE_CONN_WH_PASSWORD", "wh-password", "password")' in k8s
+    assert '"DPONE_CONN_SRC_PASSWORD_FILE": "/var/run/secrets/src/password"' in k8s
+    assert "DponeConnectionsSubprocessOperator" not in k8s
+    assert (
+        '"DPONE_CONN_SRC": "dpone_src"' in local and "DponeConnectionsSubprocessOperator" in local
+    )
+    assert '"DPONE_CONN_WH_FILE": "/run/secrets/wh-dsn"' in local
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kubernetes_pod_gets_one_secret_key_per_field(
+    generated: dict[str, Any], version: str
+) -> None:
+    python = _python_envs()[version]
+    done = subprocess.run(
+        [python, str(PROBE), str(generated["out"] / "k8s.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_clean_env(),
+        cwd=str(generated["folder"]),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    facts = json.loads(done.stdout)
+    assert facts["import_errors"] == {}
+    tasks = facts["dags"]["k8s"]["tasks"]
+    pod = next(iter(tasks["run_p"]["concrete"].values()))["pod"]
+    container = pod["spec"]["containers"][0]
+    refs = {
+        e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+        for e in container["env"]
+        if "valueFrom" in e
+    }
+    assert refs == {
+        "DPONE_CONN_WH": ("wh-dsn", "dsn-without-password"),
+        "DPONE_CONN_WH_PASSWORD": ("wh-password", "password"),
+        "DPONE_CONN_SRC_SCHEME": ("src-parts", "scheme"),
+        "DPONE_CONN_SRC_HOST": ("src-parts", "host"),
+        "DPONE_CONN_SRC_USER": ("src-parts", "user"),
+        "DPONE_CONN_SRC_DBNAME": ("src-parts", "dbname"),
+    }
+    plain = {e["name"]: e.get("value") for e in container["env"] if "value" in e}
+    assert plain["DPONE_CONN_SRC_PASSWORD_FILE"] == "/var/run/secrets/src/password"
+    assert {"mountPath": "/var/run/secrets/src", "name": "src-pw", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mapped_tasks_and_hooks_take_the_connection_ids(
+    generated: dict[str, Any], version: str
+) -> None:
+    python = _python_envs()[version]
+    done = subprocess.run(
+        [python, str(PROBE), str(generated["out"] / "local_mapped.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_clean_env(),
+        cwd=str(generated["folder"]),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    facts = json.loads(done.stdout)
+    assert facts["import_errors"] == {}
+    tasks = facts["dags"]["local_mapped"]["tasks"]
+    assert set(tasks) == {"pre_echo", "run_p"}
+    assert len(tasks["run_p"]["concrete"]) == 2  # both map indexes built from the partial
+    text = generated["texts"]["local_mapped.py"]
+    assert text.count("airflow_connections={") == 2  # the hook and the mapped runtime task
+    assert text.count('"DPONE_CONN_SRC": "dpone_src"') == 2
+    assert text.count('"DPONE_CONN_WH": "dpone_wh"') == 2
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_subprocess_resolves_the_airflow_connection_at_execute_only(
+    generated: dict[str, Any], version: str
+) -> None:
+    python = _python_envs()[version]
+    uri = f"postgres://loader:{quote(PASSWORD, safe='')}@db.example:5432/sales"
+    # The child compares the Connection's password with DPONE_PROBE_PASSWORD and reports a bool.
+    done = subprocess.run(
+        [python, str(EXECUTE), str(generated["out"]), "local", "run_p", uri],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_clean_env() | {"DPONE_PROBE_PASSWORD": PASSWORD},
+        cwd=str(generated["folder"]),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["import_errors"] == {}  # parsed with no AIRFLOW_CONN_DPONE_SRC defined
+    result = facts["result"]
+    assert result["status"] == "passed" and result["wh_file"] == "/run/secrets/wh-dsn"
+    assert result["got_password"] is True
+    for channel in (done.stdout, done.stderr):
+        assert PASSWORD not in channel and quote(PASSWORD, safe="") not in channel
+
+
+def test_kubernetes_refuses_an_airflow_connection_located(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(MANIFEST, encoding="utf-8")
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  k8s:\n"
+        "    manifest: m.yaml\n"
+        "    airflow:\n"
+        "      image: reg.example.com/dpone:1\n"
+        "      secrets: [{connection: wh, secret: wh, key: dsn}]\n"
+        "      airflow_connections:\n"
+        "        - {connection: src, conn_id: dpone_src}\n"
+        "        - {connection: wh, conn_id: dpone_wh}\n",
+        encoding="utf-8",
+    )
+    built = build(str(tmp_path / "workloads.yaml"))
+    shown = [str(e) for e in built.errors]
+    pod_spec = [s for s in shown if "pod spec" in s]
+    assert len(pod_spec) == 2, shown
+    assert all("DPONE_CATALOG_INVALID" in s for s in pod_spec)
+    assert any(":9:" in s for s in pod_spec) and any(":10:" in s for s in pod_spec), pod_spec
+    assert any("gives the dsn of connection 'wh' again" in s for s in shown), shown
+    assert any("airflow.secrets has no entry" in s and "'src'" in s for s in shown), shown
+    _, checked = catalog_problems(str(tmp_path / "workloads.yaml"))  # `dpone check` refuses too
+    assert sorted(str(e) for e in checked) == sorted(shown)
+
+
+def test_a_connection_named_like_a_part_of_another_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(MANIFEST.replace("connection: src", "connection: wh_host"))
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  local:\n"
+        "    manifest: m.yaml\n"
+        "    airflow: {flavour: subprocess}\n",
+        encoding="utf-8",
+    )
+    shown = [str(e) for e in build(str(tmp_path / "workloads.yaml")).errors]
+    assert len(shown) == 1 and "DPONE_CONN_WH_HOST would be read as a part of 'wh'" in shown[0]
+    assert "workloads.yaml:3:" in shown[0], shown
