@@ -298,6 +298,7 @@ class Source(ABC):
 
     def _spec_of(self, columns: tuple[str, ...] | None) -> SourceSpec:
         return self.spec if columns is None else replace(self.spec, columns=columns)
+
     def column_types(self) -> dict[str, ColumnType | None]:
         """Each moved column's type as the database's catalog describes it, for the type
         preflight (dpone.preflight); None for a column the catalog gives no type to compare
