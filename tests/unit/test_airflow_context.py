@@ -18,10 +18,12 @@ from dpone.airflow_context import (
     CONTEXT_SCHEMA,
     attribution,
     describe_attribution,
+    lineage_env,
     owner_prefix,
     parse_airflow_context,
 )
 from dpone.errors import DponeError
+from dpone.lineage import parent_of
 from dpone.orchestrator import new_owner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +75,17 @@ def test_a_context_parses_and_names_its_attempt_in_the_lease_owner() -> None:
         )
         <= 400
     )  # MSSQL's lease_owner column
+
+
+def test_the_lineage_parent_is_the_airflow_task_of_the_dag_run() -> None:
+    context = parse_airflow_context(json.dumps(_context()))
+    parent, root = parent_of(lineage_env(context), context.dag_id, "campaign-key")
+    other_run = parse_airflow_context(json.dumps(_context(run_id="scheduled__x")))
+    parent_other, _ = parent_of(lineage_env(other_run), context.dag_id, "campaign-key")
+    assert parent is not None and root is not None and parent_other is not None
+    assert parent[1] == "dpone_orders_history.run_orders" and root[1] == "dpone_orders_history"
+    assert parent[2] != parent_other[2]  # one parent run per DAG run, not per campaign
+    assert parent_of({}, context.dag_id, "campaign-key")[0] != parent
 
 
 SECRET = "postgresql://u:hunter2@db/x"

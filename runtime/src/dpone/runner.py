@@ -20,6 +20,7 @@ from dpone import errors, refusal
 from dpone.airflow_context import (
     AirflowContext,
     airflow_section,
+    lineage_env,
     owner_prefix,
     parse_airflow_context,
 )
@@ -365,7 +366,8 @@ def run_plans(
         lineage = RunLineage()
         if lineage_requested(os.environ):
             dag_id = identity.dag_id if identity else None
-            described = describe_run(pack, plan, selection, dag_id, os.environ)
+            environ = {**os.environ, **lineage_env(airflow)}
+            described = describe_run(pack, plan, selection, dag_id, environ)
             lineage = open_run_lineage(described, os.environ, _warn, exports)
         refusal.SCOPE.entered = True  # from here on the run writes its own result
         observer.run_started(len(selection.chunks) if not full_refresh else 1)
