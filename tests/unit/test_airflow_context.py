@@ -25,6 +25,8 @@ from dpone.airflow_context import (
 from dpone.errors import DponeError
 from dpone.lineage import parent_of
 from dpone.orchestrator import new_owner
+from dpone.pack import load_workload_pack
+from dpone.runner import environment, mapped_task_env, read_airflow_context, read_env_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 DPONE = ROOT / ".venv" / "bin" / "dpone"
@@ -210,7 +212,30 @@ def test_a_malformed_context_refuses_the_run_before_the_catalog_is_read(
     assert result["error"]["retryable"] is False
 
 
-def test_a_context_of_another_dag_is_refused(demo: tuple[Path, dict[str, str]]) -> None:
+def test_a_context_of_another_dag_or_map_index_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pack = load_workload_pack(
+        str(ROOT / "golden" / "summary_365_into_40" / "workloads.yaml"), "orders_history"
+    )
+    _, env = mapped_task_env(pack, None, 3)
+    with environment(env):
+        item, identity = read_env_inputs()
+    assert item is not None and identity is not None
+    own = _context(dag_id=identity.dag_id, map_index=3)
+    monkeypatch.setenv("DPONE_AIRFLOW_CONTEXT", json.dumps(own))
+    context = read_airflow_context(item, identity)
+    assert context is not None and context.map_index == 3
+    for wrong in ({"dag_id": "another_dag"}, {"map_index": 4}):
+        monkeypatch.setenv("DPONE_AIRFLOW_CONTEXT", json.dumps({**own, **wrong}))
+        with pytest.raises(DponeError) as caught:
+            read_airflow_context(item, identity)
+        assert caught.value.code == errors.AIRFLOW_CONTEXT_INVALID, wrong
+    monkeypatch.delenv("DPONE_AIRFLOW_CONTEXT")
+    assert read_airflow_context(item, identity) is None
+
+
+def test_item_refuses_an_inherited_context(demo: tuple[Path, dict[str, str]]) -> None:
     folder, env = demo
     env["DPONE_AIRFLOW_CONTEXT"] = json.dumps(_context(dag_id="another_dag"))
     done = _dpone(folder, env, "run", "--item", "0", *RUN[1:])
