@@ -18,6 +18,7 @@ Run: .venv/bin/python -m pytest tests/airflow -m airflow
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from pathlib import Path
 
@@ -342,8 +343,31 @@ def test_dag_test_smoke(smoke_facts, version, smoke):
         assert result["status"] == ("failed" if k == fail else "passed")
         if k == fail:
             assert result["error"]["code"] == "DPONE_TEST_INJECTED"
+        # the Airflow run, added at execute time by the operators the templates copy (the
+        # summary references; the env-fidelity ones keep the older operator code)
+        received = dict(result["env"])
+        raw = received.pop("DPONE_AIRFLOW_CONTEXT", None)
+        copied = "_dpone_airflow_context" in (REFERENCE / name).read_text(encoding="utf-8")
+        assert (raw is not None) == copied, (name, raw)
+        context = (
+            json.loads(raw)
+            if raw is not None
+            else {
+                "task_id": "dpone_run",
+                "map_index": k,
+                "try_number": 1,
+                "run_id": "-",
+                "schema": "dpone.airflow-context.v1",
+            }
+        )
+        assert (context["task_id"], context["map_index"], context["try_number"]) == (
+            "dpone_run",
+            k,
+            1,
+        ), context
+        assert context["run_id"] and context["schema"] == "dpone.airflow-context.v1", context
         # what the process / pod received, after the real task-time rendering
-        assert result["env"] == {n: v for n, v in env.items() if n.startswith("DPONE_")}, _diff(
+        assert received == {n: v for n, v in env.items() if n.startswith("DPONE_")}, _diff(
             env, result["env"]
         )
         want_argv = (

@@ -37,6 +37,8 @@ except ImportError:  # Airflow 2.x
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 LABEL_ENV = "DPONE_AIRFLOW_MAPPING_LABEL"
+CONTEXT_ENV = "DPONE_AIRFLOW_CONTEXT"
+CONTEXT_SCHEMA = "dpone.airflow-context.v1"
 SUPPORTED_AIRFLOW = "2.10.5, 2.11.x, 3.2.x and 3.3.x"
 # retry_exponential_backoff=true means "double the delay": a flag on Airflow 2, a multiplier on 3.
 EXPONENTIAL_BACKOFF = 2.0 if int(airflow.__version__.split(".")[0]) >= 3 else True
@@ -95,6 +97,30 @@ def _dpone_push_result(context, result):
         ti.xcom_push(key="return_value", value=result)
 
 
+def _dpone_airflow_context(context):
+    """The Airflow run this task serves (DPONE_AIRFLOW_CONTEXT), read from the task context at
+    execute time (never rendered by Jinja): compact JSON the runtime validates and records."""
+    ti = context.get("ti") or context.get("task_instance")
+
+    def moment(name):
+        value = context.get(name)
+        return value.isoformat() if hasattr(value, "isoformat") else None
+
+    map_index = getattr(ti, "map_index", None)
+    document = {
+        "schema": CONTEXT_SCHEMA,
+        "dag_id": getattr(ti, "dag_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        "run_id": context.get("run_id") or getattr(ti, "run_id", None),
+        "try_number": getattr(ti, "try_number", None),
+        "map_index": map_index if isinstance(map_index, int) else -1,
+        "logical_date": moment("logical_date"),
+        "data_interval_start": moment("data_interval_start"),
+        "data_interval_end": moment("data_interval_end"),
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
 class DponeRuntimeSubprocessOperator(BaseOperator):
     """Runs `command` as a local process with `env_vars` added to the worker's environment.
 
@@ -119,6 +145,7 @@ class DponeRuntimeSubprocessOperator(BaseOperator):
         context["dpone_item_label"] = self.env_vars.get(LABEL_ENV) or self.task_id
         with tempfile.TemporaryDirectory(prefix="dpone-xcom-") as tmp:
             env = {**os.environ, **self.env_vars}
+            env[CONTEXT_ENV] = _dpone_airflow_context(context)
             xcom_path = os.path.join(tmp, "return.json")
             if self.validate_result:
                 env["DPONE_XCOM_PATH"] = xcom_path

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import json
 
 import airflow
 from airflow import DAG
@@ -25,6 +26,8 @@ except ImportError:  # Airflow 2.x
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 LABEL_ENV = "DPONE_AIRFLOW_MAPPING_LABEL"
+CONTEXT_ENV = "DPONE_AIRFLOW_CONTEXT"
+CONTEXT_SCHEMA = "dpone.airflow-context.v1"
 SUPPORTED_AIRFLOW = "2.10.5, 2.11.x, 3.2.x and 3.3.x"
 # retry_exponential_backoff=true means "double the delay": a flag on Airflow 2, a multiplier on 3.
 EXPONENTIAL_BACKOFF = 2.0 if int(airflow.__version__.split(".")[0]) >= 3 else True
@@ -91,6 +94,30 @@ def _dpone_push_result(context, result):
         ti.xcom_push(key="return_value", value=result)
 
 
+def _dpone_airflow_context(context):
+    """The Airflow run this task serves (DPONE_AIRFLOW_CONTEXT), read from the task context at
+    execute time (never rendered by Jinja): compact JSON the runtime validates and records."""
+    ti = context.get("ti") or context.get("task_instance")
+
+    def moment(name):
+        value = context.get(name)
+        return value.isoformat() if hasattr(value, "isoformat") else None
+
+    map_index = getattr(ti, "map_index", None)
+    document = {
+        "schema": CONTEXT_SCHEMA,
+        "dag_id": getattr(ti, "dag_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        "run_id": context.get("run_id") or getattr(ti, "run_id", None),
+        "try_number": getattr(ti, "try_number", None),
+        "map_index": map_index if isinstance(map_index, int) else -1,
+        "logical_date": moment("logical_date"),
+        "data_interval_start": moment("data_interval_start"),
+        "data_interval_end": moment("data_interval_end"),
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
 # The pod options dpone writes in a pod manifest's form, and the kubernetes.client model each
 # becomes: the pod operator takes these models (or, for some, dicts of the models' own names).
 POD_MODELS = {
@@ -154,6 +181,7 @@ class DponeRuntimeOperator(DponePodOperator):
     `extract_xcom`, where it is captured: 10.10.0's `trigger_reentry` does not return it.
     A result whose error is not retryable fails the task without Airflow retries.
     The item's label (DPONE_AIRFLOW_MAPPING_LABEL) goes to the context for `map_index_template`.
+    The Airflow run it serves (DPONE_AIRFLOW_CONTEXT) joins the pod's env at execute time.
     """
 
     def execute(self, context):
@@ -187,6 +215,12 @@ class DponeRuntimeOperator(DponePodOperator):
         else:
             label = next((var.value for var in env if var.name == LABEL_ENV), None)
         context["dpone_item_label"] = label or self.task_id
+        value = _dpone_airflow_context(context)
+        if isinstance(env, dict):
+            self.env_vars = {**env, CONTEXT_ENV: value}
+        else:
+            kept = [var for var in env if var.name != CONTEXT_ENV]
+            self.env_vars = [*kept, k8s.V1EnvVar(name=CONTEXT_ENV, value=value)]
 
     def _dpone_outcome(self, result):
         if result is None:

@@ -98,7 +98,7 @@ PROVIDER_OWNED_ENV = _register(
     "DPONE_AIRFLOW_PROVIDER_OWNED_ENV",
     "The catalog sets an environment variable that dpone itself owns.",
     "DPONE_AIRFLOW_MAPPING_ITEM, DPONE_AIRFLOW_RUN_IDENTITY and DPONE_AIRFLOW_MAPPING_LABEL are "
-    "written by the generator.",
+    "written by the generator; DPONE_AIRFLOW_CONTEXT by the operator at execute time.",
     "Remove that key from airflow.env; dpone sets it per task.",
 )
 ENV_CREDENTIAL = _register(
@@ -213,6 +213,12 @@ RUN_IDENTITY_INVALID = _register(
     "DPONE_AIRFLOW_RUN_IDENTITY is malformed.",
     "The env value was edited by hand or truncated.",
     "Regenerate the DAG; do not set this variable yourself.",
+)
+AIRFLOW_CONTEXT_INVALID = _register(
+    "DPONE_AIRFLOW_CONTEXT_INVALID",
+    "DPONE_AIRFLOW_CONTEXT is malformed or names another DAG or map index than the task's.",
+    "The env value was edited by hand, truncated, or set outside the generated operator.",
+    "Regenerate the DAG; do not set this variable yourself (local runs leave it unset).",
 )
 PACK_MISMATCH = _register(
     "DPONE_PACK_MISMATCH",

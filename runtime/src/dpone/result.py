@@ -79,6 +79,7 @@ class RunOutcome:
     cancelled: bool = False
     error: ErrorRecord | None = None
     mapping: dict[str, Any] | None = None
+    airflow: dict[str, Any] | None = None  # dpone.airflow_context.airflow_section
     timings: list[ChunkTiming] = field(default_factory=list)
     campaign_complete: bool | None = None
     #: "backfill" or "full_refresh" (one unit, no ledger: run_key and campaign_complete stay None)
@@ -127,7 +128,7 @@ class RunOutcome:
         }
         if self.mapping is not None:
             backfill["mapping"] = {**self.mapping, "item_status": self.item_status()}
-        return {
+        document: dict[str, Any] = {
             "schema": RESULT_SCHEMA,
             "status": self.status,
             "workload": self.workload,
@@ -138,6 +139,9 @@ class RunOutcome:
             "error": error,
             "backfill": backfill,
         }
+        if self.airflow is not None:
+            document["airflow"] = self.airflow
+        return document
 
     def evidence_document(self, owner: str) -> dict[str, Any]:
         timings = sorted(self.timings, key=lambda t: t.index)

@@ -17,12 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dpone import errors, refusal
+from dpone.airflow_context import (
+    AirflowContext,
+    airflow_section,
+    lineage_env,
+    owner_prefix,
+    parse_airflow_context,
+)
 from dpone.connections import require_connections
 from dpone.errors import DponeError, error_json_line
 from dpone.exporting import ExportWorker, export_budget, take_over_library_output
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
-from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
+from dpone.item import ENV_CONTEXT, ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
 from dpone.lineage import RunLineage, describe_run, lineage_requested, open_run_lineage
 from dpone.metrics import RunLabels, open_run_observer
 from dpone.orchestrator import (
@@ -56,6 +63,29 @@ def read_env_inputs() -> tuple[ParsedItem | None, RunIdentity | None]:
     item = parse_mapping_item(raw_item) if raw_item is not None else None
     identity = parse_run_identity(raw_identity) if raw_identity is not None else None
     return item, identity
+
+
+def read_airflow_context(
+    item: ParsedItem | None, identity: RunIdentity | None
+) -> AirflowContext | None:
+    """DPONE_AIRFLOW_CONTEXT, parsed and held to the task's own DAG and map index (the operator
+    reads it from the same task instance); None outside Airflow."""
+    raw = os.environ.get(ENV_CONTEXT)
+    if raw is None:
+        return None
+    context = parse_airflow_context(raw)
+    if identity is not None and context.dag_id != identity.dag_id:
+        raise DponeError(
+            errors.AIRFLOW_CONTEXT_INVALID,
+            f"{ENV_CONTEXT}: dag_id differs from the run identity's {identity.dag_id!r}",
+        )
+    if item is not None and context.map_index != item.item_index:
+        raise DponeError(
+            errors.AIRFLOW_CONTEXT_INVALID,
+            f"{ENV_CONTEXT}: map_index {context.map_index} is not the mapped item's "
+            f"{item.item_index}",
+        )
+    return context
 
 
 def evidence_key(outcome: RunOutcome) -> str | None:
@@ -225,7 +255,7 @@ def environment(env: Env) -> Iterator[None]:
 def run_mapped_item(args: argparse.Namespace) -> int:
     """`dpone run --item N`: mapped task N re-run locally with exactly its generated env; from
     there on the same path as in the pod (the env is parsed and verified like any other)."""
-    present = [key for key in (ENV_ITEM, ENV_RUN_IDENTITY) if key in os.environ]
+    present = [key for key in (ENV_ITEM, ENV_RUN_IDENTITY, ENV_CONTEXT) if key in os.environ]
     if present:
         raise DponeError(
             errors.USAGE,
@@ -242,7 +272,7 @@ def run_mapped_item(args: argparse.Namespace) -> int:
     )
     with environment(env):
         item, identity = read_env_inputs()
-        return run_plans(args, pack, item, identity)
+        return run_plans(args, pack, item, identity, None)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -252,6 +282,7 @@ def run_command(args: argparse.Namespace) -> int:
     if getattr(args, "item", None) is not None:
         return run_mapped_item(args)
     item, identity = read_env_inputs()
+    airflow = read_airflow_context(item, identity)  # before any catalog is read, like the rest
     if item is not None and identity is None:
         raise DponeError(
             errors.RUN_IDENTITY_INVALID,
@@ -260,7 +291,7 @@ def run_command(args: argparse.Namespace) -> int:
         )
     refusal.SCOPE.note(mode=item.mode if item else None)
     pack = load_workload_pack(args.catalog, args.workload)
-    return run_plans(args, pack, item, identity)
+    return run_plans(args, pack, item, identity, airflow)
 
 
 def run_plans(
@@ -268,8 +299,10 @@ def run_plans(
     pack: WorkloadPack,
     item: ParsedItem | None,
     identity: RunIdentity | None,
+    airflow: AirflowContext | None,
 ) -> int:
-    """Verify the env's item and identity against the plan, then run the selected processes."""
+    """Verify the env's item and identity against the plan, then run the selected processes
+    (recording the Airflow run they serve, or that they ran outside Airflow)."""
     refusal.SCOPE.note(workload=pack.workload.name, pack_fingerprint=pack.fingerprint)
     fmt = log_format(os.environ)
     summary = _summary_json if fmt == "json" else _summary
@@ -312,7 +345,11 @@ def run_plans(
         )
         observer = open_run_observer(labels, os.environ, _warn, exports)
         settings = RunSettings(
-            lock_timeout_s=args.lock_timeout, progress=progress, warn=_warn, observer=observer
+            lock_timeout_s=args.lock_timeout,
+            progress=progress,
+            owner_prefix=owner_prefix(airflow),
+            warn=_warn,
+            observer=observer,
         )
         outcome = RunOutcome(
             workload=pack.workload.name,
@@ -322,13 +359,15 @@ def run_plans(
             pack_fingerprint=pack.fingerprint,
             mapping=selection.item.to_mapping_section() if selection.item else None,
             strategy="full_refresh" if full_refresh else "backfill",
+            airflow=airflow_section(airflow),
         )
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
         lineage = RunLineage()
         if lineage_requested(os.environ):
             dag_id = identity.dag_id if identity else None
-            described = describe_run(pack, plan, selection, dag_id, os.environ)
+            environ = {**os.environ, **lineage_env(airflow)}
+            described = describe_run(pack, plan, selection, dag_id, environ)
             lineage = open_run_lineage(described, os.environ, _warn, exports)
         refusal.SCOPE.entered = True  # from here on the run writes its own result
         observer.run_started(len(selection.chunks) if not full_refresh else 1)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
+from dpone.airflow_context import attribution, describe_attribution
 from dpone.errors import DponeError
 from dpone.ledger.port import Amendment, ChunkState, Ledger, LedgerStore, Restatement
 from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
@@ -117,6 +118,7 @@ def status_document(
                     {
                         "chunk_index": index,
                         "owner": record.lease_owner,
+                        "moved_by": attribution(record.lease_owner),
                         "attempt": record.attempt,
                         "expires_at": (
                             record.lease_expires_at.isoformat() if record.lease_expires_at else None
@@ -173,6 +175,7 @@ def status_document(
                 for g in groups_for(plan)
             ],
             "running_leases": leases,
+            "moved_by": moved_by(ledger),
             "failures": failures,
             "restated": restated,
             "amendments": [
@@ -189,6 +192,53 @@ def status_document(
         }
     )
     return document
+
+
+def moved_by(ledger: Ledger | None) -> list[dict[str, Any]]:
+    """Which Airflow run, try and map index committed or holds each chunk (from its latest
+    transition's lease owner), as runs of consecutive chunks that share all three and a state."""
+    if ledger is None:
+        return []
+    groups: list[dict[str, Any]] = []
+    for index in sorted(ledger.records):
+        record = ledger.records[index]
+        if record.state not in (ChunkState.COMMITTED, ChunkState.RUNNING):
+            continue
+        who = attribution(record.lease_owner)
+        last = groups[-1] if groups else None
+        if (
+            last is not None
+            and last["last_chunk_index"] == index - 1
+            and last["state"] == record.state.value
+            and last["by"] == who
+        ):
+            last["last_chunk_index"] = index
+            continue
+        groups.append(
+            {
+                "first_chunk_index": index,
+                "last_chunk_index": index,
+                "state": record.state.value,
+                "by": who,
+            }
+        )
+    return groups
+
+
+MOVED_BY_SHOWN = 20
+
+
+def _moved_by_lines(doc: dict[str, Any]) -> list[str]:
+    groups = doc.get("moved_by", ())
+    lines = []
+    for group in groups[:MOVED_BY_SHOWN]:
+        first, last = group["first_chunk_index"], group["last_chunk_index"]
+        chunks = f"chunk {first}" if first == last else f"chunks {first}-{last}"
+        verb = "committed" if group["state"] == "committed" else "held"
+        lines.append(f"  {verb}: {chunks} {describe_attribution(group['by'])}")
+    if len(groups) > MOVED_BY_SHOWN:
+        lines.append(f"  ... {len(groups) - MOVED_BY_SHOWN} more in --format json (moved_by)")
+    return lines
 
 
 def restated_chunks(
@@ -325,6 +375,7 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
             f"  lease: chunk {lease['chunk_index']} attempt {lease['attempt']} owner "
             f"{lease['owner']} until {lease['expires_at']}{flag}"
         )
+    lines.extend(_moved_by_lines(doc))
     for failure in doc["failures"]:
         lines.append(
             f"  failed: chunk {failure['chunk_index']} attempt {failure['attempt']} "

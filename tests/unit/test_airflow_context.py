@@ -1,0 +1,243 @@
+"""DPONE_AIRFLOW_CONTEXT: parsed as strictly as the other provider-owned env values, recorded in
+the result, the evidence and the ledger's lease owners, and read back by `dpone ledger status`;
+a run outside Airflow says so. The runs are real `dpone run`s of the internal_default golden
+project (SQLite data, local file ledger)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dpone import errors
+from dpone.airflow_context import (
+    CONTEXT_SCHEMA,
+    attribution,
+    describe_attribution,
+    lineage_env,
+    owner_prefix,
+    parse_airflow_context,
+)
+from dpone.errors import DponeError
+from dpone.lineage import parent_of
+from dpone.orchestrator import new_owner
+from dpone.pack import load_workload_pack
+from dpone.runner import environment, mapped_task_env, read_airflow_context, read_env_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
+DPONE = ROOT / ".venv" / "bin" / "dpone"
+GOLDEN = ROOT / "golden" / "internal_default"
+RUN_ID = "manual__2026-01-02T03:04:05+00:00"
+
+
+def _context(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": CONTEXT_SCHEMA,
+        "dag_id": "dpone_orders_history",
+        "task_id": "run_orders",
+        "run_id": RUN_ID,
+        "try_number": 2,
+        "map_index": -1,
+        "logical_date": "2026-01-02T03:04:05+00:00",
+        "data_interval_start": "2026-01-01T03:04:05+00:00",
+        "data_interval_end": None,
+    }
+    doc.update(changes)
+    return doc
+
+
+def test_a_context_parses_and_names_its_attempt_in_the_lease_owner() -> None:
+    context = parse_airflow_context(json.dumps(_context()))
+    assert (context.run_id, context.try_number, context.map_index) == (RUN_ID, 2, -1)
+    owner = new_owner(owner_prefix(context))
+    assert attribution(owner) == {
+        "outside_airflow": False,
+        "run_id": RUN_ID,
+        "try_number": 2,
+        "map_index": -1,
+    }
+    assert describe_attribution(attribution(owner)) == f"by run {RUN_ID}, try 2, map index -1"
+    assert attribution(new_owner(owner_prefix(None))) == {"outside_airflow": True}
+    assert attribution(new_owner()) is None  # an owner written before dpone recorded it
+    assert (
+        len(
+            new_owner(
+                owner_prefix(
+                    parse_airflow_context(
+                        json.dumps(
+                            _context(run_id="r" * 250, try_number=100_000, map_index=100_000)
+                        )
+                    )
+                )
+            )
+        )
+        <= 400
+    )  # MSSQL's lease_owner column
+
+
+def test_the_lineage_parent_is_the_airflow_task_of_the_dag_run() -> None:
+    context = parse_airflow_context(json.dumps(_context()))
+    parent, root = parent_of(lineage_env(context), context.dag_id, "campaign-key")
+    other_run = parse_airflow_context(json.dumps(_context(run_id="scheduled__x")))
+    parent_other, _ = parent_of(lineage_env(other_run), context.dag_id, "campaign-key")
+    assert parent is not None and root is not None and parent_other is not None
+    assert parent[1] == "dpone_orders_history.run_orders" and root[1] == "dpone_orders_history"
+    assert parent[2] != parent_other[2]  # one parent run per DAG run, not per campaign
+    assert parent_of({}, context.dag_id, "campaign-key")[0] != parent
+
+
+SECRET = "postgresql://u:hunter2@db/x"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("{", "not valid JSON"),
+        ("[]", "must be a JSON object"),
+        ('{"schema": 1, "schema": 2}', "duplicate key 'schema'"),
+        (json.dumps({**_context(), SECRET: 1}), "1 unknown field(s)"),
+        (json.dumps(_context(schema="x")), "schema must be"),
+        (json.dumps(_context(dag_id="")), "dag_id must be a non-empty string"),
+        (json.dumps(_context(run_id="a\nb")), "run_id must be at most 250 printable"),
+        (json.dumps(_context(run_id="r" * 251)), "run_id must be at most 250 printable"),
+        (json.dumps(_context(task_id=7)), "task_id must be a non-empty string"),
+        (json.dumps(_context(try_number=0)), "try_number must be an integer from 1"),
+        (json.dumps(_context(try_number=True)), "try_number must be an integer from 1"),
+        (json.dumps(_context(try_number=1.0)), "try_number must be an integer from 1"),
+        (json.dumps(_context(map_index=-2)), "map_index must be an integer from -1"),
+        (json.dumps(_context(logical_date=SECRET)), "logical_date must be an ISO 8601"),
+        (json.dumps(_context(data_interval_end=5)), "data_interval_end must be an ISO 8601"),
+        ('{"try_number": NaN}', "non-standard number NaN"),
+        (json.dumps(_context(run_id="x" * 5000)), "value exceeds 4096 bytes"),
+    ],
+)
+def test_a_malformed_context_is_refused_without_echoing_it(raw: str, message: str) -> None:
+    with pytest.raises(DponeError) as caught:
+        parse_airflow_context(raw)
+    assert caught.value.code == errors.AIRFLOW_CONTEXT_INVALID
+    assert message in caught.value.message
+    assert "hunter2" not in caught.value.message and "xxxxxxxxxx" not in caught.value.message
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    for name in ("workloads.yaml", "orders_history.yaml"):
+        shutil.copy(GOLDEN / name, tmp_path / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DPONE_", "PYTHONIO"))}
+    env["DPONE_CONN_DEMO"] = f"sqlite:///{tmp_path / 'demo.db'}"
+    env["DPONE_XCOM_PATH"] = str(tmp_path / "xcom" / "return.json")
+    env["DPONE_EVIDENCE_DIR"] = str(tmp_path / "evidence")
+    seeded = subprocess.run(
+        [
+            str(DPONE.with_name("python")),
+            str(ROOT / "scripts" / "demo_seed.py"),
+            str(tmp_path / "demo.db"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert seeded.returncode == 0, seeded.stderr
+    return tmp_path, env
+
+
+def _dpone(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(DPONE), *args],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+RUN = ("run", "--catalog", "workloads.yaml", "--workload", "orders_history", "--no-progress")
+STATUS = ("ledger", "status", "--catalog", "workloads.yaml", "--workload", "orders_history")
+
+
+def test_a_local_run_records_that_it_ran_outside_airflow(
+    demo: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = demo
+    done = _dpone(folder, env, *RUN)
+    result = json.loads((folder / "xcom" / "return.json").read_text(encoding="utf-8"))
+    assert result["airflow"] == {"outside_airflow": True}, done.stderr
+    assert result["backfill"]["chunks_committed"] == 9, done.stderr
+    status = _dpone(folder, env, *STATUS)
+    assert "  committed: chunks 1-9 outside Airflow\n" in status.stdout, status.stdout
+
+
+def test_a_run_in_airflow_records_its_run_try_and_map_index(
+    demo: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = demo
+    env["DPONE_AIRFLOW_CONTEXT"] = json.dumps(_context())
+    done = _dpone(folder, env, *RUN)
+    result = json.loads((folder / "xcom" / "return.json").read_text(encoding="utf-8"))
+    assert result["airflow"] == {
+        "outside_airflow": False,
+        **{k: v for k, v in _context().items() if k != "schema"},
+    }, done.stderr
+    (evidence,) = (folder / "evidence").rglob("internal.*.json")
+    assert (
+        json.loads(evidence.read_text(encoding="utf-8"))["result"]["airflow"] == result["airflow"]
+    )
+    status = json.loads(_dpone(folder, env, *STATUS, "--format", "json").stdout)
+    committed = [g for g in status["moved_by"] if g["state"] == "committed"]
+    assert committed and all(
+        g["by"] == {"outside_airflow": False, "run_id": RUN_ID, "try_number": 2, "map_index": -1}
+        for g in committed
+    ), status["moved_by"]
+    text = _dpone(folder, env, *STATUS).stdout
+    assert f"by run {RUN_ID}, try 2, map index -1" in text, text
+
+
+def test_a_malformed_context_refuses_the_run_before_the_catalog_is_read(
+    demo: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = demo
+    env["DPONE_AIRFLOW_CONTEXT"] = json.dumps(_context(try_number="2"))
+    done = _dpone(folder, env, "run", "--catalog", "missing.yaml", "--workload", "x")
+    assert done.returncode != 0
+    error = json.loads([x for x in done.stderr.splitlines() if x.startswith("{")][-1])
+    assert error["code"] == errors.AIRFLOW_CONTEXT_INVALID, done.stderr
+    result = json.loads((folder / "xcom" / "return.json").read_text(encoding="utf-8"))
+    assert result["error"]["code"] == errors.AIRFLOW_CONTEXT_INVALID
+    assert result["error"]["retryable"] is False
+
+
+def test_a_context_of_another_dag_or_map_index_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pack = load_workload_pack(
+        str(ROOT / "golden" / "summary_365_into_40" / "workloads.yaml"), "orders_history"
+    )
+    _, env = mapped_task_env(pack, None, 3)
+    with environment(env):
+        item, identity = read_env_inputs()
+    assert item is not None and identity is not None
+    own = _context(dag_id=identity.dag_id, map_index=3)
+    monkeypatch.setenv("DPONE_AIRFLOW_CONTEXT", json.dumps(own))
+    context = read_airflow_context(item, identity)
+    assert context is not None and context.map_index == 3
+    for wrong in ({"dag_id": "another_dag"}, {"map_index": 4}):
+        monkeypatch.setenv("DPONE_AIRFLOW_CONTEXT", json.dumps({**own, **wrong}))
+        with pytest.raises(DponeError) as caught:
+            read_airflow_context(item, identity)
+        assert caught.value.code == errors.AIRFLOW_CONTEXT_INVALID, wrong
+    monkeypatch.delenv("DPONE_AIRFLOW_CONTEXT")
+    assert read_airflow_context(item, identity) is None
+
+
+def test_item_refuses_an_inherited_context(demo: tuple[Path, dict[str, str]]) -> None:
+    folder, env = demo
+    env["DPONE_AIRFLOW_CONTEXT"] = json.dumps(_context(dag_id="another_dag"))
+    done = _dpone(folder, env, "run", "--item", "0", *RUN[1:])
+    assert done.returncode == 2, done.stderr  # --item computes the env: a set context is refused
+    assert "DPONE_AIRFLOW_CONTEXT" in done.stderr
