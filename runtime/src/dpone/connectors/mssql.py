@@ -17,34 +17,35 @@ import datetime as dt
 import re
 import struct
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
 from dpone.connectors.base import (
-    FENCE_TABLE,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
     Row,
-    RowChecksum,
-    Sink,
     SinkOptions,
     SinkSpec,
     Source,
     SourceSpec,
     TableRef,
     check_identifier,
-    check_unique,
     index_warnings,
-    scope_display,
-    strip_query,
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mssql_column_type
+from dpone.connectors.sql_base import (
+    DriverConnection,
+    SqlDialect,
+    SqlSink,
+    SqlSource,
+    busy_fence,
+    read_checksum,
+)
 from dpone.errors import DponeError
-from dpone.faults import fault_point
 from dpone.session_limits import session_limits
 
 MAX_IDENTIFIER_CHARS = 128  # sysname
@@ -82,27 +83,21 @@ def load_driver() -> Driver:
 
 
 # --- identifiers, DSNs, values --------------------------------------------------------------------
-def quote(name: str, what: str) -> str:
-    """[bracketed] with ] doubled."""
-    check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
-    return "[" + name.replace("]", "]]") + "]"
+class MssqlDialect(SqlDialect):
+    """T-SQL names: [bracketed] with ] doubled; ``?`` markers."""
+
+    alias = "[dpone_src]"
+
+    @staticmethod
+    def quote(name: str, what: str) -> str:
+        check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
+        return "[" + name.replace("]", "]]") + "]"
 
 
-def table_sql(table: TableRef) -> str:
-    name = quote(table.name, "table")
-    return name if table.schema is None else f"{quote(table.schema, 'schema')}.{name}"
-
-
-def _columns_sql(columns: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(prefix + quote(c, "column") for c in columns)
-
-
-def _where(window: ChunkWindow | None) -> str:
-    """`` WHERE <chunk predicate>`` on the ``[dpone_src]`` alias; nothing without a window."""
-    if window is None:
-        return ""
-    col = "[dpone_src]." + quote(window.column, "chunk column")
-    return f" WHERE {col} >= ? AND {col} < ?"
+quote = MssqlDialect.quote
+table_sql = MssqlDialect.table_sql
+_columns_sql = MssqlDialect.columns_sql
+_where = MssqlDialect.where
 
 
 def _odbc_value(value: str) -> str:
@@ -194,15 +189,14 @@ def _is_connection_loss(exc: BaseException) -> bool:
     return state.startswith("08")
 
 
-class MssqlConnection:
+class MssqlConnection(DriverConnection[Any]):
     """A lazily opened pyodbc connection with XACT_ABORT and value converters set."""
 
     def __init__(self, dsn: str, label: str, driver: Driver | None, autocommit: bool) -> None:
+        super().__init__(label)
         self._dsn = dsn
-        self._label = label
         self._driver = driver
         self._autocommit = autocommit
-        self.current: Any = None
 
     @property
     def driver_given(self) -> Driver | None:
@@ -215,127 +209,74 @@ class MssqlConnection:
             self._driver = load_driver()
         return self._driver
 
-    def get(self) -> Any:
-        if self.current is None:
-            driver = self.driver
-            try:
-                conn = driver.connect(
-                    odbc_connection_string(self._dsn), autocommit=self._autocommit
-                )
-                conn.add_output_converter(SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
-                conn.add_output_converter(SQL_GUID, _guid)
-                conn.execute("SET XACT_ABORT ON")
-            except driver.Error as exc:
-                state = exc.args[0] if exc.args else "?"
-                raise DponeError(
-                    errors.CONNECTION_FAILED,
-                    f"{self._label}: could not connect to the database (SQLSTATE {state})",
-                ) from None
-            self.current = conn
-        return self.current
+    def open(self) -> Any:
+        driver = self.driver
+        try:
+            conn = driver.connect(odbc_connection_string(self._dsn), autocommit=self._autocommit)
+            conn.add_output_converter(SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
+            conn.add_output_converter(SQL_GUID, _guid)
+            conn.execute("SET XACT_ABORT ON")
+        except driver.Error as exc:
+            state = exc.args[0] if exc.args else "?"
+            raise DponeError(
+                errors.CONNECTION_FAILED,
+                f"{self._label}: could not connect to the database (SQLSTATE {state})",
+            ) from None
+        return conn
 
-    def translate(self, exc: BaseException, code: str, what: str) -> DponeError:
-        if isinstance(exc, DponeError):
-            return exc
-        if isinstance(exc, self.driver.Error):
-            if _is_connection_loss(exc):
-                self.discard()
-                return DponeError(
-                    errors.CONNECTION_FAILED,
-                    f"{what}: lost the connection to the database ({describe_error(exc)})",
-                )
-            return DponeError(code, f"{what} failed: {describe_error(exc)}")
-        return DponeError(code, f"{what} failed: {type(exc).__name__}")
+    @property
+    def driver_error(self) -> type[BaseException]:
+        return self.driver.Error
 
-    def discard(self) -> None:
-        conn, self.current = self.current, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+    def describe(self, exc: BaseException) -> str:
+        return describe_error(exc)
+
+    def lost(self, exc: BaseException) -> str | None:
+        if not _is_connection_loss(exc):
+            return None
+        return f"lost the connection to the database ({describe_error(exc)})"
 
 
 # --- source ---------------------------------------------------------------------------------------
-class MssqlSource(Source):
+class MssqlSource(SqlSource[Any]):
     """A table or trusted query in SQL Server, read in autocommit statements."""
 
     kind = "mssql"
+    dialect = MssqlDialect
+    db: MssqlConnection
 
     def __init__(self, spec: SourceSpec, dsn: str, driver: Driver | None = None) -> None:
+        self._driver = driver
         super().__init__(spec, dsn)
-        if spec.table is not None:
-            table_sql(spec.table)
-        for col in spec.columns or ():
-            quote(col, "source column")
-        self.db = MssqlConnection(dsn, spec.display(), driver, autocommit=True)
-        self._columns: tuple[str, ...] | None = None
 
-    def relation(self) -> str:
-        if self.spec.table is not None:
-            return table_sql(self.spec.table) + " AS [dpone_src]"
-        return f"({strip_query(self.spec.query or '')}) AS [dpone_src]"
+    def connection(self, dsn: str, label: str) -> MssqlConnection:
+        return MssqlConnection(dsn, label, self._driver, autocommit=True)
 
-    def columns(self) -> tuple[str, ...]:
-        if self._columns is None:
-            select = _columns_sql(self.spec.columns) if self.spec.columns else "[dpone_src].*"
-            conn = self.db.get()
-            try:
-                cur = conn.cursor()
-                cur.execute(f"SELECT TOP 0 {select} FROM {self.relation()}")
-                names = tuple(str(d[0]) for d in cur.description or ())
-                cur.close()
-            except Exception as exc:
-                raise self._fail(exc, "describing the columns") from None
-            for name in names:
-                quote(name, f"{self.spec.display()} column")
-            check_unique(names, f"{self.spec.display()} columns")
-            self._columns = names
-        return self._columns
+    def params(self, window: ChunkWindow | None) -> tuple[object, ...]:
+        return _params(window)
 
-    def select_sql(self, window: ChunkWindow | None, columns: Sequence[str]) -> str:
-        """SELECT of the chunk (every row without a window), to run with ``_params(window)``."""
-        return f"SELECT {_columns_sql(columns)} FROM {self.relation()}{_where(window)}"
+    def probe_sql(self, select: str) -> str:
+        return f"SELECT TOP 0 {select} FROM {self.relation()}"
 
-    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
-        query = self.select_sql(window, self.columns())
-        conn = self.db.get()
-        try:
-            cur = conn.cursor()
-            try:
-                cur.execute(query, *_params(window))
-                while batch := cur.fetchmany(batch_rows):
-                    yield [tuple(row) for row in batch]
-            finally:
-                cur.close()
-        except Exception as exc:
-            raise self._fail(exc, f"reading {scope_display(window)}") from None
+    def execute(self, cur: Any, query: str, params: Any) -> None:
+        cur.execute(query, *(params or ()))
 
-    def checksum(self, window: ChunkWindow | None) -> str:
-        total = RowChecksum(self.columns())
-        for batch in self.rows(window, 10_000):
-            total.add_many(batch)
-        return total.value()
-
-    def _fail(self, exc: BaseException, doing: str) -> DponeError:
-        self._columns = None
-        return self.db.translate(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
+    def batch(self, fetched: Sequence[Any]) -> list[Row]:
+        return [tuple(row) for row in fetched]
 
     def sibling(self, columns: tuple[str, ...] | None = None) -> MssqlSource:
         return MssqlSource(self._spec_of(columns), self._dsn, self.db.driver_given)
 
-    def close(self) -> None:
-        self.db.discard()
-
     def column_types(self) -> dict[str, ColumnType | None]:
         """The moved columns' types as the server describes the SELECT's first result set
         (``system_type_name``): tables and queries alike. UNVERIFIED (docs/connectors.md)."""
-        select = _columns_sql(self.spec.columns) if self.spec.columns else "[dpone_src].*"
         conn = self.db.get()
         try:
             cur = conn.cursor()
             cur.execute(
                 "SELECT name, system_type_name FROM sys.dm_exec_describe_first_result_set"
                 "(?, NULL, 0) ORDER BY column_ordinal",
-                f"SELECT TOP 0 {select} FROM {self.relation()}",
+                self.probe_sql(self.select_list()),
             )
             described = [(str(name), str(kind)) for name, kind in cur.fetchall()]
             cur.close()
@@ -345,52 +286,30 @@ class MssqlSource(Source):
 
 
 # --- sink -----------------------------------------------------------------------------------------
-class MssqlSink(Sink):
+class MssqlSink(SqlSink[Any]):
     """Writes chunks into one SQL Server table, one explicit transaction per chunk."""
 
     kind = "mssql"
+    dialect = MssqlDialect
+    db: MssqlConnection
 
     def __init__(
         self, spec: SinkSpec, dsn: str, options: SinkOptions, driver: Driver | None = None
     ) -> None:
+        self._driver = driver
         super().__init__(spec, dsn, options)
-        self._table = table_sql(spec.table)
-        for key in spec.keys:
-            quote(key, "merge key")
-        self.db = MssqlConnection(dsn, spec.display(), driver, autocommit=False)
-        self._fence_ready = False
 
-    def _transfer(
-        self,
-        source: Source,
-        window: ChunkWindow | None,
-        connection: object | None,
-        fence: ChunkFence | None,
-        isolated: bool = True,
-    ) -> ChunkWrite:
-        self._no_external_connection(connection)
-        columns = self._moved_columns(source, window)
-        conn = self.db.get()
-        try:
-            try:
-                cur = conn.cursor()
-                cur.fast_executemany = True
-                with self._read_back(source, window) as gate:
-                    if fence is not None:
-                        self._claim_fence(conn, cur, fence)
-                    result = gate.check(self._write(cur, source, window, columns))
-                if fence is not None:
-                    fault_point("sink_written")
-                cur.close()
-                conn.commit()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                raise
-            return result
-        except Exception as exc:
-            what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
-            raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+    def connection(self, dsn: str, label: str) -> MssqlConnection:
+        return MssqlConnection(dsn, label, self._driver, autocommit=False)
+
+    def _begin(self, conn: Any) -> Any:
+        cur = conn.cursor()
+        cur.fast_executemany = True
+        return cur
+
+    def _commit(self, conn: Any, handle: Any) -> None:
+        handle.close()
+        conn.commit()
 
     def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self.db.get()
@@ -418,26 +337,14 @@ class MssqlSink(Sink):
             cur.close()
             conn.rollback()
         except Exception as exc:
-            raise self.db.translate(
-                exc, errors.SINK_FAILED, f"{self.spec.display()}: preflight"
-            ) from None
+            raise self._preflight_failed(exc) from None
         return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
 
-    def close(self) -> None:
-        self._close_read_back()
-        self.db.discard()
-
     # fence --------------------------------------------------------------------------------------
-    def _fence_table(self) -> str:
-        table = quote(FENCE_TABLE, "fence table")
-        schema = self.spec.table.schema
-        return table if schema is None else f"{quote(schema, 'schema')}.{table}"
-
-    def _ensure_fence_table(self, conn: Any, cur: Any) -> None:
-        """Create the fence table once per sink, in its own committed transaction."""
-        if self._fence_ready:
-            return
-        table = self._fence_table()
+    def _ensure_fence_table(self, conn: Any) -> None:
+        """Create the fence table, in its own committed transaction."""
+        table = self._fence_table
+        cur = conn.cursor()
         cur.execute("SELECT name FROM sys.columns WHERE object_id = OBJECT_ID(?)", table)
         if not cur.fetchall():
             try:
@@ -451,17 +358,15 @@ class MssqlSink(Sink):
                 if "error 2714" not in describe_error(exc):  # 2714: a concurrent creator won
                     raise
                 conn.rollback()  # XACT_ABORT dooms the transaction; the table exists now
-                self._fence_ready = True
                 return
         conn.commit()
-        self._fence_ready = True
 
-    def _claim_fence(self, conn: Any, cur: Any, fence: ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: ChunkFence) -> None:
         """Lock the chunk's fence row (UPDLOCK, HOLDLOCK: held to commit), then raise it to this
         attempt; a stored newer attempt rolls the transaction back."""
-        self._ensure_fence_table(conn, cur)
+        cur = handle
         limits = session_limits()
-        table = self._fence_table()
+        table = self._fence_table
         key = (fence.campaign, fence.chunk_index)
         cur.execute(f"SET LOCK_TIMEOUT {round(limits.fence_lock_s * 1000)}")
         try:
@@ -473,12 +378,7 @@ class MssqlSink(Sink):
             found = cur.fetchall()
         except self.db.driver.Error as exc:
             if "error 1222" in describe_error(exc):  # lock request time out period exceeded
-                raise DponeError(
-                    errors.CHUNK_BUSY,
-                    f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
-                    f"holds the chunk's fence row past {limits.fence_lock_s:g}s "
-                    "(DPONE_FENCE_LOCK_TIMEOUT); nothing was written",
-                ) from None
+                raise busy_fence(self.spec.display(), fence, f"{limits.fence_lock_s:g}") from None
             raise
         if not found:
             cur.execute(
@@ -488,8 +388,7 @@ class MssqlSink(Sink):
             )
             return
         stored = int(found[0][0])
-        if stored > fence.attempt:
-            raise fence.superseded(self.spec.display(), stored)
+        self._refuse_superseded(fence, stored)
         if stored < fence.attempt:
             cur.execute(
                 f"UPDATE {table} SET attempt = ?, claimed_at = SYSUTCDATETIME() "
@@ -500,8 +399,9 @@ class MssqlSink(Sink):
 
     # paths --------------------------------------------------------------------------------------
     def _write(
-        self, cur: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
+        self, handle: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
     ) -> ChunkWrite:
+        cur = handle
         cols = _columns_sql(columns)
         if isinstance(source, MssqlSource) and source.same_dsn(self._dsn):
             select = source.select_sql(window, columns)
@@ -600,11 +500,8 @@ class MssqlSink(Sink):
     def _read_checksum(
         cur: Any, columns: Sequence[str], query: str, params: Sequence[object]
     ) -> str:
-        check = RowChecksum(columns)
         cur.execute(query, *params)
-        while batch := cur.fetchmany(10_000):
-            check.add_many(batch)
-        return check.value()
+        return read_checksum(cur, columns)
 
 
 def table_checksum(
