@@ -17,7 +17,7 @@ import datetime as dt
 import re
 import struct
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -43,7 +43,6 @@ from dpone.connectors.sql_base import (
     SqlSink,
     SqlSource,
     busy_fence,
-    read_checksum,
 )
 from dpone.errors import DponeError
 from dpone.session_limits import session_limits
@@ -92,6 +91,10 @@ class MssqlDialect(SqlDialect):
     def quote(name: str, what: str) -> str:
         check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
         return "[" + name.replace("]", "]]") + "]"
+
+    @staticmethod
+    def params(window: ChunkWindow | None) -> tuple[object, ...]:
+        return _params(window)
 
 
 quote = MssqlDialect.quote
@@ -251,9 +254,6 @@ class MssqlSource(SqlSource[Any]):
 
     def connection(self, dsn: str, label: str) -> MssqlConnection:
         return MssqlConnection(dsn, label, self._driver, autocommit=True)
-
-    def params(self, window: ChunkWindow | None) -> tuple[object, ...]:
-        return _params(window)
 
     def probe_sql(self, select: str) -> str:
         return f"SELECT TOP 0 {select} FROM {self.relation()}"
@@ -423,62 +423,37 @@ class MssqlSink(SqlSink[Any]):
 
         return self._modes(cur, window, columns, fill_rows, "executemany")
 
-    def _modes(
-        self,
-        cur: Any,
-        window: ChunkWindow | None,
-        columns: tuple[str, ...],
-        fill: Callable[[str], int],
-        method: str,
-    ) -> ChunkWrite:
-        """The inner mode around a ``fill(relation)``.
+    # inner modes ------------------------------------------------------------------------------
+    def _query(self, handle: Any, query: str, params: Any) -> Any:
+        handle.execute(query, *(params or ()))
+        return handle
 
-        full_refresh deletes every row of the target WITH (TABLOCKX): held to the commit, it makes
-        a concurrent full refresh wait instead of inserting its copy next to this one's. DELETE,
-        not TRUNCATE, so that the whole replacement stays one transaction.
-        """
-        mode = self.spec.inner_mode
-        cols = _columns_sql(columns)
-        hashed = self._hashed(columns)
-        checksum: str | None = None
-        if mode in ("replace", "full_refresh"):
-            replaced = window if mode == "replace" else None  # None: every row of the target
-            where = _where(replaced)
-            hint = " WITH (TABLOCKX)" if replaced is None else ""
-            cur.execute(
-                f"DELETE [dpone_src] FROM {self._table} AS [dpone_src]{hint}{where}",
-                *_params(replaced),
-            )
-            rows = fill(self._table)
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS [dpone_src]{where}"
-                checksum = self._read_checksum(cur, hashed, read, _params(replaced))
-            return ChunkWrite(rows, checksum, method)
-        if mode == "append" and not self.options.checksum:
-            return ChunkWrite(fill(self._table), None, method)
+    def _delete_sql(self, window: ChunkWindow | None) -> str:
+        """full_refresh (no window) deletes every row of the target WITH (TABLOCKX): held to the
+        commit, it makes a concurrent full refresh wait instead of inserting its copy next to
+        this one's. DELETE, not TRUNCATE, so that the whole replacement stays one transaction."""
+        hint = " WITH (TABLOCKX)" if window is None else ""
+        return f"DELETE [dpone_src] FROM {self._table} AS [dpone_src]{hint}{_where(window)}"
+
+    def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         stage = quote(f"#dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
+        cols = _columns_sql(columns)
         empty = f"SELECT {cols} FROM {self._table} WHERE 1 = 0"
         # UNION ALL drops an IDENTITY property the plain SELECT .. INTO would copy to the stage.
-        cur.execute(f"SELECT {cols} INTO {stage} FROM {self._table} WHERE 1 = 0 UNION ALL {empty}")
-        fill(stage)
-        if mode == "merge":
-            cur.execute(self._merge_sql(stage, columns))
-        else:
-            cur.execute(f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}")
-        rows = int(cur.rowcount)
-        if self.options.checksum:
-            read = f"SELECT {_columns_sql(hashed)} FROM {stage}"
-            if mode == "merge":  # the target's rows whose keys the stage carries
-                on = " AND ".join(
-                    f"[s].{quote(k, 'key')} = [t].{quote(k, 'key')}" for k in self.spec.keys
-                )
-                read = (
-                    f"SELECT {_columns_sql(hashed, '[t].')} FROM {self._table} AS [t] "
-                    f"WHERE EXISTS (SELECT 1 FROM {stage} AS [s] WHERE {on})"
-                )
-            checksum = self._read_checksum(cur, hashed, read, ())
-        cur.execute(f"DROP TABLE {stage}")
-        return ChunkWrite(rows, checksum, method)
+        handle.execute(
+            f"SELECT {cols} INTO {stage} FROM {self._table} WHERE 1 = 0 UNION ALL {empty}"
+        )
+        return stage
+
+    def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
+        if self.spec.inner_mode == "merge":
+            return self._merge_sql(stage, columns)
+        cols = _columns_sql(columns)
+        return f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
+
+    def _drop_stage(self, handle: Any, stage: str, done: bool) -> None:
+        if done:  # else XACT_ABORT doomed the transaction: the rollback drops the stage
+            handle.execute(f"DROP TABLE {stage}")
 
     def _merge_sql(self, stage: str, columns: Sequence[str]) -> str:
         keys = self.spec.keys
@@ -495,13 +470,6 @@ class MssqlSink(SqlSink[Any]):
             f"{matched} WHEN NOT MATCHED BY TARGET THEN INSERT ({_columns_sql(columns)})"
             f" VALUES ({_columns_sql(columns, '[s].')});"
         )
-
-    @staticmethod
-    def _read_checksum(
-        cur: Any, columns: Sequence[str], query: str, params: Sequence[object]
-    ) -> str:
-        cur.execute(query, *params)
-        return read_checksum(cur, columns)
 
 
 def table_checksum(

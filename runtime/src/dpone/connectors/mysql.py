@@ -33,7 +33,7 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -70,7 +70,6 @@ from dpone.connectors.sql_base import (
     SqlSink,
     SqlSource,
     busy_fence,
-    read_checksum,
 )
 from dpone.dsn_settings import missing_file
 from dpone.errors import DponeError
@@ -199,6 +198,10 @@ class MysqlDialect(SqlDialect):
                 errors.IDENTIFIER_INVALID, f"{what}: MySQL names cannot end with a space"
             )
         return "`" + name.replace("`", "``") + "`"
+
+    @staticmethod
+    def params(window: ChunkWindow | None) -> tuple[Bound, ...] | None:
+        return _params(window)
 
 
 quote = MysqlDialect.quote
@@ -433,9 +436,6 @@ class MysqlSource(SqlSource["pymysql.connections.Connection[Any]"]):
 
     def connection(self, dsn: str, label: str) -> MysqlConnection:
         return MysqlConnection(dsn, label, sink=False)
-
-    def params(self, window: ChunkWindow | None) -> tuple[Bound, ...] | None:
-        return _params(window)
 
     def probe_sql(self, select: str) -> str:
         return f"SELECT {select} FROM {self.relation(False)} LIMIT 0"
@@ -789,77 +789,42 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
                 "decimal places than the column keeps); the chunk was rolled back",
             )
 
-    def _modes(
-        self,
-        cur: Any,
-        window: ChunkWindow | None,
-        columns: tuple[str, ...],
-        fill: Callable[[str], int],
-        method: str,
-    ) -> ChunkWrite:
-        """The inner mode around a ``fill(relation)``.
+    # inner modes: InnoDB's next-key locks keep concurrent writers out of a replaced range until
+    # commit; DELETE, not TRUNCATE (which would commit implicitly); stages are TEMPORARY tables.
+    def _query(self, handle: Any, query: str, params: Any) -> Any:
+        handle.execute(query, params)
+        return handle
 
-        replace deletes the window's rows (InnoDB's next-key locks keep concurrent writers out of
-        the range until commit); full_refresh deletes every row of the target (DELETE, not
-        TRUNCATE, which would commit implicitly). Merge and a checksummed append stage the rows in
-        a TEMPORARY table first.
-        """
-        mode = self.spec.inner_mode
-        cols = _columns_sql(columns)
-        hashed = self._hashed(columns)
-        checksum: str | None = None
-        if mode in ("replace", "full_refresh"):
-            replaced = window if mode == "replace" else None  # None: every row of the target
-            where = _where(replaced)
-            cur.execute(
-                f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{where}", _params(replaced)
-            )
-            rows = fill(self._table)
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS `dpone_src`{where}"
-                checksum = self._read_checksum(cur, hashed, read, _params(replaced))
-            return ChunkWrite(rows, checksum, method)
-        if mode == "append" and not self.options.checksum:
-            return ChunkWrite(fill(self._table), None, method)
+    def _delete_sql(self, window: ChunkWindow | None) -> str:
+        return f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{_where(window)}"
+
+    def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         stage = self._stage_prefix + quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
-        cur.execute(
-            f"CREATE TEMPORARY TABLE {stage} ENGINE=InnoDB AS SELECT {cols} FROM {self._table} "
-            "WHERE 1 = 0"
+        handle.execute(
+            f"CREATE TEMPORARY TABLE {stage} ENGINE=InnoDB AS SELECT {_columns_sql(columns)} "
+            f"FROM {self._table} WHERE 1 = 0"
         )
-        try:
-            rows = fill(stage)
-            insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
-            if mode == "merge":
-                insert += " " + self._on_duplicate(columns)
-            cur.execute(insert)
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM {stage}"
-                if mode == "merge":  # the target's rows whose keys the stage carries
-                    on = " AND ".join(
-                        f"`s`.{quote(k, 'key')} = `t`.{quote(k, 'key')}" for k in self.spec.keys
-                    )
-                    read = (
-                        f"SELECT {_columns_sql(hashed, '`t`.')} FROM {self._table} AS `t` "
-                        f"WHERE EXISTS (SELECT 1 FROM {stage} AS `s` WHERE {on})"
-                    )
-                checksum = self._read_checksum(cur, hashed, read, None)
-        finally:
-            with contextlib.suppress(pymysql.err.Error):
-                cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
-        return ChunkWrite(rows, checksum, method)
+        return stage
+
+    def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
+        cols = _columns_sql(columns)
+        insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
+        if self.spec.inner_mode == "merge":
+            insert += " " + self._on_duplicate(columns)
+        return insert
+
+    def _moved_rows(self, cur: Any, filled: int) -> int:
+        return filled  # ON DUPLICATE KEY UPDATE counts an updated row twice
+
+    def _drop_stage(self, handle: Any, stage: str, done: bool) -> None:
+        with contextlib.suppress(pymysql.err.Error):
+            handle.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
 
     def _on_duplicate(self, columns: Sequence[str]) -> str:
         keys = self.spec.keys
         updated = [c for c in columns if c not in keys] or [keys[0]]
         sets = ", ".join(f"{quote(c, 'column')} = VALUES({quote(c, 'column')})" for c in updated)
         return f"ON DUPLICATE KEY UPDATE {sets}"
-
-    @staticmethod
-    def _read_checksum(
-        cur: Any, columns: Sequence[str], query: str, params: Sequence[object] | None
-    ) -> str:
-        cur.execute(query, params)
-        return read_checksum(cur, columns)
 
 
 def table_checksum(

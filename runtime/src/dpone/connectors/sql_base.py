@@ -150,6 +150,11 @@ class SqlDialect(ABC):
     def quote(name: str, what: str) -> str:
         """``name`` as a quoted identifier; DponeError(IDENTIFIER_INVALID) when it cannot be."""
 
+    @staticmethod
+    @abstractmethod
+    def params(window: ChunkWindow | None) -> Any:
+        """The window's bounds as the driver's statement parameters (for :meth:`where`)."""
+
     @classmethod
     def table_sql(cls, table: TableRef) -> str:
         name = cls.quote(table.name, "table")
@@ -188,10 +193,6 @@ class SqlSource(Source, Generic[C]):
     @abstractmethod
     def connection(self, dsn: str, label: str) -> DriverConnection[C]:
         """The (not yet opened) connection this source reads on."""
-
-    @abstractmethod
-    def params(self, window: ChunkWindow | None) -> Any:
-        """The window's bounds as the driver's statement parameters."""
 
     @abstractmethod
     def probe_sql(self, select: str) -> str:
@@ -253,7 +254,7 @@ class SqlSource(Source, Generic[C]):
         try:
             cur = self.cursor(conn)
             try:
-                self.execute(cur, query, self.params(window))
+                self.execute(cur, query, self.dialect.params(window))
                 while fetched := cur.fetchmany(batch_rows):
                     yield self.batch(fetched)
             finally:
@@ -330,6 +331,92 @@ class SqlSink(Sink, Generic[C]):
     ) -> ChunkWrite:
         """Write the chunk's rows in the inner mode and read back the sink's checksum."""
 
+    # the inner modes ---------------------------------------------------------------------------
+    @abstractmethod
+    def _query(self, handle: Any, query: str, params: Any) -> Any:
+        """Run ``query`` with ``params`` (None: none) in the chunk's transaction; the cursor."""
+
+    @abstractmethod
+    def _delete_sql(self, window: ChunkWindow | None) -> str:
+        """DELETE of the target's rows in ``window`` (None: every row), on the source alias, to
+        run with ``dialect.params(window)``."""
+
+    @abstractmethod
+    def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
+        """Create an empty session-private stage shaped like the target's ``columns``; its name."""
+
+    @abstractmethod
+    def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
+        """The statement moving the stage into the target (merge: upsert on the keys)."""
+
+    @abstractmethod
+    def _drop_stage(self, handle: Any, stage: str, done: bool) -> None:
+        """Drop the stage (``done`` False: the write failed and will be rolled back)."""
+
+    def _moved_rows(self, cur: Any, filled: int) -> int:
+        """The rows the stage moved into the target (``filled``: the rows put into the stage)."""
+        return int(cur.rowcount)
+
+    def _stages(self) -> bool:
+        """True when the inner mode writes through a stage (merge, or a checksummed append)."""
+        return self.spec.inner_mode == "merge" or self.options.checksum
+
+    def _checksum(self, handle: Any, columns: Sequence[str], query: str, params: Any) -> str:
+        return read_checksum(self._query(handle, query, params), columns)
+
+    def _modes(
+        self,
+        handle: Any,
+        window: ChunkWindow | None,
+        columns: tuple[str, ...],
+        fill: Callable[[str], int],
+        method: str,
+    ) -> ChunkWrite:
+        """The inner mode around a ``fill(relation)`` that writes the chunk's rows into a
+        relation and returns their count; with ``options.checksum`` the sink's side of the
+        read-back: replace/full_refresh the target's rows in the range (full_refresh: every row),
+        merge the target's rows whose keys the stage carries, append the staged rows."""
+        mode = self.spec.inner_mode
+        hashed = self._hashed(columns)
+        cols = self.dialect.columns_sql
+        if mode in ("replace", "full_refresh"):
+            replaced = window if mode == "replace" else None  # None: every row of the target
+            self._query(handle, self._delete_sql(replaced), self.dialect.params(replaced))
+            rows = fill(self._table)
+            if not self.options.checksum:
+                return ChunkWrite(rows, None, method)
+            where = self.dialect.where(replaced)
+            read = f"SELECT {cols(hashed)} FROM {self._table} AS {self.dialect.alias}{where}"
+            target = self._checksum(handle, hashed, read, self.dialect.params(replaced))
+            return ChunkWrite(rows, target, method)
+        if not self._stages():
+            return ChunkWrite(fill(self._table), None, method)
+        stage = self._create_stage(handle, columns)
+        done = False
+        try:
+            filled = fill(stage)
+            moved = self._query(handle, self._from_stage_sql(stage, columns), None)
+            rows = self._moved_rows(moved, filled)
+            checksum = None
+            if self.options.checksum:
+                read = f"SELECT {cols(hashed)} FROM {stage}"
+                if mode == "merge":  # the target's rows whose keys the stage carries
+                    t, s = self.dialect.quote("t", "alias"), self.dialect.quote("s", "alias")
+                    on = " AND ".join(
+                        f"{s}.{self.dialect.quote(k, 'key')} = {t}.{self.dialect.quote(k, 'key')}"
+                        for k in self.spec.keys
+                    )
+                    read = (
+                        f"SELECT {cols(hashed, t + '.')} FROM {self._table} AS {t} "
+                        f"WHERE EXISTS (SELECT 1 FROM {stage} AS {s} WHERE {on})"
+                    )
+                checksum = self._checksum(handle, hashed, read, None)
+            done = True
+        finally:
+            self._drop_stage(handle, stage, done)
+        return ChunkWrite(rows, checksum, method)
+
+    # the transaction's outcome ------------------------------------------------------------------
     def _retry(self, exc: BaseException, attempt: int) -> bool:
         """True to run the whole transaction again after ``exc`` (e.g. a deadlock)."""
         return False

@@ -17,8 +17,8 @@ import pathlib
 import re
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Self
+from collections.abc import Sequence
+from typing import Any, Self
 
 from dpone import errors
 from dpone.connections import sqlite_path
@@ -27,7 +27,6 @@ from dpone.connectors.base import (
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
-    RowChecksum,
     Source,
     SourceSpec,
     TableRef,
@@ -45,7 +44,6 @@ from dpone.connectors.sql_base import (
     SqlDialect,
     SqlSink,
     SqlSource,
-    read_checksum,
 )
 from dpone.errors import DponeError
 
@@ -70,6 +68,10 @@ class SqliteDialect(SqlDialect):
     def quote(name: str, what: str) -> str:
         check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
         return '"' + name.replace('"', '""') + '"'
+
+    @staticmethod
+    def params(window: ChunkWindow | None) -> tuple[Bound, ...]:
+        return _params(window)
 
 
 quote = SqliteDialect.quote
@@ -156,9 +158,6 @@ class SqliteSource(SqlSource[sqlite3.Connection]):
 
     def connection(self, dsn: str, label: str) -> SqliteConnection:
         return SqliteConnection(dsn, label)
-
-    def params(self, window: ChunkWindow | None) -> tuple[Bound, ...]:
-        return _params(window)
 
     def probe_sql(self, select: str) -> str:
         return f"SELECT {select} FROM {self.relation()} LIMIT 0"
@@ -291,61 +290,34 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
 
         return self._modes(conn, window, columns, fill_rows, "executemany")
 
-    def _modes(
-        self,
-        conn: sqlite3.Connection,
-        window: ChunkWindow | None,
-        columns: tuple[str, ...],
-        fill: Callable[[str], int],
-        method: str,
-    ) -> ChunkWrite:
-        """The inner mode around a ``fill(relation)``; full_refresh deletes every row of the target
-        (BEGIN IMMEDIATE already keeps other writers out of the file until commit)."""
-        mode = self.spec.inner_mode
-        cols = _columns_sql(columns)
-        hashed = self._hashed(columns)
-        if mode in ("replace", "full_refresh"):
-            replaced = window if mode == "replace" else None  # None: every row of the target
-            where = _where(replaced)
-            conn.execute(f"DELETE FROM {self._table} AS dpone_src{where}", _params(replaced))
-            rows = fill(self._table)
-            checksum = None
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS dpone_src{where}"
-                cur = conn.execute(read, _params(replaced))
-                checksum = read_checksum(cur, hashed)
-                cur.close()
-            return ChunkWrite(rows, checksum, method)
-        if not self.options.checksum:
-            return ChunkWrite(fill(self._table), None, method)
+    # inner modes: merge without a checksum upserts straight into the target -------------------
+    def _query(self, handle: sqlite3.Connection, query: str, params: Any) -> sqlite3.Cursor:
+        return handle.execute(query, params or ())
+
+    def _stages(self) -> bool:
+        return self.options.checksum
+
+    def _delete_sql(self, window: ChunkWindow | None) -> str:
+        """BEGIN IMMEDIATE already keeps other writers out of the file until commit."""
+        return f"DELETE FROM {self._table} AS dpone_src{_where(window)}"
+
+    def _create_stage(self, handle: sqlite3.Connection, columns: Sequence[str]) -> str:
         stage = quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
-        conn.execute(f"CREATE TEMP TABLE {stage} AS SELECT {cols} FROM {self._table} WHERE 0")
-        try:
-            fill(f"temp.{stage}")
-            insert = (
-                f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM temp.{stage} WHERE true"
-            )
-            if mode == "merge":
-                insert += " " + self._on_conflict(columns)
-            rows = conn.execute(insert).rowcount
-            checksum = None
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM temp.{stage}"
-                if mode == "merge":  # the target's rows whose keys the stage carries
-                    on = " AND ".join(
-                        f"s.{quote(k, 'key')} = t.{quote(k, 'key')}" for k in self.spec.keys
-                    )
-                    read = (
-                        f"SELECT {', '.join('t.' + quote(c, 'column') for c in hashed)} "
-                        f"FROM {self._table} AS t "
-                        f"WHERE EXISTS (SELECT 1 FROM temp.{stage} AS s WHERE {on})"
-                    )
-                check = RowChecksum(hashed)
-                check.add_many(conn.execute(read).fetchall())
-                checksum = check.value()
-        finally:
-            conn.execute(f"DROP TABLE IF EXISTS temp.{stage}")
-        return ChunkWrite(rows, checksum, method)
+        handle.execute(
+            f"CREATE TEMP TABLE {stage} AS SELECT {_columns_sql(columns)} FROM {self._table} "
+            "WHERE 0"
+        )
+        return f"temp.{stage}"
+
+    def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
+        cols = _columns_sql(columns)
+        insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage} WHERE true"
+        if self.spec.inner_mode == "merge":
+            insert += " " + self._on_conflict(columns)
+        return insert
+
+    def _drop_stage(self, handle: sqlite3.Connection, stage: str, done: bool) -> None:
+        handle.execute(f"DROP TABLE IF EXISTS {stage}")
 
     def _on_conflict(self, columns: Sequence[str]) -> str:
         keys = self.spec.keys
