@@ -31,7 +31,6 @@ from dpone.connectors.base import (
     SinkSpec,
     Source,
     SourceSpec,
-    TableRef,
     check_identifier,
     index_warnings,
 )
@@ -234,10 +233,8 @@ class MssqlConnection(DriverConnection[Any]):
     def describe(self, exc: BaseException) -> str:
         return describe_error(exc)
 
-    def lost(self, exc: BaseException) -> str | None:
-        if not _is_connection_loss(exc):
-            return None
-        return f"lost the connection to the database ({describe_error(exc)})"
+    def connection_lost(self, exc: BaseException) -> bool:
+        return _is_connection_loss(exc)
 
 
 # --- source ---------------------------------------------------------------------------------------
@@ -470,17 +467,3 @@ class MssqlSink(SqlSink[Any]):
             f"{matched} WHEN NOT MATCHED BY TARGET THEN INSERT ({_columns_sql(columns)})"
             f" VALUES ({_columns_sql(columns, '[s].')});"
         )
-
-
-def table_checksum(
-    dsn: str,
-    table: TableRef,
-    window: ChunkWindow | None,
-    columns: Sequence[str] | None = None,
-    driver: Driver | None = None,
-) -> str:
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with MssqlSource(spec, dsn, driver) as source:
-        return source.checksum(window)

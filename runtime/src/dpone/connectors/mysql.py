@@ -54,7 +54,6 @@ from dpone.connectors.base import (
     SinkOptions,
     SinkSpec,
     Source,
-    SourceSpec,
     TableRef,
     canonical_decimal,
     check_identifier,
@@ -403,10 +402,8 @@ class MysqlConnection(DriverConnection["pymysql.connections.Connection[Any]"]):
     def describe(self, exc: BaseException) -> str:
         return describe_error(exc)
 
-    def lost(self, exc: BaseException) -> str | None:
-        if not _is_connection_loss(exc):
-            return None
-        return f"lost the connection to the database ({describe_error(exc)})"
+    def connection_lost(self, exc: BaseException) -> bool:
+        return _is_connection_loss(exc)
 
     def interrupt(self) -> None:
         """KILL QUERY the statement in flight from a second connection (thread-safe); the writing
@@ -825,13 +822,3 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
         updated = [c for c in columns if c not in keys] or [keys[0]]
         sets = ", ".join(f"{quote(c, 'column')} = VALUES({quote(c, 'column')})" for c in updated)
         return f"ON DUPLICATE KEY UPDATE {sets}"
-
-
-def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
-) -> str:
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with MysqlSource(spec, dsn) as source:
-        return source.checksum(window)

@@ -101,9 +101,15 @@ class DriverConnection(ABC, Generic[C]):
     def describe(self, exc: Any) -> str:
         """A driver error as error class, codes and object names: never a row value or DSN."""
 
+    def connection_lost(self, exc: Any) -> bool:
+        """True when the driver error ``exc`` means the connection is gone."""
+        return False
+
     def lost(self, exc: Any) -> str | None:
         """The message tail when ``exc`` means the connection is gone (None: it is not)."""
-        return None
+        if not self.connection_lost(exc):
+            return None
+        return f"lost the connection to the database ({self.describe(exc)})"
 
     def after_loss(self) -> None:
         """What a connection loss does to the held connection (default: drop it)."""

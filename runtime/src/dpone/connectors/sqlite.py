@@ -28,8 +28,6 @@ from dpone.connectors.base import (
     ChunkWindow,
     ChunkWrite,
     Source,
-    SourceSpec,
-    TableRef,
     canonical_datetime,
     canonical_decimal,
     canonical_text,
@@ -324,13 +322,3 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
         updated = [c for c in columns if c not in keys] or [keys[0]]
         sets = ", ".join(f"{quote(c, 'column')} = excluded.{quote(c, 'column')}" for c in updated)
         return f"ON CONFLICT ({_columns_sql(keys)}) DO UPDATE SET {sets}"
-
-
-def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
-) -> str:
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with SqliteSource(spec, dsn) as source:
-        return source.checksum(window)
