@@ -472,12 +472,6 @@ class MssqlLedger(SqlLedger):
                 pass
             self._conn = None
 
-    def __enter__(self) -> MssqlLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @staticmethod
     def _sqlstate(exc: BaseException) -> str:
         return str(exc.args[0]) if exc.args else ""
@@ -554,14 +548,7 @@ class MssqlLedger(SqlLedger):
         """Read the audit schema without creating or migrating anything (`dpone ledger list`)."""
         with self._transaction("reading the schema version", TxMode.READ) as tx:
             version = self._stored_version(tx)
-        self._check_version(version)
-        self.absent = version is None
-        if version is not None and version < SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version} of {SCHEMA_VERSION}: the "
-                "next `dpone run` on it migrates it; listing never changes a ledger",
-            )
+        self._inspected(version)
 
     def _stored_version(self, tx: MssqlTx) -> int | None:
         found = tx._one(self.statements.object_id, f"{self.statements.schema}.[schema_version]")
@@ -572,17 +559,4 @@ class MssqlLedger(SqlLedger):
             return None
         if isinstance(row[0], int):
             return int(row[0])
-        raise DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"schema {self.schema!r} holds a schema_version table that is not a dpone audit "
-            "schema's (another tool's?): give the ledger a schema of its own (state.schema, "
-            "or --schema)",
-        )
-
-    def _check_version(self, version: int | None) -> None:
-        if version is not None and version > SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version}; this dpone knows versions "
-                f"up to {SCHEMA_VERSION}: upgrade dpone",
-            )
+        raise self._foreign_version_table()

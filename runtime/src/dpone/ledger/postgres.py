@@ -649,12 +649,6 @@ class PostgresLedger(SqlLedger):
             except Exception:
                 pass
 
-    def __enter__(self) -> PostgresLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _translate(self, exc: psycopg.Error, op: str) -> DponeError:
         state = exc.sqlstate or ""
         conn = self._conn
@@ -762,14 +756,7 @@ class PostgresLedger(SqlLedger):
                 version = self._stored_version(conn)
         except psycopg.Error as exc:
             raise self._translate(exc, "reading the schema version") from exc
-        self._check_version(version)
-        self.absent = version is None
-        if version is not None and version < SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version} of {SCHEMA_VERSION}: the "
-                "next `dpone run` on it migrates it; listing never changes a ledger",
-            )
+        self._inspected(version)
 
     def _stored_version(self, conn: psycopg.Connection[Any]) -> int | None:
         """The audit schema's version, None when it has no schema_version table yet. A table of
@@ -790,17 +777,4 @@ class PostgresLedger(SqlLedger):
             present = conn.execute("SELECT to_regclass(%s)", (campaign,)).fetchone()
             if version is None or (present is not None and present[0] is not None):
                 return version
-        raise DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"schema {self.schema!r} holds a schema_version table that is not a dpone audit "
-            "schema's (another tool's?): give the ledger a schema of its own (state.schema, "
-            "or --schema)",
-        )
-
-    def _check_version(self, version: int | None) -> None:
-        if version is not None and version > SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version}; this dpone knows versions "
-                f"up to {SCHEMA_VERSION}: upgrade dpone",
-            )
+        raise self._foreign_version_table()
