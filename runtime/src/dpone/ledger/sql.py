@@ -20,7 +20,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -231,6 +231,25 @@ class CampaignHead:
     created_by: str
     seq: int = 0
     created_at: dt.datetime | None = None
+
+    @classmethod
+    def new(cls, shape: CampaignShape, owner: str) -> CampaignHead:
+        """The first snapshot of the campaign ``shape`` plans (seq and created_at: the store's)."""
+        return cls(
+            shape.run_key,
+            shape.workload,
+            shape.process,
+            shape.plan_hash,
+            shape.config_hash,
+            shape.chunk_count,
+            cancelled=False,
+            cancel_reason=None,
+            created_by=owner,
+        )
+
+    def cancelling(self, reason: str, undo: bool) -> CampaignHead:
+        """The snapshot with the cancelled flag set (``undo``: cleared) for ``reason``."""
+        return replace(self, cancelled=not undo, cancel_reason=stored_text(reason))
 
 
 @dataclass(frozen=True)
@@ -475,16 +494,13 @@ def merge_ledger(
 
 def extended_head(head: CampaignHead, shape: CampaignShape) -> CampaignHead:
     """The snapshot of an extended campaign: the new plan, the rest (cancel flag too) kept."""
-    return CampaignHead(
-        run_key=head.run_key,
-        workload=head.workload,
-        process=head.process,
+    return replace(
+        head,
         plan_hash=shape.plan_hash,
         config_hash=shape.config_hash,
         chunk_count=shape.chunk_count,
-        cancelled=head.cancelled,
-        cancel_reason=head.cancel_reason,
-        created_by=head.created_by,
+        seq=0,
+        created_at=None,
     )
 
 
@@ -958,19 +974,7 @@ class SqlLedger(ABC):
             fault_point("campaign_locked")
             stored = tx.campaign_head(shape.run_key)
             if stored is None:
-                tx.insert_campaign(
-                    CampaignHead(
-                        run_key=shape.run_key,
-                        workload=shape.workload,
-                        process=shape.process,
-                        plan_hash=shape.plan_hash,
-                        config_hash=shape.config_hash,
-                        chunk_count=shape.chunk_count,
-                        cancelled=False,
-                        cancel_reason=None,
-                        created_by=owner,
-                    )
-                )
+                tx.insert_campaign(CampaignHead.new(shape, owner))
                 tx.insert_shape(shape.run_key, [ShapeRow.of(chunk) for chunk in shape.chunks])
             else:
                 verify_shape(stored, shape)
@@ -1075,19 +1079,7 @@ class SqlLedger(ABC):
                 raise DponeError(
                     errors.USAGE, f"no campaign {run_key!r} in audit schema {self.schema!r}"
                 )
-            tx.insert_campaign(
-                CampaignHead(
-                    run_key=head.run_key,
-                    workload=head.workload,
-                    process=head.process,
-                    plan_hash=head.plan_hash,
-                    config_hash=head.config_hash,
-                    chunk_count=head.chunk_count,
-                    cancelled=not undo,
-                    cancel_reason=stored_text(reason),
-                    created_by=head.created_by,
-                )
-            )
+            tx.insert_campaign(head.cancelling(reason, undo))
 
     def list_campaigns(self, workload: str | None = None) -> list[str]:
         if self.absent:
