@@ -13,7 +13,13 @@ from dpone import errors
 from dpone.errors import DponeError
 from dpone.plan.canonical import is_fingerprint, strict_json_object
 from dpone.plan.chunks import MAX_CHUNKS
-from dpone.plan.mapping import HARD_MAX_ITEMS, ITEM_MAX_BYTES, ITEM_SCHEMA, MAPPED_MODES
+from dpone.plan.mapping import (
+    HARD_MAX_ITEMS,
+    ITEM_MAX_BYTES,
+    ITEM_SCHEMA,
+    MAPPED_MODES,
+    MappingItem,
+)
 
 ENV_ITEM = "DPONE_AIRFLOW_MAPPING_ITEM"
 ENV_RUN_IDENTITY = "DPONE_AIRFLOW_RUN_IDENTITY"
@@ -33,27 +39,20 @@ ITEM_FIELDS = (
 
 
 @dataclass(frozen=True)
-class ParsedItem:
+class ParsedItem(MappingItem):
+    """A mapped task's item as its environment carries it: the chunk range, plus the plan it
+    was cut from."""
+
     mode: str
     mapping_plan_fingerprint: str
     backfill_plan_hash: str
-    item_index: int
-    first_chunk_index: int
-    last_chunk_index: int
-
-    @property
-    def chunks_count(self) -> int:
-        return self.last_chunk_index - self.first_chunk_index + 1
 
     def to_mapping_section(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "plan_fingerprint": self.mapping_plan_fingerprint,
             "backfill_plan_hash": self.backfill_plan_hash,
-            "item_index": self.item_index,
-            "first_chunk_index": self.first_chunk_index,
-            "last_chunk_index": self.last_chunk_index,
-            "chunks_count": self.chunks_count,
+            **self.canonical(),
         }
 
 
