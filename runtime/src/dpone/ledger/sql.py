@@ -16,6 +16,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import operator
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
@@ -190,7 +191,7 @@ class RowCodec(Generic[R]):
         self._written = tuple(field for _, field in written)
 
     def decode(self, row: Sequence[Any]) -> R:
-        return self._make(*[decode(v) for decode, v in zip(self._decoders, row, strict=False)])
+        return self._make(*map(operator.call, self._decoders, row))
 
     def params(self, record: object) -> tuple[Any, ...]:
         values = (getattr(record, name) for name in self._written)
