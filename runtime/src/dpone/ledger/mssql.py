@@ -458,10 +458,7 @@ class MssqlLedger(SqlLedger):
         try:
             self._conn = self.driver.connect(self._connection_string, autocommit=False)
         except self.driver.Error as exc:
-            raise DponeError(
-                errors.CONNECTION_FAILED,
-                f"cannot connect to the ledger database {redact(self._dsn)}: {self._message(exc)}",
-            ) from exc
+            raise self._unreachable(self._message(exc)) from exc
         return self._conn
 
     def close(self) -> None:
@@ -484,20 +481,13 @@ class MssqlLedger(SqlLedger):
         state = self._sqlstate(exc)
         if state.startswith("08") or isinstance(exc, self.driver.OperationalError):
             self.close()  # the next call reconnects
-            return DponeError(
-                errors.CONNECTION_FAILED,
-                f"the ledger database connection failed during {op} ({redact(self._dsn)}): "
-                f"{state} {self._message(exc)}; the outcome of this call is unknown, retry the task",
-            )
+            return self._lost_during(op, f"{state} {self._message(exc)}")
         if state.startswith("23") and mode in (TxMode.CHUNK, TxMode.WRITE):
             return DponeError(
                 errors.CHUNK_LEASE_LOST,
                 f"{op}: a concurrent writer appended the same chunk transition first ({state})",
             )
-        return DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"ledger database error during {op} in schema {self.schema!r}: {state} {self._message(exc)}",
-        )
+        return self._database_error(op, f"{state} {self._message(exc)}")
 
     @contextmanager
     def _transaction(self, op: str, mode: TxMode) -> Iterator[MssqlTx]:

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from dpone import errors
-from dpone.connections import redact
 from dpone.dsn_settings import (
     invalid_setting,
     missing_file,
@@ -629,10 +628,7 @@ class PostgresLedger(SqlLedger):
             setting = postgres_setting_problem(str(exc))
             if setting is not None:
                 raise invalid_setting("the ledger database", setting) from None
-            raise DponeError(
-                errors.CONNECTION_FAILED,
-                f"cannot connect to the ledger database {redact(self._dsn)}: {first_line(str(exc))}",
-            ) from exc
+            raise self._unreachable(first_line(str(exc))) from exc
         return self._conn
 
     def close(self) -> None:
@@ -659,16 +655,8 @@ class PostgresLedger(SqlLedger):
             run_key, index = self.pending_chunk_lock
             return ChunkLockTimeout(run_key, index, self.chunk_lock_timeout_s)
         if lost or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            return DponeError(
-                errors.CONNECTION_FAILED,
-                f"the ledger database connection failed during {op} ({redact(self._dsn)}): "
-                f"{first_line(str(exc))}; the outcome of this call is unknown, retry the task",
-            )
-        return DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"ledger database error during {op} in schema {self.schema!r}: "
-            f"{state} {first_line(str(exc))}",
-        )
+            return self._lost_during(op, first_line(str(exc)))
+        return self._database_error(op, f"{state} {first_line(str(exc))}")
 
     @contextmanager
     def _transaction(self, op: str, mode: TxMode) -> Iterator[PostgresTx]:

@@ -26,6 +26,7 @@ from enum import Enum, StrEnum
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from dpone import errors
+from dpone.connections import redact
 from dpone.errors import DponeError
 from dpone.faults import fault_point
 from dpone.ledger.amend import check_extension
@@ -933,6 +934,28 @@ class SqlLedger(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- driver failures, with the DSN redacted and the driver's first line only ---------------
+    _dsn: str = ""
+
+    def _unreachable(self, reason: str) -> DponeError:
+        return DponeError(
+            errors.CONNECTION_FAILED,
+            f"cannot connect to the ledger database {redact(self._dsn)}: {reason}",
+        )
+
+    def _lost_during(self, op: str, detail: str) -> DponeError:
+        return DponeError(
+            errors.CONNECTION_FAILED,
+            f"the ledger database connection failed during {op} ({redact(self._dsn)}): "
+            f"{detail}; the outcome of this call is unknown, retry the task",
+        )
+
+    def _database_error(self, op: str, detail: str) -> DponeError:
+        return DponeError(
+            errors.LEDGER_UNAVAILABLE,
+            f"ledger database error during {op} in schema {self.schema!r}: {detail}",
+        )
 
     # --- the audit schema's version -------------------------------------------------------------
     def _check_version(self, version: int | None) -> None:
