@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
 from dpone.connectors.base import (
+    Bound,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
@@ -31,7 +32,6 @@ from dpone.connectors.base import (
     SinkSpec,
     Source,
     SourceSpec,
-    check_identifier,
     index_warnings,
 )
 from dpone.connectors.column_types import ColumnType
@@ -82,24 +82,22 @@ def load_driver() -> Driver:
 
 # --- identifiers, DSNs, values --------------------------------------------------------------------
 class MssqlDialect(SqlDialect):
-    """T-SQL names: [bracketed] with ] doubled; ``?`` markers."""
+    """T-SQL names: [bracketed] with ] doubled; ``?`` markers; typed bounds for the ODBC binder."""
 
     alias = "[dpone_src]"
+    opening, closing = "[", "]"
+    max_chars = MAX_IDENTIFIER_CHARS
 
     @staticmethod
-    def quote(name: str, what: str) -> str:
-        check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
-        return "[" + name.replace("]", "]]") + "]"
-
-    @staticmethod
-    def params(window: ChunkWindow | None) -> tuple[object, ...]:
-        return _params(window)
+    def bound(window: ChunkWindow, value: Bound) -> object:
+        return mssql_bound(window, value)
 
 
 quote = MssqlDialect.quote
 table_sql = MssqlDialect.table_sql
 _columns_sql = MssqlDialect.columns_sql
 _where = MssqlDialect.where
+_params = MssqlDialect.params
 
 
 def _odbc_value(value: str) -> str:
@@ -140,12 +138,6 @@ def mssql_bound(window: ChunkWindow, value: object) -> object:
         except ValueError:
             return value
     return value
-
-
-def _params(window: ChunkWindow | None) -> tuple[object, ...]:
-    if window is None:
-        return ()
-    return (mssql_bound(window, window.lower), mssql_bound(window, window.upper))
 
 
 def to_mssql(value: object) -> object:
@@ -404,7 +396,7 @@ class MssqlSink(SqlSink[Any]):
             select = source.select_sql(window, columns)
 
             def fill_select(rel: str) -> int:
-                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", *_params(window))
+                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", *(_params(window) or ()))
                 return int(cur.rowcount)
 
             return self._modes(cur, window, columns, fill_select, "insert-select")

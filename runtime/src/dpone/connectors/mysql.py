@@ -46,7 +46,6 @@ from pymysql.constants import FIELD_TYPE
 from dpone import errors
 from dpone.connectors.base import (
     FENCE_TABLE,
-    Bound,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
@@ -56,9 +55,7 @@ from dpone.connectors.base import (
     Source,
     TableRef,
     canonical_decimal,
-    check_identifier,
     index_warnings,
-    sql_text_bound,
     strip_query,
 )
 from dpone.connectors.column_types import ColumnType
@@ -182,38 +179,33 @@ def dsn_secrets(dsn: str) -> tuple[str, ...]:
 
 # --- identifiers, values --------------------------------------------------------------------------
 class MysqlDialect(SqlDialect):
-    """MySQL names: `backticked` with embedded backticks doubled; ``%s`` markers."""
+    """MySQL names: `backticked` with embedded backticks doubled; ``%s`` markers; timestamps
+    bound as 'YYYY-MM-DD HH:MM:SS' (MySQL rejects the 'Z'); no parameters at all without a
+    window (PyMySQL then leaves a trusted query's '%' alone)."""
 
     alias = "`dpone_src`"
     marker = "%s"
     schema_word = "database"
+    opening = closing = "`"
+    max_chars = MAX_IDENTIFIER_CHARS
+    no_params = None
 
-    @staticmethod
-    def quote(name: str, what: str) -> str:
+    @classmethod
+    def quote(cls, name: str, what: str) -> str:
         """Names over 64 characters, or ending with a space, are refused."""
-        check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
+        quoted = super().quote(name, what)
         if name.endswith(" "):
             raise DponeError(
                 errors.IDENTIFIER_INVALID, f"{what}: MySQL names cannot end with a space"
             )
-        return "`" + name.replace("`", "``") + "`"
-
-    @staticmethod
-    def params(window: ChunkWindow | None) -> tuple[Bound, ...] | None:
-        return _params(window)
+        return quoted
 
 
 quote = MysqlDialect.quote
 table_sql = MysqlDialect.table_sql
 _columns_sql = MysqlDialect.columns_sql
 _where = MysqlDialect.where
-
-
-def _params(window: ChunkWindow | None) -> tuple[Bound, ...] | None:
-    """Bounds as parameters; timestamps as 'YYYY-MM-DD HH:MM:SS' (MySQL rejects the 'Z')."""
-    if window is None:
-        return None
-    return (sql_text_bound(window, window.lower), sql_text_bound(window, window.upper))
+_params = MysqlDialect.params
 
 
 def _time_value(raw: bytes | str) -> object:
@@ -803,13 +795,6 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
         )
         return stage
 
-    def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
-        cols = _columns_sql(columns)
-        insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
-        if self.spec.inner_mode == "merge":
-            insert += " " + self._on_duplicate(columns)
-        return insert
-
     def _moved_rows(self, cur: Any, filled: int) -> int:
         return filled  # ON DUPLICATE KEY UPDATE counts an updated row twice
 
@@ -817,8 +802,8 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
         with contextlib.suppress(pymysql.err.Error):
             handle.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
 
-    def _on_duplicate(self, columns: Sequence[str]) -> str:
-        keys = self.spec.keys
-        updated = [c for c in columns if c not in keys] or [keys[0]]
-        sets = ", ".join(f"{quote(c, 'column')} = VALUES({quote(c, 'column')})" for c in updated)
+    def _upsert(self, columns: Sequence[str]) -> str:
+        sets = ", ".join(
+            f"{quote(c, 'column')} = VALUES({quote(c, 'column')})" for c in self._updated(columns)
+        )
         return f"ON DUPLICATE KEY UPDATE {sets}"

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from dpone import errors
 from dpone.connectors.base import (
     FENCE_TABLE,
+    Bound,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
@@ -29,8 +30,10 @@ from dpone.connectors.base import (
     Source,
     SourceSpec,
     TableRef,
+    check_identifier,
     check_unique,
     scope_display,
+    sql_text_bound,
     strip_query,
 )
 from dpone.errors import DponeError
@@ -141,8 +144,9 @@ class DriverConnection(ABC, Generic[C]):
         """Cancel the statement in flight from another thread (thread-safe; no-op when idle)."""
 
 
-class SqlDialect(ABC):
-    """Quoting and the chunk predicate: the SQL text a dialect's source and sink share."""
+class SqlDialect:
+    """Quoting and the chunk predicate: the SQL text a dialect's source and sink share. A dialect
+    sets the class attributes (and overrides :meth:`bound` when its driver binds typed values)."""
 
     #: The source relation's alias, quoted.
     alias: str = "dpone_src"
@@ -150,16 +154,31 @@ class SqlDialect(ABC):
     marker: str = "?"
     #: The word for a table's qualifier in this database's messages.
     schema_word: str = "schema"
+    #: The identifier quotes; the closing one is doubled inside a name.
+    opening: str = '"'
+    closing: str = '"'
+    #: The longest identifier the database keeps, in characters.
+    max_chars: int = 128
+    #: The parameters of a statement without a window.
+    no_params: tuple[object, ...] | None = ()
 
-    @staticmethod
-    @abstractmethod
-    def quote(name: str, what: str) -> str:
+    @classmethod
+    def quote(cls, name: str, what: str) -> str:
         """``name`` as a quoted identifier; DponeError(IDENTIFIER_INVALID) when it cannot be."""
+        check_identifier(name, what, max_chars=cls.max_chars)
+        return cls.opening + name.replace(cls.closing, cls.closing * 2) + cls.closing
 
     @staticmethod
-    @abstractmethod
-    def params(window: ChunkWindow | None) -> Any:
-        """The window's bounds as the driver's statement parameters (for :meth:`where`)."""
+    def bound(window: ChunkWindow, value: Bound) -> object:
+        """A window bound as the driver binds it (timestamps as SQL text by default)."""
+        return sql_text_bound(window, value)
+
+    @classmethod
+    def params(cls, window: ChunkWindow | None) -> tuple[object, ...] | None:
+        """The window's bounds as the statement parameters of :meth:`where`."""
+        if window is None:
+            return cls.no_params
+        return (cls.bound(window, window.lower), cls.bound(window, window.upper))
 
     @classmethod
     def table_sql(cls, table: TableRef) -> str:
@@ -351,9 +370,27 @@ class SqlSink(Sink, Generic[C]):
     def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         """Create an empty session-private stage shaped like the target's ``columns``; its name."""
 
-    @abstractmethod
+    #: appended to the stage's SELECT (SQLite needs a WHERE before ON CONFLICT)
+    _stage_filter = ""
+
+    def _upsert(self, columns: Sequence[str]) -> str:
+        """The clause making an INSERT of ``columns`` update the row a merge key already holds
+        (a dialect whose merge is not an INSERT clause overrides :meth:`_from_stage_sql`)."""
+        raise NotImplementedError
+
+    def _updated(self, columns: Sequence[str]) -> list[str]:
+        """The columns a merge updates: every non-key one (the first key when there is none)."""
+        keys = self.spec.keys
+        return [c for c in columns if c not in keys] or [keys[0]]
+
     def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
         """The statement moving the stage into the target (merge: upsert on the keys)."""
+        cols = self.dialect.columns_sql(columns)
+        insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
+        insert += self._stage_filter
+        if self.spec.inner_mode == "merge":
+            insert += " " + self._upsert(columns)
+        return insert
 
     @abstractmethod
     def _drop_stage(self, handle: Any, stage: str, done: bool) -> None:

@@ -23,7 +23,6 @@ from typing import Any, Self
 from dpone import errors
 from dpone.connections import sqlite_path
 from dpone.connectors.base import (
-    Bound,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
@@ -31,9 +30,7 @@ from dpone.connectors.base import (
     canonical_datetime,
     canonical_decimal,
     canonical_text,
-    check_identifier,
     index_warnings,
-    sql_text_bound,
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import sqlite_column_type
@@ -62,26 +59,14 @@ _SAFE_MESSAGE = re.compile(
 class SqliteDialect(SqlDialect):
     """SQLite names: "double-quoted" with embedded quotes doubled; ``?`` markers."""
 
-    @staticmethod
-    def quote(name: str, what: str) -> str:
-        check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
-        return '"' + name.replace('"', '""') + '"'
-
-    @staticmethod
-    def params(window: ChunkWindow | None) -> tuple[Bound, ...]:
-        return _params(window)
+    max_chars = MAX_IDENTIFIER_CHARS
 
 
 quote = SqliteDialect.quote
 table_sql = SqliteDialect.table_sql
 _columns_sql = SqliteDialect.columns_sql
 _where = SqliteDialect.where
-
-
-def _params(window: ChunkWindow | None) -> tuple[Bound, ...]:
-    if window is None:
-        return ()
-    return (sql_text_bound(window, window.lower), sql_text_bound(window, window.upper))
+_params = SqliteDialect.params
 
 
 def to_sqlite(value: object) -> object:
@@ -266,8 +251,8 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
             def fill_select(rel: str) -> int:
                 insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) {select}"
                 if self.spec.inner_mode == "merge" and rel == self._table:
-                    insert += " " + self._on_conflict(columns)
-                return conn.execute(insert, _params(window)).rowcount
+                    insert += " " + self._upsert(columns)
+                return conn.execute(insert, _params(window) or ()).rowcount
 
             return self._modes(conn, window, columns, fill_select, "insert-select")
 
@@ -277,7 +262,7 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
             marks = ", ".join("?" for _ in columns)
             insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) VALUES ({marks})"
             if self.spec.inner_mode == "merge" and rel == self._table:
-                insert += " " + self._on_conflict(columns)
+                insert += " " + self._upsert(columns)
             count = 0
             with contextlib.closing(source.rows(window, self.options.batch_rows)) as batches:
                 for batch in batches:
@@ -307,18 +292,13 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
         )
         return f"temp.{stage}"
 
-    def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
-        cols = _columns_sql(columns)
-        insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage} WHERE true"
-        if self.spec.inner_mode == "merge":
-            insert += " " + self._on_conflict(columns)
-        return insert
+    _stage_filter = " WHERE true"  # else ON CONFLICT would parse as a join constraint
 
     def _drop_stage(self, handle: sqlite3.Connection, stage: str, done: bool) -> None:
         handle.execute(f"DROP TABLE IF EXISTS {stage}")
 
-    def _on_conflict(self, columns: Sequence[str]) -> str:
-        keys = self.spec.keys
-        updated = [c for c in columns if c not in keys] or [keys[0]]
-        sets = ", ".join(f"{quote(c, 'column')} = excluded.{quote(c, 'column')}" for c in updated)
-        return f"ON CONFLICT ({_columns_sql(keys)}) DO UPDATE SET {sets}"
+    def _upsert(self, columns: Sequence[str]) -> str:
+        sets = ", ".join(
+            f"{quote(c, 'column')} = excluded.{quote(c, 'column')}" for c in self._updated(columns)
+        )
+        return f"ON CONFLICT ({_columns_sql(self.spec.keys)}) DO UPDATE SET {sets}"
