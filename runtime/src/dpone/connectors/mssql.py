@@ -42,6 +42,7 @@ from dpone.connectors.sql_base import (
     SqlSink,
     SqlSource,
     busy_fence,
+    zoneless_utc,
 )
 from dpone.errors import DponeError
 from dpone.session_limits import session_limits
@@ -94,10 +95,7 @@ class MssqlDialect(SqlDialect):
 
 
 quote = MssqlDialect.quote
-table_sql = MssqlDialect.table_sql
 _columns_sql = MssqlDialect.columns_sql
-_where = MssqlDialect.where
-_params = MssqlDialect.params
 
 
 def _odbc_value(value: str) -> str:
@@ -140,13 +138,8 @@ def mssql_bound(window: ChunkWindow, value: object) -> object:
     return value
 
 
-def to_mssql(value: object) -> object:
-    """A value from another database as the ODBC binder takes it (datetime2 is zone-less UTC)."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    return value
+#: A value from another database as the ODBC binder takes it (datetime2 is zone-less UTC).
+to_mssql = zoneless_utc
 
 
 def _datetimeoffset(raw: bytes) -> dt.datetime:
@@ -396,7 +389,9 @@ class MssqlSink(SqlSink[Any]):
             select = source.select_sql(window, columns)
 
             def fill_select(rel: str) -> int:
-                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", *(_params(window) or ()))
+                cur.execute(
+                    f"INSERT INTO {rel} ({cols}) {select}", *(MssqlDialect.params(window) or ())
+                )
                 return int(cur.rowcount)
 
             return self._modes(cur, window, columns, fill_select, "insert-select")
@@ -422,7 +417,7 @@ class MssqlSink(SqlSink[Any]):
         commit, it makes a concurrent full refresh wait instead of inserting its copy next to
         this one's. DELETE, not TRUNCATE, so that the whole replacement stays one transaction."""
         hint = " WITH (TABLOCKX)" if window is None else ""
-        return f"DELETE [dpone_src] FROM {self._table} AS [dpone_src]{hint}{_where(window)}"
+        return f"DELETE [dpone_src] FROM {self._table} AS [dpone_src]{hint}{MssqlDialect.where(window)}"
 
     def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         stage = quote(f"#dpone_stage_{uuid.uuid4().hex[:16]}", "stage")

@@ -66,6 +66,7 @@ from dpone.connectors.sql_base import (
     SqlSink,
     SqlSource,
     busy_fence,
+    zoneless_utc,
 )
 from dpone.dsn_settings import missing_file
 from dpone.errors import DponeError
@@ -202,10 +203,7 @@ class MysqlDialect(SqlDialect):
 
 
 quote = MysqlDialect.quote
-table_sql = MysqlDialect.table_sql
 _columns_sql = MysqlDialect.columns_sql
-_where = MysqlDialect.where
-_params = MysqlDialect.params
 
 
 def _time_value(raw: bytes | str) -> object:
@@ -225,13 +223,8 @@ def _decoders() -> dict[Any, Any]:
 
 def to_mysql(value: object) -> object:
     """A value from another database as PyMySQL binds it (DATETIME is zone-less UTC)."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return value
+    value = zoneless_utc(value)
+    return str(value) if isinstance(value, uuid.UUID) else value
 
 
 class BinaryValue(Exception):
@@ -436,7 +429,7 @@ class MysqlSource(SqlSource["pymysql.connections.Connection[Any]"]):
         """The FROM item aliased dpone_src; a trusted query's '%' are doubled when parameters are
         sent (PyMySQL formats the statement with '%' placeholders)."""
         if self.spec.table is not None:
-            return table_sql(self.spec.table) + " AS `dpone_src`"
+            return MysqlDialect.table_sql(self.spec.table) + " AS `dpone_src`"
         query = strip_query(self.spec.query or "")
         if parameters:
             query = query.replace("%", "%%")
@@ -445,14 +438,14 @@ class MysqlSource(SqlSource["pymysql.connections.Connection[Any]"]):
     def select_sql(
         self, window: ChunkWindow | None, columns: Sequence[str], qualified: bool = False
     ) -> str:
-        """SELECT of the chunk (every row without a window), to run with ``_params(window)``;
+        """SELECT of the chunk (every row without a window), to run with ``MysqlDialect.params(window)``;
         ``qualified`` names the table's database, for a statement on another connection."""
         relation = self.relation(window is not None)
         if qualified:
             assert self.spec.table is not None and self.db.dsn.database is not None
             table = TableRef(self.spec.table.schema or self.db.dsn.database, self.spec.table.name)
-            relation = table_sql(table) + " AS `dpone_src`"
-        return f"SELECT {_columns_sql(columns)} FROM {relation}{_where(window)}"
+            relation = MysqlDialect.table_sql(table) + " AS `dpone_src`"
+        return f"SELECT {_columns_sql(columns)} FROM {relation}{MysqlDialect.where(window)}"
 
     def same_server(self, dsn: MysqlDsn) -> bool:
         """True when a sink on ``dsn`` can read this source's table itself (INSERT .. SELECT):
@@ -699,7 +692,7 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
             select = source.select_sql(window, columns, qualified=not source.same_dsn(self._dsn))
 
             def fill_select(rel: str) -> int:
-                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", _params(window))
+                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", MysqlDialect.params(window))
                 self._no_warnings(int(cur.warning_count), "INSERT .. SELECT")
                 return int(cur.rowcount)
 
@@ -785,7 +778,7 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
         return handle
 
     def _delete_sql(self, window: ChunkWindow | None) -> str:
-        return f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{_where(window)}"
+        return f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{MysqlDialect.where(window)}"
 
     def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         stage = self._stage_prefix + quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")

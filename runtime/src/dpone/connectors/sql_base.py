@@ -11,6 +11,7 @@ quirks. See docs/contributing/connectors.md.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
@@ -42,6 +43,16 @@ from dpone.faults import fault_point
 C = TypeVar("C")
 #: Rows a checksum reads per fetch.
 CHECKSUM_BATCH = 10_000
+
+
+def zoneless_utc(value: object) -> object:
+    """A value from another database for a driver that binds datetimes without a zone (the column
+    holds UTC): an aware datetime as naive UTC, a bytearray or memoryview as bytes."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return value
 
 
 def driver_failure(

@@ -63,10 +63,7 @@ class SqliteDialect(SqlDialect):
 
 
 quote = SqliteDialect.quote
-table_sql = SqliteDialect.table_sql
 _columns_sql = SqliteDialect.columns_sql
-_where = SqliteDialect.where
-_params = SqliteDialect.params
 
 
 def to_sqlite(value: object) -> object:
@@ -252,7 +249,7 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
                 insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) {select}"
                 if self.spec.inner_mode == "merge" and rel == self._table:
                     insert += " " + self._upsert(columns)
-                return conn.execute(insert, _params(window) or ()).rowcount
+                return conn.execute(insert, SqliteDialect.params(window) or ()).rowcount
 
             return self._modes(conn, window, columns, fill_select, "insert-select")
 
@@ -282,7 +279,7 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
 
     def _delete_sql(self, window: ChunkWindow | None) -> str:
         """BEGIN IMMEDIATE already keeps other writers out of the file until commit."""
-        return f"DELETE FROM {self._table} AS dpone_src{_where(window)}"
+        return f"DELETE FROM {self._table} AS dpone_src{SqliteDialect.where(window)}"
 
     def _create_stage(self, handle: sqlite3.Connection, columns: Sequence[str]) -> str:
         stage = quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
