@@ -215,11 +215,8 @@ class MssqlConnection(DriverConnection[Any]):
     def driver_error(self) -> type[BaseException]:
         return self.driver.Error
 
-    def describe(self, exc: BaseException) -> str:
-        return describe_error(exc)
-
-    def connection_lost(self, exc: BaseException) -> bool:
-        return _is_connection_loss(exc)
+    describe = staticmethod(describe_error)
+    connection_lost = staticmethod(_is_connection_loss)
 
 
 # --- source ---------------------------------------------------------------------------------------

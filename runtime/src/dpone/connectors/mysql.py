@@ -384,11 +384,8 @@ class MysqlConnection(DriverConnection["pymysql.connections.Connection[Any]"]):
         error: type[BaseException] = pymysql.err.Error
         return error
 
-    def describe(self, exc: BaseException) -> str:
-        return describe_error(exc)
-
-    def connection_lost(self, exc: BaseException) -> bool:
-        return _is_connection_loss(exc)
+    describe = staticmethod(describe_error)
+    connection_lost = staticmethod(_is_connection_loss)
 
     def interrupt(self) -> None:
         """KILL QUERY the statement in flight from a second connection (thread-safe); the writing

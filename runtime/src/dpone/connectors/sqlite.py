@@ -111,8 +111,7 @@ class SqliteConnection(DriverConnection[sqlite3.Connection]):
     def driver_error(self) -> type[BaseException]:
         return sqlite3.Error
 
-    def describe(self, exc: sqlite3.Error) -> str:
-        return describe_error(exc)
+    describe = staticmethod(describe_error)
 
     def lost(self, exc: sqlite3.Error) -> str | None:
         if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
