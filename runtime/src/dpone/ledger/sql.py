@@ -512,11 +512,6 @@ AMENDMENTS: RowCodec[Amendment] = RowCodec(
     "amended_by amended_at:utc?",
     generated="amended_at",
 )
-#: The columns an amendment is inserted with (amended_at and seq come from the database); a read
-#: selects them and then amended_at.
-AMENDMENT_COLUMNS = AMENDMENTS.inserted
-amendment_params = AMENDMENTS.params
-amendment_from_row = AMENDMENTS.decode
 
 
 def restate_selection(shape: CampaignShape, indexes: Sequence[int]) -> list[Chunk]:
@@ -601,10 +596,6 @@ RESTATEMENTS: RowCodec[Restatement] = RowCodec(
     "prior_checksum:? requested_at:utc?",
     generated="requested_at",
 )
-#: The columns a restatement is inserted with; a read selects them and then requested_at.
-RESTATEMENT_COLUMNS = RESTATEMENTS.inserted
-restatement_params = RESTATEMENTS.params
-restatement_from_row = RESTATEMENTS.decode
 
 
 def verify_shape(stored: CampaignHead, shape: CampaignShape) -> None:
@@ -1341,10 +1332,8 @@ TRANSITIONS: RowCodec[StoredTransition] = RowCodec(
     "checksum:? error_code:? error_message:? recorded_at:utc? source_checksum:?",
     generated="seq recorded_at",
 )
-#: The transition columns every dialect selects, in the order ``transition_from_row`` reads.
-TRANSITION_COLUMNS = TRANSITIONS.selected
+#: A transition is inserted with its campaign's run_key first.
 INSERT_TRANSITION_COLUMNS = "run_key, " + TRANSITIONS.inserted
-transition_from_row = TRANSITIONS.decode
 
 
 def transition_params(run_key: str, record: NewTransition) -> tuple[Any, ...]:
@@ -1358,10 +1347,6 @@ CAMPAIGNS: RowCodec[CampaignHead] = RowCodec(
     "cancel_reason:? created_by seq:int created_at:utc?",
     generated="seq created_at",
 )
-CAMPAIGN_COLUMNS = CAMPAIGNS.selected
-INSERT_CAMPAIGN_COLUMNS = CAMPAIGNS.inserted
-campaign_params = CAMPAIGNS.params
-campaign_from_row = CAMPAIGNS.decode
 
 
 def view_from_row(row: Sequence[Any]) -> ChunkView:
@@ -1369,7 +1354,7 @@ def view_from_row(row: Sequence[Any]) -> ChunkView:
     shape = None
     if row[4] is not None:
         shape = ShapeRow(int(row[3]), str(row[4]), str(row[5]), str(row[6]))
-    latest = None if row[7] is None else transition_from_row(row[7:24])
+    latest = None if row[7] is None else TRANSITIONS.decode(row[7:24])
     return ChunkView(
         now=utc(row[0]),
         campaign_found=row[1] is not None,
