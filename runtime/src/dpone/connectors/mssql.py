@@ -205,10 +205,7 @@ class MssqlConnection(DriverConnection[Any]):
             conn.execute("SET XACT_ABORT ON")
         except driver.Error as exc:
             state = exc.args[0] if exc.args else "?"
-            raise DponeError(
-                errors.CONNECTION_FAILED,
-                f"{self._label}: could not connect to the database (SQLSTATE {state})",
-            ) from None
+            raise self.unreachable(f"SQLSTATE {state}") from None
         return conn
 
     @property

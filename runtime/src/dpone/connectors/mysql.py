@@ -373,10 +373,7 @@ class MysqlConnection(DriverConnection["pymysql.connections.Connection[Any]"]):
                     seconds = max(0.0, self._limits.statement_s)
                     cur.execute(MARIADB_STATEMENT_SQL.format(seconds=f"{seconds:g}"))
         except pymysql.err.Error as exc:
-            raise DponeError(
-                errors.CONNECTION_FAILED,
-                f"{self._label}: could not connect to the database ({_connect_reason(exc)})",
-            ) from None
+            raise self.unreachable(_connect_reason(exc)) from None
         return conn
 
     @property

@@ -101,6 +101,13 @@ class DriverConnection(ABC, Generic[C]):
             self.current = self.open()
         return self.current
 
+    def unreachable(self, reason: str) -> DponeError:
+        """CONNECTION_FAILED for a failed connect, with ``reason`` (coarse, secret-free)."""
+        return DponeError(
+            errors.CONNECTION_FAILED,
+            f"{self._label}: could not connect to the database ({reason})",
+        )
+
     @abstractmethod
     def open(self) -> C:
         """A new connection with dpone's session settings; DponeError(CONNECTION_FAILED) with a
