@@ -153,6 +153,10 @@ def test_generated_calls_use_the_reference_arguments(path: Path) -> None:
         assert ours["expand"] == ref["expand"] == {"env_vars"}
 
 
+def test_pod_options_and_task_arguments_never_share_a_name() -> None:
+    assert set(TASK_OPTIONS).isdisjoint(pod_option_names())
+
+
 @pytest.mark.parametrize("path", golden_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_what_the_tasks_share_is_written_once(path: Path) -> None:
     source = path.read_text(encoding="utf-8")
@@ -161,6 +165,8 @@ def test_what_the_tasks_share_is_written_once(path: Path) -> None:
     shared = _shared(tree)
     expected = ["POD_OPTIONS", "TASK_ARGS"] if kubernetes else ["TASK_ARGS"]
     assert all(name in shared for name in expected) and "TASK_ENV" in shared
+    if kubernetes:  # a task takes both: a name in each would be a TypeError at parse time
+        assert not shared["POD_OPTIONS"] & shared["TASK_ARGS"]
     tasks = 0
     for call in _calls(tree):
         func = call.func
