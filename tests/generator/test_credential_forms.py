@@ -137,6 +137,28 @@ def test_the_generated_files_hold_no_secret_and_name_each_form(generated: dict[s
     assert '"DPONE_CONN_WH_FILE": "/run/secrets/wh-dsn"' in local
 
 
+def test_the_subprocess_docstring_says_where_each_connection_comes_from(
+    generated: dict[str, Any],
+) -> None:
+    """An Airflow Connection or a file is named as the source; the one-line "worker's
+    environment" form stays for DAGs that use neither (golden files unchanged)."""
+    local, mapped = generated["texts"]["local.py"], generated["texts"]["local_mapped.py"]
+    assert "Connections come from the worker's environment" not in local + mapped
+    assert (
+        "Connections:\n"
+        '- DPONE_CONN_SRC: the Airflow Connection "dpone_src", resolved when the task runs\n'
+        '- DPONE_CONN_WH: read from the file "/run/secrets/wh-dsn" at each connect\n"""'
+    ) in local
+    assert (
+        "Connections:\n"
+        '- DPONE_CONN_SRC: the Airflow Connection "dpone_src", resolved when the task runs\n'
+        '- DPONE_CONN_WH: the Airflow Connection "dpone_wh", resolved when the task runs\n"""'
+    ) in mapped
+    for text in (local, mapped):
+        docstring = text.split('"""')[1]
+        assert "worker's environment" not in docstring
+
+
 @pytest.mark.airflow
 @pytest.mark.parametrize("version", VERSIONS)
 def test_kubernetes_pod_gets_one_secret_key_per_field(
