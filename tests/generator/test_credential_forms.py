@@ -159,6 +159,28 @@ def test_the_subprocess_docstring_says_where_each_connection_comes_from(
         assert "worker's environment" not in docstring
 
 
+def test_a_path_cannot_end_the_docstring(tmp_path: Path) -> None:
+    """A secret file's path is JSON-quoted in the docstring: quotes, backslashes and non-ASCII
+    characters stay inside it and the file parses to the path as written."""
+    import ast
+
+    path = '/run/x"""y\\\\z/\u00e9'
+    (tmp_path / "m.yaml").write_text(MANIFEST, encoding="utf-8")
+    catalog = (
+        "schema: dpone.workload-catalog.v1\nworkloads:\n  local:\n    manifest: m.yaml\n"
+        "    airflow:\n      flavour: subprocess\n      secret_files:\n"
+        f"        - {{connection: wh, path: {json.dumps(path)}}}\n"
+    )
+    (tmp_path / "workloads.yaml").write_text(catalog, encoding="utf-8")
+    built = build(str(tmp_path / "workloads.yaml"))
+    assert not built.errors, [str(e) for e in built.errors]
+    (text,) = [f.text for f in built.files if f.name == "local.py"]
+    docstring = ast.get_docstring(ast.parse(text))
+    assert docstring is not None
+    assert f'- DPONE_CONN_WH: read from the file "{path}" at each connect' in docstring
+    assert "- DPONE_CONN_SRC: the worker's environment" in docstring
+
+
 @pytest.mark.airflow
 @pytest.mark.parametrize("version", VERSIONS)
 def test_kubernetes_pod_gets_one_secret_key_per_field(
