@@ -26,6 +26,7 @@ from typing import Any, Protocol, cast
 from dpone import errors
 from dpone.connections import dsn_kind, resolve_dsn
 from dpone.errors import DponeError, ErrorRecord
+from dpone.exporting import RunObserver
 from dpone.faults import fault_point
 from dpone.interrupt import STOP
 from dpone.ledger.port import (
@@ -37,7 +38,6 @@ from dpone.ledger.port import (
     Ledger,
     LedgerStore,
 )
-from dpone.metrics import RunObserver
 from dpone.pack import ProcessPlan, WorkloadPack, config_hash_at
 from dpone.plan.chunks import Chunk
 from dpone.progress import NoProgressSink

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,12 +25,18 @@ from dpone.airflow_context import (
 )
 from dpone.connections import require_connections
 from dpone.errors import DponeError, error_json_line
-from dpone.exporting import ExportWorker, export_budget, take_over_library_output
+from dpone.exporting import (
+    ExportWorker,
+    RunLineage,
+    RunObserver,
+    export_budget,
+    lineage_requested,
+    metrics_requested,
+    take_over_library_output,
+)
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
 from dpone.item import ENV_CONTEXT, ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
-from dpone.lineage import RunLineage, describe_run, lineage_requested, open_run_lineage
-from dpone.metrics import RunLabels, open_run_observer
 from dpone.orchestrator import (
     RunContext,
     RunSettings,
@@ -106,6 +111,9 @@ def check_outputs_writable() -> None:
     evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
     if evidence_dir:
         targets.append(("the evidence folder (DPONE_EVIDENCE_DIR)", Path(evidence_dir)))
+    if targets:  # only where a result or evidence file is written
+        import tempfile
+
     for what, folder in targets:
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -337,13 +345,17 @@ def run_plans(
         progress = (
             NoProgressSink() if args.no_progress else choose_progress(ranges, sys.stderr, fmt)
         )
-        labels = RunLabels(
-            workload=pack.workload.name,
-            process=plan.name,
-            mode=selection.mode,
-            item=str(selection.item.item_index) if selection.item else "internal",
-        )
-        observer = open_run_observer(labels, os.environ, _warn, exports)
+        observer = RunObserver()
+        if metrics_requested(os.environ):  # dpone.metrics and its SDK only when asked for
+            from dpone.metrics import RunLabels, open_run_observer
+
+            labels = RunLabels(
+                workload=pack.workload.name,
+                process=plan.name,
+                mode=selection.mode,
+                item=str(selection.item.item_index) if selection.item else "internal",
+            )
+            observer = open_run_observer(labels, os.environ, _warn, exports)
         settings = RunSettings(
             lock_timeout_s=args.lock_timeout,
             progress=progress,
@@ -364,7 +376,9 @@ def run_plans(
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
         lineage = RunLineage()
-        if lineage_requested(os.environ):
+        if lineage_requested(os.environ):  # dpone.lineage and its client only when asked for
+            from dpone.lineage import describe_run, open_run_lineage
+
             dag_id = identity.dag_id if identity else None
             environ = {**os.environ, **lineage_env(airflow)}
             described = describe_run(pack, plan, selection, dag_id, environ)
