@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,8 +162,6 @@ def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
     data = (
         json.dumps(redact_document(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     )
-    import tempfile  # only where a result or evidence file is written
-
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

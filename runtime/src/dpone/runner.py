@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,9 +112,6 @@ def check_outputs_writable() -> None:
     evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
     if evidence_dir:
         targets.append(("the evidence folder (DPONE_EVIDENCE_DIR)", Path(evidence_dir)))
-    if targets:  # only where a result or evidence file is written
-        import tempfile
-
     for what, folder in targets:
         try:
             folder.mkdir(parents=True, exist_ok=True)
