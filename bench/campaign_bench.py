@@ -226,56 +226,51 @@ def seed_source(src: str, rows: int) -> None:
     """bench.orders: ``rows`` rows spread evenly over the 365 days of 2023, in date order as a
     history table fills, with an index on the chunk column (without one every chunk would be a
     full scan of the source, which no client can avoid); kept between runs when unchanged."""
-    marker = f"dpone campaign_bench v2 rows={rows}"
-    table = sql.Identifier(SCHEMA, TABLE)
-    with psycopg.connect(src, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
-        found = conn.execute(
-            "SELECT obj_description(to_regclass(%s), 'pg_class')", (f"{SCHEMA}.{TABLE}",)
-        ).fetchone()
-        if found and found[0] == marker:
-            return
-        print(f"generating {rows:,} source rows ...", file=sys.stderr)
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
-        conn.execute(sql.SQL(DDL).format(table))  # type: ignore[arg-type]
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} SELECT g, date '2023-01-01' + ((g - 1) * 365 / %s)::int,"
-                " 'customer_' || (g %% 5000), round((random() * 10000)::numeric, 2),"
-                " md5(g::text) || '-payload' FROM generate_series(1, %s) AS g"
-            ).format(table),
-            (rows, rows),
-        )
-        conn.execute(sql.SQL("CREATE INDEX ON {} (order_date)").format(table))
-        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
-        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(table, sql.Literal(marker)))
+    chunk_value = "date '2023-01-01' + ((g - 1) * 365 / %s)::int"
+    seed_table(src, TABLE, DDL, ("order_date", chunk_value), (rows, rows), "v2")
 
 
 def seed_hourly_source(src: str, hours: int, per_hour: int) -> None:
     """bench.orders_hourly: ``per_hour`` rows in each of the first ``hours`` hours of 2023 (a
     year by default: 8,760 chunks of 115 rows, 1,007,400 rows), in time order, indexed on the
     chunk column; kept between runs when unchanged."""
-    marker = f"dpone campaign_bench hourly v1 hours={hours} per_hour={per_hour}"
-    table = sql.Identifier(SCHEMA, HOURLY)
+    chunk_value = "timestamp '2023-01-01' + ((g - 1) / %s) * interval '1 hour'"
+    seed_table(
+        src, HOURLY, HOURLY_DDL, ("order_ts", chunk_value), (per_hour, hours * per_hour), "h1"
+    )
+
+
+def seed_table(
+    src: str, name: str, ddl: str, chunk: tuple[str, str], params: tuple[int, int], version: str
+) -> None:
+    """``params[1]`` rows g = 1.. of bench.``name``, the chunk column ``chunk[0]`` computed by the
+    expression ``chunk[1]`` of g and ``params[0]``; the table's comment marks what it holds, so an
+    unchanged table is kept."""
+    marker = f"dpone campaign_bench {version} {params}"
+    if version == "v2":  # the daily table's marker of earlier versions of this script
+        marker = f"dpone campaign_bench v2 rows={params[1]}"
+    table = sql.Identifier(SCHEMA, name)
     with psycopg.connect(src, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
         found = conn.execute(
-            "SELECT obj_description(to_regclass(%s), 'pg_class')", (f"{SCHEMA}.{HOURLY}",)
+            "SELECT obj_description(to_regclass(%s), 'pg_class')", (f"{SCHEMA}.{name}",)
         ).fetchone()
         if found and found[0] == marker:
             return
-        print(f"generating {hours * per_hour:,} hourly source rows ...", file=sys.stderr)
+        print(f"generating {params[1]:,} rows of {SCHEMA}.{name} ...", file=sys.stderr)
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
-        conn.execute(sql.SQL(HOURLY_DDL).format(table))  # type: ignore[arg-type]
+        conn.execute(sql.SQL(ddl).format(table))  # type: ignore[arg-type]
         conn.execute(
             sql.SQL(
-                "INSERT INTO {} SELECT g, timestamp '2023-01-01' + ((g - 1) / %s) * interval '1 hour',"
+                "INSERT INTO {} SELECT g, " + chunk[1] + ","
                 " 'customer_' || (g %% 5000), round((random() * 10000)::numeric, 2),"
                 " md5(g::text) || '-payload' FROM generate_series(1, %s) AS g"
-            ).format(table),
-            (per_hour, hours * per_hour),
+            ).format(
+                table
+            ),  # type: ignore[arg-type]
+            params,
         )
-        conn.execute(sql.SQL("CREATE INDEX ON {} (order_ts)").format(table))
+        conn.execute(sql.SQL("CREATE INDEX ON {} ({})").format(table, sql.Identifier(chunk[0])))
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
         conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(table, sql.Literal(marker)))
 
