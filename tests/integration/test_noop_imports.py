@@ -73,6 +73,7 @@ ABSENT = (
     "pymysql",
     "pyodbc",
     "difflib",  # only for "did you mean" in an error
+    "uuid",  # (and platform, which it imports): an owner token needs only os.urandom
 )
 #: every dpone module a no-op item imports; a new one here is start-up time of every pod
 NEEDED = frozenset(
