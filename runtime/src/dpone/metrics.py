@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from dpone.exporting import DEFAULT_BUDGET_S, ExportWorker, collected_library_records, one_line
+from dpone.exporting import (
+    DEFAULT_BUDGET_S,
+    ENDPOINT_VARIABLES,
+    ExportWorker,
+    RunObserver,
+    collected_library_records,
+    metrics_requested,
+    one_line,
+)
 from dpone.redaction import redact_text
 from dpone.result import ChunkTiming
 
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 METER_NAME = "dpone"
 #: ChunkTiming statuses that moved (or tried to move) data: their duration is measured.
 _TIMED = frozenset({"committed", "failed", "lease_lost"})
@@ -56,29 +63,6 @@ class RunLabels:
         if self.task_id is not None:
             attributes["airflow.task_id"] = self.task_id
         return attributes
-
-
-class RunObserver:
-    """What a run reports while it moves chunks; this base class is the silent default."""
-
-    def run_started(self, chunks_selected: int) -> None:
-        """Before the first chunk: how many chunks this process was given."""
-
-    def chunk_recorded(self, timing: ChunkTiming) -> None:
-        """One chunk's outcome, exactly as the run result counts it."""
-
-    def run_finished(self) -> None:
-        """After the last chunk (also on failure): flush and release what was opened."""
-
-
-def metrics_requested(environ: Mapping[str, str]) -> bool:
-    """True when the standard OpenTelemetry variables ask for OTLP metrics."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporters = [e.strip() for e in environ.get("OTEL_METRICS_EXPORTER", "otlp").split(",")]
-    if "otlp" not in exporters:
-        return False
-    return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
 #: OpenTelemetry variables whose value is a whole number of milliseconds, greater than 0

@@ -27,12 +27,18 @@ from dpone.airflow_context import (
 from dpone.connections import env_key, require_connections
 from dpone.credential_parts import dsn_file_env
 from dpone.errors import DponeError, ErrorRecord, error_json_line
-from dpone.exporting import ExportWorker, export_budget, take_over_library_output
+from dpone.exporting import (
+    ExportWorker,
+    RunLineage,
+    RunObserver,
+    export_budget,
+    lineage_requested,
+    metrics_requested,
+    take_over_library_output,
+)
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
 from dpone.item import ENV_CONTEXT, ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
-from dpone.lineage import RunLineage, describe_run, lineage_requested, open_run_lineage
-from dpone.metrics import RunLabels, open_run_observer
 from dpone.orchestrator import (
     RunContext,
     RunSettings,
@@ -383,15 +389,19 @@ def run_plans(
         progress = (
             NoProgressSink() if args.no_progress else choose_progress(ranges, sys.stderr, fmt)
         )
-        labels = RunLabels(
-            workload=pack.workload.name,
-            process=plan.name,
-            mode=selection.mode,
-            item=str(selection.item.item_index) if selection.item else "internal",
-            dag_id=airflow.dag_id if airflow else None,
-            task_id=airflow.task_id if airflow else None,
-        )
-        observer = open_run_observer(labels, os.environ, _warn, exports)
+        observer = RunObserver()
+        if metrics_requested(os.environ):  # dpone.metrics and its SDK only when asked for
+            from dpone.metrics import RunLabels, open_run_observer
+
+            labels = RunLabels(
+                workload=pack.workload.name,
+                process=plan.name,
+                mode=selection.mode,
+                item=str(selection.item.item_index) if selection.item else "internal",
+                dag_id=airflow.dag_id if airflow else None,
+                task_id=airflow.task_id if airflow else None,
+            )
+            observer = open_run_observer(labels, os.environ, _warn, exports)
         settings = RunSettings(
             lock_timeout_s=args.lock_timeout,
             progress=progress,
@@ -412,7 +422,9 @@ def run_plans(
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
         lineage = RunLineage()
-        if lineage_requested(os.environ):
+        if lineage_requested(os.environ):  # dpone.lineage and its client only when asked for
+            from dpone.lineage import describe_run, open_run_lineage
+
             dag_id = identity.dag_id if identity else None
             environ = {**os.environ, **lineage_env(airflow)}
             described = describe_run(pack, plan, selection, dag_id, environ)
