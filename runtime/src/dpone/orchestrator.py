@@ -17,7 +17,6 @@ import os
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Protocol, cast
 from dpone import errors
 from dpone.connections import dsn_kind, resolve_dsn
 from dpone.errors import DponeError, ErrorRecord
+from dpone.exporting import RunObserver
 from dpone.faults import fault_point
 from dpone.interrupt import STOP
 from dpone.ledger.port import (
@@ -37,7 +37,6 @@ from dpone.ledger.port import (
     Ledger,
     LedgerStore,
 )
-from dpone.metrics import RunObserver
 from dpone.pack import ProcessPlan, WorkloadPack, config_hash_at
 from dpone.plan.chunks import Chunk
 from dpone.progress import NoProgressSink
@@ -66,9 +65,10 @@ class RunSettings:
 
 
 def new_owner(prefix: str = "") -> str:
-    """A unique attempt token: host, pid and a random part (never reused)."""
+    """A unique attempt token: host, pid and a random part (never reused): 12 hex digits of 48
+    random bits, as uuid4's first 12 (no uuid import on a pod's path)."""
     host = os.uname().nodename[:40]
-    return f"{prefix}{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{prefix}{host}:{os.getpid()}:{os.urandom(6).hex()}"
 
 
 @dataclass(frozen=True)
