@@ -363,6 +363,13 @@ def write_project(folder: Path, hours: int = HOURS) -> Path:
 def mapped_tasks(dag_file: Path) -> tuple[list[str], list[dict[str, str]]]:
     """The mapped task's command and its env_vars list, read from the generated file's AST."""
     tree = ast.parse(dag_file.read_text(encoding="utf-8"))
+    # Each item's dict extends the task's env written once above the DAG: {**TASK_ENV[...], ...}.
+    shared = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+        if node.targets[0].id == "TASK_ENV"
+    }
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
@@ -373,7 +380,8 @@ def mapped_tasks(dag_file: Path) -> tuple[list[str], list[dict[str, str]]]:
             partial = {k.arg: k.value for k in node.func.value.keywords}
             expand = {k.arg: k.value for k in node.keywords}
             command = ast.literal_eval(partial["command"])
-            envs = ast.literal_eval(expand["env_vars"])
+            source = ast.Expression(expand["env_vars"])  # literals and TASK_ENV only
+            envs = eval(compile(source, str(dag_file), "eval"), {"__builtins__": {}}, shared)
             for env in envs:
                 for value in env.values():
                     if value.startswith("{{"):  # Airflow would render it; nothing here does

@@ -69,6 +69,15 @@ class RuntimeTask:
     def items_total(self) -> int:
         return len(self.mapped_envs)
 
+    @property
+    def item_envs(self) -> tuple[Env, ...]:
+        """What each mapped item adds to the task's env (its mapping item and label): the file
+        writes the shared env once and each item as ``{**<shared env>, <these keys>}``."""
+        shared = len(self.env)
+        if any(env[:shared] != self.env for env in self.mapped_envs):
+            raise ValueError(f"{self.task_id}: a mapped item's env does not extend the task's env")
+        return tuple(env[shared:] for env in self.mapped_envs)
+
 
 @dataclass(frozen=True)
 class DagFile:
@@ -150,6 +159,13 @@ class DagFile:
         if self.limits:
             found["limits"] = dict(self.limits)
         return found
+
+    def env_task_of(self, hook: HookTask) -> str:
+        """The runtime task whose env a hook carries (the one it sits next to)."""
+        for task in self.runtime_tasks:
+            if task.env == hook.env:
+                return task.task_id
+        raise ValueError(f"{hook.task_id}: its env is no runtime task's env")
 
     @property
     def task_order(self) -> tuple[str, ...]:

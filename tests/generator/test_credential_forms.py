@@ -243,10 +243,15 @@ def test_mapped_tasks_and_hooks_take_the_connection_ids(
     tasks = facts["dags"]["local_mapped"]["tasks"]
     assert set(tasks) == {"pre_echo", "run_p"}
     assert len(tasks["run_p"]["concrete"]) == 2  # both map indexes built from the partial
+    ids = {"DPONE_CONN_SRC": "dpone_src", "DPONE_CONN_WH": "dpone_wh"}
+    for task in ("pre_echo", "run_p"):  # the hook and every mapped runtime task
+        for facts in tasks[task]["concrete"].values():
+            assert facts["airflow_connections"] == ids, task
     text = generated["texts"]["local_mapped.py"]
-    assert text.count("airflow_connections={") == 2  # the hook and the mapped runtime task
-    assert text.count('"DPONE_CONN_SRC": "dpone_src"') == 2
-    assert text.count('"DPONE_CONN_WH": "dpone_wh"') == 2
+    # written once, in the task arguments both tasks expand
+    assert text.count('"airflow_connections": {') == 1
+    assert text.count('"DPONE_CONN_SRC": "dpone_src"') == 1
+    assert text.count("**TASK_ARGS,") == 2
 
 
 @pytest.mark.airflow

@@ -31,11 +31,33 @@ def _rendered(value: str) -> str:
     return value
 
 
+def _literal_envs(node: ast.expr, task_env: dict[str, dict[str, str]]) -> list[dict[str, str]]:
+    """The expand list's env dicts: literals, each extending a task's env (``**TASK_ENV[...]``)."""
+    assert isinstance(node, ast.List)
+    envs = []
+    for element in node.elts:
+        assert isinstance(element, ast.Dict)
+        env: dict[str, str] = {}
+        for key, value in zip(element.keys, element.values, strict=True):
+            if key is None:  # **TASK_ENV["run_<process>"]
+                assert isinstance(value, ast.Subscript) and ast.unparse(value.value) == "TASK_ENV"
+                env.update(task_env[ast.literal_eval(value.slice)])
+            else:
+                env[ast.literal_eval(key)] = ast.literal_eval(value)
+        envs.append(env)
+    return envs
+
+
 def _dag_envs(path: Path) -> tuple[str, dict[str, list[dict[str, str]]]]:
     """(dag_id, {task_id: [env of map index 0, 1, ...]}) read from a generated DAG file."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     dag_id = ""
     envs: dict[str, list[dict[str, str]]] = {}
+    task_env = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "TASK_ENV"
+    )
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
@@ -46,7 +68,7 @@ def _dag_envs(path: Path) -> tuple[str, dict[str, list[dict[str, str]]]]:
             task_id = ast.literal_eval({k.arg: k.value for k in partial.keywords}["task_id"])
             envs[task_id] = [
                 {key: _rendered(value) for key, value in env.items()}
-                for env in ast.literal_eval(kwargs["env_vars"])
+                for env in _literal_envs(kwargs["env_vars"], task_env)
             ]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "DAG":
