@@ -184,16 +184,20 @@ def _notes() -> dict[tuple[str, str], str]:
         ("pipeline.v1", "processes[].backfill.coalesce"): (
             "Default: true. Where the ledger lives in the sink's Postgres database, a worker "
             "moves consecutive chunks in one transaction (each keeps its own ledger records, "
-            "checksum and read-back gate) until the group moved `max_rows` rows or ran "
-            "`max_seconds`; a failure rolls the group back and its chunks are moved again one "
-            "by one. `false`: one transaction per chunk. Not part of the campaign's identity "
-            "(docs/ledger.md)."
+            "checksum and read-back gate) until the group moved `max_rows` rows, ran "
+            "`max_seconds` or holds `max_chunks` chunks; a failure rolls the group back and its "
+            "chunks are moved again one by one. `false`: one transaction per chunk. Not part of "
+            "the campaign's identity (docs/ledger.md)."
         ),
         ("pipeline.v1", "processes[].backfill.coalesce.max_rows"): (
             f"Default: {models.DEFAULT_COALESCE_ROWS}."
         ),
         ("pipeline.v1", "processes[].backfill.coalesce.max_seconds"): (
             f"Default: {models.DEFAULT_COALESCE_SECONDS:g}."
+        ),
+        ("pipeline.v1", "processes[].backfill.coalesce.max_chunks"): (
+            f"Default: {models.DEFAULT_COALESCE_CHUNKS}. The group holds one chunk lock per chunk "
+            "until it commits."
         ),
         ("pipeline.v1", "processes[].state"): (
             "Default: `{backend: local_file}`. Not used by a `full_refresh` process."

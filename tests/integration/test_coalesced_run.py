@@ -161,6 +161,7 @@ def _committed_alone(history: dict[int, list[tuple[str, int, str | None]]]) -> N
     [
         ("", [[1, 2, 3, 4, 5, 6]]),  # the default budget: every chunk in one transaction
         ("{max_rows: 20}", [[1, 2], [3, 4], [5, 6]]),  # a group ends once it moved 20 rows
+        ("{max_chunks: 4}", [[1, 2, 3, 4], [5, 6]]),  # ... or once it holds 4 chunk locks
         ("false", [[1], [2], [3], [4], [5], [6]]),  # off: one transaction per chunk
     ],
 )

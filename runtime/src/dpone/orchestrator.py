@@ -295,12 +295,12 @@ class ChunkMover:
         owner: str,
         lease_seconds: float,
         feed: _Feed,
-        more: Callable[[int], bool],
+        more: Callable[[int, int], bool],
         leases: list[tuple[Chunk, Lease, float]],
     ) -> Any:
         """Coalesced chunks (ADR 0022): from ``first`` on, each chunk's lease statement, rows,
         gate and COMMITTED record in ONE transaction, the next one taken from ``feed`` while
-        ``more(rows moved so far)`` says so; ``leases`` gets (chunk, lease, start) per chunk
+        ``more(rows, chunks moved so far)`` says so; ``leases`` gets (chunk, lease, start) per chunk
         leased. Returns the ledger's GroupMove; a group of one fails as lease_and_move does."""
         source, sink = self._connectors()
         moved = [0]
@@ -322,7 +322,7 @@ class ChunkMover:
             return committed(written)
 
         def next_chunk() -> Chunk | None:
-            return feed.next_in_group() if more(moved[0]) else None
+            return feed.next_in_group() if more(moved[0], len(leases)) else None
 
         with STOP.cancellable(self.interrupt):
             store: Any = self.store
@@ -583,15 +583,16 @@ def _run_group(
     budget: Any,
 ) -> bool:
     """Coalesced chunks (ADR 0022): this worker's next chunks in one transaction until the
-    group moved ``budget.max_rows`` rows or ran ``budget.max_seconds`` (or a stop, a cancel, a
-    busy chunk or the end of the work ends it); each chunk is recorded as _run_chunk records it.
+    group moved ``budget.max_rows`` rows, ran ``budget.max_seconds`` or holds
+    ``budget.max_chunks`` chunks (or a stop, a cancel, a busy chunk or the end of the work ends
+    it); each chunk is recorded as _run_chunk records it.
     A group of several chunks that fails rolls back, and its chunks are handed back to be moved
     one by one; after a stop request they are released instead."""
     started = time.monotonic()
     leases: list[tuple[Chunk, Lease, float]] = []
 
-    def more(rows: int) -> bool:
-        if STOP.requested or tally.stop.is_set():
+    def more(rows: int, chunks: int) -> bool:
+        if STOP.requested or tally.stop.is_set() or chunks >= budget.max_chunks:
             return False
         elapsed = time.monotonic() - started
         return bool(rows < budget.max_rows and elapsed < budget.max_seconds)

@@ -14,6 +14,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.authoring.models import (
+    DEFAULT_COALESCE_CHUNKS,
     DEFAULT_COALESCE_ROWS,
     DEFAULT_COALESCE_SECONDS,
     AirflowConfig,
@@ -325,6 +326,7 @@ def _coalesce(raw: bool | dict[str, Any]) -> CoalesceConfig:
     return CoalesceConfig(
         max_rows=int(raw.get("max_rows", DEFAULT_COALESCE_ROWS)),
         max_seconds=float(raw.get("max_seconds", DEFAULT_COALESCE_SECONDS)),
+        max_chunks=int(raw.get("max_chunks", DEFAULT_COALESCE_CHUNKS)),
     )
 
 

@@ -68,8 +68,10 @@ class SinkConfig:
 
 #: A coalesced group of chunks (ADR 0022) commits once it moved this many rows ...
 DEFAULT_COALESCE_ROWS = 20000
-#: ... or after this many seconds, whichever comes first.
+#: ... or after this many seconds ...
 DEFAULT_COALESCE_SECONDS = 2.0
+#: ... or once it holds this many chunks (a chunk lock each), whichever comes first.
+DEFAULT_COALESCE_CHUNKS = 200
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,17 @@ class CoalesceConfig:
     enabled: bool = True
     max_rows: int = DEFAULT_COALESCE_ROWS
     max_seconds: float = DEFAULT_COALESCE_SECONDS
+    max_chunks: int = DEFAULT_COALESCE_CHUNKS
 
     def canonical(self) -> object:
         if not self.enabled:
             return False
         # hashed artifacts hold no floats: the time budget in whole milliseconds
-        return {"max_rows": self.max_rows, "max_ms": round(self.max_seconds * 1000)}
+        return {
+            "max_rows": self.max_rows,
+            "max_ms": round(self.max_seconds * 1000),
+            "max_chunks": self.max_chunks,
+        }
 
 
 @dataclass(frozen=True)
