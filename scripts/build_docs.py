@@ -266,7 +266,6 @@ def _constraints(node: dict[str, Any]) -> str:
     parts = []
     for key, label in (
         ("minimum", ">="),
-        ("exclusiveMinimum", ">"),
         ("maximum", "<="),
         ("minLength", "length >="),
         ("maxLength", "length <="),

@@ -307,3 +307,15 @@ def test_sigterm_mid_group_rolls_back_and_releases_every_chunk(project: Any, pg_
     for index, records in project.history().items():
         attempt = 2 if index in history else 1
         assert records[-2:] == [("running", attempt, None), ("committed", attempt, None)]
+
+
+@pytest.mark.parametrize("bad", ["{max_rows: 0}", "{max_seconds: 0}", "{rows: 5}", "often"])
+def test_a_bad_budget_is_refused_before_anything_moves(
+    project: Any, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    catalog = project.write(bad)
+    code = main(["run", "--catalog", catalog, "--workload", "events", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code != 0 and errors.MANIFEST_INVALID in err and "events.yaml:" in err, err
+    assert "coalesce" in err and "Traceback" not in err
+    assert not project.sql("SELECT to_regnamespace('{s}_audit')")[0][0]  # no ledger created
