@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import datetime as dt
 import fcntl
 import hashlib
@@ -299,21 +300,59 @@ def _const(node: ast.AST) -> Any:
         raise Unsupported(f"not a literal: {ast.unparse(node)}") from exc
 
 
-def _value(node: ast.AST, imports: dict[str, str]) -> Any:
+# What a generated file writes once above the DAG and its tasks expand (POD_OPTIONS, TASK_ARGS,
+# TASK_ENV): dag-factory gets each task's arguments with these expanded in place.
+SHARED = ("POD_OPTIONS", "TASK_ARGS", "TASK_ENV")
+
+
+def _shared(node: ast.AST, shared: dict[str, Any]) -> Any:
+    """A copy of the value of ``NAME`` or ``NAME["key"]`` naming a shared mapping (a copy: the
+    YAML then writes each task's values in full, never as anchors and aliases)."""
+    if isinstance(node, ast.Name) and node.id in shared:
+        return copy.deepcopy(shared[node.id])
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        if node.value.id in shared:
+            return copy.deepcopy(shared[node.value.id][_const(node.slice)])
+    raise Unsupported(f"no dag-factory form for {ast.unparse(node)}")
+
+
+def _kwargs(
+    keywords: list[ast.keyword], imports: dict[str, str], shared: dict[str, Any]
+) -> dict[str, Any]:
+    """A call's keyword arguments, each ``**NAME`` of a shared mapping expanded in place."""
+    out: dict[str, Any] = {}
+    for kw in keywords:
+        if kw.arg is None:
+            out.update(_shared(kw.value, shared))
+        else:
+            out[kw.arg] = _value(kw.value, imports, shared)
+    return out
+
+
+def _value(node: ast.AST, imports: dict[str, str], shared: dict[str, Any] | None = None) -> Any:
     """A generated argument as plain YAML data (dag-factory's ``__type__`` for Secret objects)."""
+    shared = shared or {}
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.List | ast.Tuple):
-        return [_value(e, imports) for e in node.elts]
+        return [_value(e, imports, shared) for e in node.elts]
     if isinstance(node, ast.Dict):
-        return {_const(k): _value(v, imports) for k, v in zip(node.keys, node.values, strict=True)}
+        out: dict[str, Any] = {}
+        for k, v in zip(node.keys, node.values, strict=True):
+            if k is None:  # {**TASK_ENV["run_x"], ...}
+                out.update(_shared(v, shared))
+            else:
+                out[_const(k)] = _value(v, imports, shared)
+        return out
+    if isinstance(node, ast.Name | ast.Subscript):
+        return _shared(node, shared)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         if imports.get(node.func.id) == SECRET_CLASS:
-            out: dict[str, Any] = {"__type__": SECRET_CLASS}
+            secret: dict[str, Any] = {"__type__": SECRET_CLASS}
             if node.args:
-                out["__args__"] = [_value(a, imports) for a in node.args]
-            out.update({kw.arg: _value(kw.value, imports) for kw in node.keywords if kw.arg})
-            return out
+                secret["__args__"] = [_value(a, imports) for a in node.args]
+            secret.update({kw.arg: _value(kw.value, imports) for kw in node.keywords if kw.arg})
+            return secret
     if isinstance(node, ast.Call) and ast.unparse(node.func) == "datetime.datetime":
         nums = [_const(a) for a in node.args]
         tz = {kw.arg: ast.unparse(kw.value) for kw in node.keywords}
@@ -344,14 +383,26 @@ def to_dagfactory(source: str, ops_module_for: Any) -> tuple[str, dict[str, Any]
     imports: dict[str, str] = {}
     classes: set[str] = set()
     with_nodes = []
+    shared: dict[str, Any] = {}
+    shared_nodes: list[ast.Assign] = []
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                imports[alias.asname or alias.name] = alias.name
-        elif isinstance(node, ast.ClassDef):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in SHARED
+        ):
+            shared_nodes.append(node)
+            shared[node.targets[0].id] = _value(node.value, imports, shared)
+        # the provider's imports sit in a top-level try (the file's unsupported-Airflow guard)
+        for imp in node.body if isinstance(node, ast.Try) else [node]:
+            if isinstance(imp, ast.ImportFrom):
+                for alias in imp.names:
+                    imports[alias.asname or alias.name] = f"{imp.module}.{alias.name}"
+            elif isinstance(imp, ast.Import):
+                for alias in imp.names:
+                    imports[alias.asname or alias.name] = alias.name
+        if isinstance(node, ast.ClassDef):
             classes.add(node.name)
         elif isinstance(node, ast.With):
             with_nodes.append(node)
@@ -359,10 +410,12 @@ def to_dagfactory(source: str, ops_module_for: Any) -> tuple[str, dict[str, Any]
         raise Unsupported("expected exactly one `with DAG(...)` block")
     block = with_nodes[0]
     # From the first statement after the module docstring (the header comments and docstring
-    # name the workload, so leaving them out lets every file of one template share one module).
+    # name the workload, so leaving them out lets every file of one template share one module)
+    # up to the shared mappings (the workload's own values: they go into the YAML).
     first = tree.body[1] if isinstance(tree.body[0], ast.Expr) else tree.body[0]
+    end = shared_nodes[0] if shared_nodes else block
     lines = source.splitlines(keepends=True)
-    prelude = "".join(lines[first.lineno - 1 : block.lineno - 1])
+    prelude = "".join(lines[first.lineno - 1 : end.lineno - 1])
     module = ops_module_for(prelude)
     dag_call = block.items[0].context_expr
     if not (isinstance(dag_call, ast.Call) and ast.unparse(dag_call.func) == "DAG"):
@@ -395,15 +448,15 @@ def to_dagfactory(source: str, ops_module_for: Any) -> tuple[str, dict[str, Any]
                 and isinstance(func.value.func.value, ast.Name)
             ):
                 inner = func.value
-                kwargs = {kw.arg: _value(kw.value, imports) for kw in inner.keywords}
+                kwargs = _kwargs(inner.keywords, imports, shared)
                 task = {
                     "task_id": kwargs.pop("task_id"),
                     "operator": operator_path(func.value.func.value.id),
                     "partial": kwargs,
-                    "expand": {kw.arg: _value(kw.value, imports) for kw in call.keywords},
+                    "expand": _kwargs(call.keywords, imports, shared),
                 }
             elif isinstance(func, ast.Name):
-                kwargs = {kw.arg: _value(kw.value, imports) for kw in call.keywords}
+                kwargs = _kwargs(call.keywords, imports, shared)
                 task = {"task_id": kwargs.pop("task_id"), "operator": operator_path(func.id)}
                 task.update(kwargs)
             else:

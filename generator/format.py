@@ -65,16 +65,11 @@ def _expand(line: str, rendered: Rendered, used: set[int]) -> list[str]:
             raise FormatError(f"code splice {index} is not a top-level line: {line!r}")
         return format_code_block(splice.code).split("\n")
     assert isinstance(splice, EnvSplice)
-    if splice.single:
-        lines = env_dict_lines(splice.envs[0], indent)
-        lines[0] = indent + head + lines[0][len(indent) :]
-        lines[-1] += tail
-        return lines
     if head or tail != ",":
         raise FormatError(f"env list splice {index} is not a list element line: {line!r}")
     out: list[str] = []
     for env in splice.envs:
-        lines = env_dict_lines(env, indent)
+        lines = env_dict_lines(splice.base, env, indent)
         lines[-1] += ","
         out += lines
     return out

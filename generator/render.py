@@ -6,11 +6,15 @@ filter is registered from the one FILTERS dict. Values reach the source only as 
 (one line), ``kwarg`` (a keyword argument laid out as black does) or the ``place`` object's env
 dicts. A literal is the exact value: the generated operators render no template field.
 
+What every task of a workload shares is written once, as module-level literals the tasks expand
+(``POD_OPTIONS``, ``TASK_ARGS``, ``TASK_ENV``: see ``pod_arguments``, ``task_arguments``,
+``task_envs``); a task's own call holds only what is its own.
+
 Two renderings of the same templates exist. ``render_source`` writes everything inline: black then
 formats the whole file (the reference path). ``render_dag`` leaves the bulky, regular parts as
-placeholders (the operator code shared by every file, and the env dicts: up to 200 per task) and
-records them as splices that format.py inserts after black has formatted the small rest, in the
-exact layout black gives them. Both must give the same bytes; tests hold them equal.
+placeholders (the operator code shared by every file, and the mapped items' env dicts: up to 200
+per task) and records them as splices that format.py inserts after black has formatted the small
+rest, in the exact layout black gives them. Both must give the same bytes; tests hold them equal.
 """
 
 from __future__ import annotations
@@ -181,6 +185,44 @@ def task_option(value: Any, name: str) -> Any:
     return value
 
 
+def assign(value: Any, name: str) -> str:
+    """A module-level ``name = value`` in black's layout for literal trees."""
+    return "\n".join(layout(value, 0, f"{name} = "))
+
+
+def pod_arguments(dag: DagFile) -> dict[str, Any]:
+    """POD_OPTIONS: the pod every task of a kubernetes workload runs in (image, namespace, secret
+    projections, resources, the catalog's pod options), written once and expanded by each task."""
+    found: dict[str, Any] = {"image": dag.image, "namespace": dag.namespace}
+    if dag.secrets:
+        found["secrets"] = secret_refs(dag.secrets)
+    if dag.has_resources:
+        found["container_resources"] = dag.resources
+    found.update(dag.pod_options)
+    return found
+
+
+def task_arguments(dag: DagFile) -> dict[str, Any]:
+    """TASK_ARGS: the operator arguments every task of the workload takes alike (retries, the
+    catalog's task options; the subprocess flavour's Airflow connections), written once."""
+    found: dict[str, Any] = {"retries": dag.retries}
+    found.update((name, task_option(value, name)) for name, value in dag.task_options)
+    if dag.airflow_connections:
+        found["airflow_connections"] = dag.connection_ids
+    return found
+
+
+def task_envs(dag: DagFile) -> dict[str, dict[str, str]]:
+    """TASK_ENV: the env of each runtime task, by task id (hooks take their neighbour's; each
+    mapped item adds only its mapping item and label)."""
+    return {task.task_id: dict(task.env) for task in dag.runtime_tasks}
+
+
+def env_ref(task_id: str) -> str:
+    """The expression naming a runtime task's env in TASK_ENV."""
+    return f"TASK_ENV[{py_literal(task_id)}]"
+
+
 def comment_text(value: str) -> str:
     """Text safe inside a ``#`` comment: one line, escapes as in a literal, no quotes added."""
     return py_string(value)[1:-1]
@@ -200,6 +242,11 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "comment": comment_text,
     "pod_name": pod_name,
     "task_option": task_option,
+    "assign": assign,
+    "pod_arguments": pod_arguments,
+    "task_arguments": task_arguments,
+    "task_envs": task_envs,
+    "env_ref": env_ref,
 }
 
 
@@ -231,10 +278,10 @@ class CodeSplice:
 
 @dataclass(frozen=True)
 class EnvSplice:
-    """One env dict (``single``) or the elements of a list of env dicts."""
+    """The elements of a list of env dicts, each ``{**base, <its own keys>}``."""
 
+    base: str
     envs: tuple[Env, ...]
-    single: bool
 
 
 Splice = CodeSplice | EnvSplice
@@ -253,9 +300,7 @@ class Placer(Protocol):
 
     def code(self, text: str) -> str: ...
 
-    def env(self, env: Env) -> str: ...
-
-    def envs(self, envs: Sequence[Env]) -> str: ...
+    def envs(self, base: str, envs: Sequence[Env]) -> str: ...
 
 
 def raw_env_literal(value: str) -> str:
@@ -263,9 +308,12 @@ def raw_env_literal(value: str) -> str:
     return py_string(value)
 
 
-def env_dict_lines(env: Env, indent: str, literal: Callable[[str], str] = env_literal) -> list[str]:
-    """An exploded dict, one key per line, in black's layout (keys and values are literals)."""
-    lines = [f"{indent}{{"]
+def env_dict_lines(
+    base: str, env: Env, indent: str, literal: Callable[[str], str] = env_literal
+) -> list[str]:
+    """``{**base, ...env}`` exploded, one entry per line, in black's layout (literal keys and
+    values; ``base`` is the expression of the shared env the dict extends)."""
+    lines = [f"{indent}{{", f"{indent}    **{base},"]
     lines += [f"{indent}    {py_string(k)}: {literal(v)}," for k, v in env]
     lines.append(f"{indent}}}")
     return lines
@@ -277,11 +325,10 @@ class InlinePlacer:
     def code(self, text: str) -> str:
         return text.rstrip("\n")
 
-    def env(self, env: Env) -> str:
-        return "\n".join(env_dict_lines(env, "", raw_env_literal))
-
-    def envs(self, envs: Sequence[Env]) -> str:
-        return "\n".join(self.env(env) + "," for env in envs)
+    def envs(self, base: str, envs: Sequence[Env]) -> str:
+        return "\n".join(
+            "\n".join(env_dict_lines(base, env, "", raw_env_literal)) + "," for env in envs
+        )
 
 
 class SplicePlacer:
@@ -297,12 +344,9 @@ class SplicePlacer:
     def code(self, text: str) -> str:
         return self._name(CodeSplice(text))
 
-    def env(self, env: Env) -> str:
-        return self._name(EnvSplice((env,), single=True))
-
-    def envs(self, envs: Sequence[Env]) -> str:
+    def envs(self, base: str, envs: Sequence[Env]) -> str:
         # The trailing comma is black's "magic" one: the list stays one element per line.
-        return self._name(EnvSplice(tuple(envs), single=False)) + ","
+        return self._name(EnvSplice(base, tuple(envs))) + ","
 
 
 def _render(dag: DagFile, place: Placer) -> str:

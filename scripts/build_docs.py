@@ -94,7 +94,7 @@ def _cell(text: str) -> str:
 # Defaults and notes that the schemas do not carry (the loaders apply them). Each key must name a
 # field the schema really has: build_docs refuses a note for a field that does not exist.
 def _notes() -> dict[tuple[str, str], str]:
-    from dpone.authoring import loader
+    from dpone.authoring import loader, models
     from dpone.plan import mapping
 
     units = ", ".join(f"{t}: {u}" for t, u in loader.DEFAULT_UNITS.items())
@@ -180,6 +180,24 @@ def _notes() -> dict[tuple[str, str], str]:
         ("pipeline.v1", "processes[].backfill.lease_seconds"): (
             f"Default: {loader.DEFAULT_LEASE_SECONDS}. How long a running chunk's lease lasts "
             "before another attempt may take it over."
+        ),
+        ("pipeline.v1", "processes[].backfill.coalesce"): (
+            "Default: true. Where the ledger lives in the sink's Postgres database, a worker "
+            "moves consecutive chunks in one transaction (each keeps its own ledger records, "
+            "checksum and read-back gate) until the group moved `max_rows` rows, ran "
+            "`max_seconds` or holds `max_chunks` chunks; a failure rolls the group back and its "
+            "chunks are moved again one by one. `false`: one transaction per chunk. Not part of "
+            "the campaign's identity (docs/ledger.md)."
+        ),
+        ("pipeline.v1", "processes[].backfill.coalesce.max_rows"): (
+            f"Default: {models.DEFAULT_COALESCE_ROWS}."
+        ),
+        ("pipeline.v1", "processes[].backfill.coalesce.max_seconds"): (
+            f"Default: {models.DEFAULT_COALESCE_SECONDS:g}."
+        ),
+        ("pipeline.v1", "processes[].backfill.coalesce.max_chunks"): (
+            f"Default: {models.DEFAULT_COALESCE_CHUNKS}. The group holds one chunk lock per chunk "
+            "until it commits."
         ),
         ("pipeline.v1", "processes[].state"): (
             "Default: `{backend: local_file}`. Not used by a `full_refresh` process."

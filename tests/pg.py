@@ -54,3 +54,49 @@ def fresh_schema(dsn: str | None = None, prefix: str = "dpone_t") -> Iterator[st
         yield schema
     finally:
         drop_schema(dsn, schema)
+
+
+def _as_postgres(*argv: str) -> None:
+    import subprocess
+
+    subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True)
+
+
+def scram_cluster_available() -> bool:
+    """A private SCRAM cluster needs root (to run initdb as the postgres user), runuser, initdb."""
+    import shutil
+
+    return os.geteuid() == 0 and bool(shutil.which("initdb")) and bool(shutil.which("runuser"))
+
+
+@contextmanager
+def scram_cluster(admin_password: str) -> Iterator[int]:
+    """A throw-away Postgres cluster on 127.0.0.1 whose every connection is checked with
+    scram-sha-256 (the shared test server trusts local connections, so it accepts any password).
+    Yields its port; the superuser is ``postgres`` with ``admin_password``."""
+    import pwd
+    import shutil
+    import socket
+    import tempfile
+    from pathlib import Path
+
+    owner = pwd.getpwnam("postgres")
+    base = Path(tempfile.mkdtemp(prefix="dpone-scram-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    (base / "pw").write_text(admin_password + "\n", encoding="utf-8")
+    for path in (base, base / "pw"):
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    data = str(base / "data")
+    _as_postgres(
+        "initdb", "-D", data, "-U", "postgres", "-A", "scram-sha-256", f"--pwfile={base / 'pw'}"
+    )
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1"
+    _as_postgres("pg_ctl", "-D", data, "-l", str(base / "log"), "-w", "-o", options, "start")
+    try:
+        yield port
+    finally:
+        _as_postgres("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)

@@ -68,7 +68,7 @@ SAME = Variant(
     "dst_same",
     "chaos_audit_same",
     False,
-    ("campaign_locked", "lease_locked", "chunk_written"),
+    ("campaign_locked", "lease_locked", "chunk_written", "group_closed"),
     stalls=False,
 )
 SPLIT = Variant(

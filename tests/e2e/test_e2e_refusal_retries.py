@@ -72,10 +72,16 @@ def _project(root: Path, flavour: str) -> Path:
 
 
 def _tamper(dag_file: Path) -> None:
-    """Edit two items' env in the generated file, as a hand edit or a stale image would."""
+    """Edit two items' env in the generated file, as a hand edit or a stale image would: item
+    PLAN_TAMPERED's plan hash, and item PACK_TAMPERED's run identity (the task's is written once,
+    in TASK_ENV; the edit gives that one item its own, naming another pack)."""
     lines = dag_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    (shared,) = [line for line in lines if '"DPONE_AIRFLOW_RUN_IDENTITY": ' in line]
+    other_pack = re.sub(
+        r'("pack_fingerprint":"sha256:)[0-9a-f]{64}', r"\g<1>" + "2" * 64, shared.strip()
+    )
     plan_edits = pack_edits = 0
-    for number, line in enumerate(lines):
+    for number, line in enumerate(list(lines)):
         if "DPONE_AIRFLOW_MAPPING_ITEM" not in line:
             continue
         if f'"item_index":{PLAN_TAMPERED},' in line:
@@ -83,13 +89,11 @@ def _tamper(dag_file: Path) -> None:
                 r'("backfill_plan_hash":"sha256:)[0-9a-f]{64}', r"\g<1>" + "1" * 64, line
             )
             plan_edits += lines[number] != line
-        if f'"item_index":{PACK_TAMPERED},' in line:  # its run identity is the line before
-            identity = lines[number - 1]
-            assert "DPONE_AIRFLOW_RUN_IDENTITY" in identity
-            lines[number - 1] = re.sub(
-                r'("pack_fingerprint":"sha256:)[0-9a-f]{64}', r"\g<1>" + "2" * 64, identity
-            )
-            pack_edits += lines[number - 1] != identity
+        if f'"item_index":{PACK_TAMPERED},' in line:  # after **TASK_ENV[...]: it wins
+            assert lines[number - 1].strip().startswith("**TASK_ENV[")
+            indent = line[: len(line) - len(line.lstrip())]
+            lines[number] = f"{indent}{other_pack}\n{line}"
+            pack_edits += other_pack != shared.strip()
     assert (plan_edits, pack_edits) == (1, 1), (plan_edits, pack_edits)
     dag_file.write_text("".join(lines), encoding="utf-8")
 
@@ -120,7 +124,7 @@ def test_a_final_refusal_fails_after_one_try(
     generated = e2ekit.dpone("generate", str(catalog), "--out", str(out))
     assert generated.returncode == 0, generated.stderr
     dag_file = out / f"{e2ekit.SUMMARY_DAG}.py"
-    assert f"retries={RETRIES}," in dag_file.read_text(encoding="utf-8")
+    assert f'"retries": {RETRIES},' in dag_file.read_text(encoding="utf-8")
     _tamper(dag_file)
     e2ekit.reset_summary(e2e_db)
     store = _hold_busy_item(catalog, e2e_db)

@@ -84,12 +84,15 @@ def _concrete(op) -> dict:
             },
         }
     harness.render(op)
-    return {
+    facts = {
         "env": dict(op.env_vars),
         "command": list(op.command),
         "retries": op.retries,
         "task_options": _task_options(op),
     }
+    if hasattr(op, "airflow_connections"):  # DponeConnectionsSubprocessOperator only
+        facts["airflow_connections"] = dict(op.airflow_connections)
+    return facts
 
 
 def probe(folder: str) -> dict:

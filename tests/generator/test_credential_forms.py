@@ -137,6 +137,50 @@ def test_the_generated_files_hold_no_secret_and_name_each_form(generated: dict[s
     assert '"DPONE_CONN_WH_FILE": "/run/secrets/wh-dsn"' in local
 
 
+def test_the_subprocess_docstring_says_where_each_connection_comes_from(
+    generated: dict[str, Any],
+) -> None:
+    """An Airflow Connection or a file is named as the source; the one-line "worker's
+    environment" form stays for DAGs that use neither (golden files unchanged)."""
+    local, mapped = generated["texts"]["local.py"], generated["texts"]["local_mapped.py"]
+    assert "Connections come from the worker's environment" not in local + mapped
+    assert (
+        "Connections:\n"
+        '- DPONE_CONN_SRC: the Airflow Connection "dpone_src", resolved when the task runs\n'
+        '- DPONE_CONN_WH: read from the file "/run/secrets/wh-dsn" at each connect\n"""'
+    ) in local
+    assert (
+        "Connections:\n"
+        '- DPONE_CONN_SRC: the Airflow Connection "dpone_src", resolved when the task runs\n'
+        '- DPONE_CONN_WH: the Airflow Connection "dpone_wh", resolved when the task runs\n"""'
+    ) in mapped
+    for text in (local, mapped):
+        docstring = text.split('"""')[1]
+        assert "worker's environment" not in docstring
+
+
+def test_a_path_cannot_end_the_docstring(tmp_path: Path) -> None:
+    """A secret file's path is JSON-quoted in the docstring: quotes, backslashes and non-ASCII
+    characters stay inside it and the file parses to the path as written."""
+    import ast
+
+    path = '/run/x"""y\\\\z/\u00e9'
+    (tmp_path / "m.yaml").write_text(MANIFEST, encoding="utf-8")
+    catalog = (
+        "schema: dpone.workload-catalog.v1\nworkloads:\n  local:\n    manifest: m.yaml\n"
+        "    airflow:\n      flavour: subprocess\n      secret_files:\n"
+        f"        - {{connection: wh, path: {json.dumps(path)}}}\n"
+    )
+    (tmp_path / "workloads.yaml").write_text(catalog, encoding="utf-8")
+    built = build(str(tmp_path / "workloads.yaml"))
+    assert not built.errors, [str(e) for e in built.errors]
+    (text,) = [f.text for f in built.files if f.name == "local.py"]
+    docstring = ast.get_docstring(ast.parse(text))
+    assert docstring is not None
+    assert f'- DPONE_CONN_WH: read from the file "{path}" at each connect' in docstring
+    assert "- DPONE_CONN_SRC: the worker's environment" in docstring
+
+
 @pytest.mark.airflow
 @pytest.mark.parametrize("version", VERSIONS)
 def test_kubernetes_pod_gets_one_secret_key_per_field(
@@ -199,10 +243,15 @@ def test_mapped_tasks_and_hooks_take_the_connection_ids(
     tasks = facts["dags"]["local_mapped"]["tasks"]
     assert set(tasks) == {"pre_echo", "run_p"}
     assert len(tasks["run_p"]["concrete"]) == 2  # both map indexes built from the partial
+    ids = {"DPONE_CONN_SRC": "dpone_src", "DPONE_CONN_WH": "dpone_wh"}
+    for task in ("pre_echo", "run_p"):  # the hook and every mapped runtime task
+        for facts in tasks[task]["concrete"].values():
+            assert facts["airflow_connections"] == ids, task
     text = generated["texts"]["local_mapped.py"]
-    assert text.count("airflow_connections={") == 2  # the hook and the mapped runtime task
-    assert text.count('"DPONE_CONN_SRC": "dpone_src"') == 2
-    assert text.count('"DPONE_CONN_WH": "dpone_wh"') == 2
+    # written once, in the task arguments both tasks expand
+    assert text.count('"airflow_connections": {') == 1
+    assert text.count('"DPONE_CONN_SRC": "dpone_src"') == 1
+    assert text.count("**TASK_ARGS,") == 2
 
 
 @pytest.mark.airflow

@@ -148,11 +148,12 @@ def test_check_prints_a_unified_diff_per_file_and_the_fix(
     assert not (proj / "dags").exists()
     assert _gen() == 0
     alpha = proj / "dags" / "alpha.py"
-    alpha.write_text(alpha.read_text(encoding="utf-8").replace("retries=0", "retries=5"))
+    text = alpha.read_text(encoding="utf-8")
+    alpha.write_text(text.replace('TASK_ARGS = {"retries": 0}', 'TASK_ARGS = {"retries": 5}'))
     assert _gen(check=True) == 1
     out, err = capsys.readouterr()
     assert "--- a/dags/alpha.py\n+++ b/dags/alpha.py\n" in out
-    assert "-        retries=5," in out and "+        retries=0," in out
+    assert '-TASK_ARGS = {"retries": 5}' in out and '+TASK_ARGS = {"retries": 0}' in out
     assert "1 changed, 0 missing, 0 stale" in err
 
 
@@ -168,8 +169,9 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(
     assert _gen() == 0
     alpha = proj / "dags" / "alpha.py"
     old = alpha.read_bytes()
-    alpha.write_bytes(old.replace(b"retries=0", b"retries=7"))
+    alpha.write_bytes(old.replace(b'"retries": 0', b'"retries": 7'))
     edited = alpha.read_bytes()
+    assert edited != old
 
     def broken_replace(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")

@@ -47,10 +47,12 @@ envs = st.lists(st.tuples(names, values), min_size=1, max_size=6, unique_by=lamb
 
 def _with_envs(dag: DagFile, hook_env: Env, item_envs: list[Env]) -> DagFile:
     task = dag.runtime_tasks[0]
-    mapped = tuple(item_envs) if task.mapped else ()
+    # A mapped item's env extends the task's (the file writes {**TASK_ENV[...], <item keys>}).
+    mapped = tuple((*hook_env, *env) for env in item_envs) if task.mapped else ()
     new_task: RuntimeTask = dataclasses.replace(task, env=hook_env, mapped_envs=mapped)
-    hooks = tuple(HookTask(h.task_id, h.command, hook_env) for h in dag.pre_hooks)
-    return dataclasses.replace(dag, runtime_tasks=(new_task,), pre_hooks=hooks)
+    pre = tuple(HookTask(h.task_id, h.command, hook_env) for h in dag.pre_hooks)
+    post = tuple(HookTask(h.task_id, h.command, hook_env) for h in dag.post_hooks)
+    return dataclasses.replace(dag, runtime_tasks=(new_task,), pre_hooks=pre, post_hooks=post)
 
 
 @pytest.mark.parametrize("case", ["gitops_policy", "hooks_subprocess"])

@@ -79,8 +79,26 @@ def _calls(tree: ast.AST) -> list[ast.Call]:
     return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
 
 
-def _kwargs(call: ast.Call) -> set[str]:
-    return {k.arg for k in call.keywords if k.arg}
+def _kwargs(call: ast.Call, shared: dict[str, set[str]] | None = None) -> set[str]:
+    """The keyword names a call passes, a ``**NAME`` of a module-level dict literal expanded."""
+    names = {k.arg for k in call.keywords if k.arg}
+    for keyword in call.keywords:
+        if keyword.arg is None and isinstance(keyword.value, ast.Name):
+            names |= (shared or {}).get(keyword.value.id, set())  # not **kwargs
+    return names
+
+
+def _shared(tree: ast.Module) -> dict[str, set[str]]:
+    """Module-level ``NAME = {"key": ...}`` dicts with literal string keys: NAME -> its keys."""
+    found: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            keys = node.value.keys
+            if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = {k.value for k in keys}  # type: ignore[union-attr]
+    return found
 
 
 def _reference_calls(flavour: str) -> dict[str, set[str]]:
@@ -97,20 +115,22 @@ def _reference_calls(flavour: str) -> dict[str, set[str]]:
     return found
 
 
-def _call_kwargs(tree: ast.AST, flavour: str) -> dict[str, set[str]]:
+def _call_kwargs(tree: ast.Module, flavour: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     runtime = RUNTIME_CLASS[flavour]
+    shared = _shared(tree)
     for call in _calls(tree):
         func = call.func
+        names = _kwargs(call, shared)
         if isinstance(func, ast.Name) and func.id == "DAG":
-            found["dag"] = _kwargs(call)
+            found["dag"] = names
         elif isinstance(func, ast.Attribute) and func.attr == "partial":
-            found["partial"] = _kwargs(call)
+            found["partial"] = names
         elif isinstance(func, ast.Attribute) and func.attr == "expand":
-            found["expand"] = _kwargs(call)
+            found["expand"] = names
         elif isinstance(func, ast.Name) and func.id in ("DponePodOperator", runtime):
-            kind = "hook" if "validate_result" in _kwargs(call) or func.id != runtime else "task"
-            found[kind] = _kwargs(call)
+            kind = "hook" if "validate_result" in names or func.id != runtime else "task"
+            found[kind] = names
     return found
 
 
@@ -131,6 +151,38 @@ def test_generated_calls_use_the_reference_arguments(path: Path) -> None:
             assert ref[kind] - optional <= ours[kind] <= ref[kind] | extras | options, kind
     if "partial" in ours:
         assert ours["expand"] == ref["expand"] == {"env_vars"}
+
+
+def test_pod_options_and_task_arguments_never_share_a_name() -> None:
+    assert set(TASK_OPTIONS).isdisjoint(pod_option_names())
+
+
+@pytest.mark.parametrize("path", golden_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_what_the_tasks_share_is_written_once(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    kubernetes = "DponeRuntimeSubprocessOperator(BaseOperator)" not in source
+    shared = _shared(tree)
+    expected = ["POD_OPTIONS", "TASK_ARGS"] if kubernetes else ["TASK_ARGS"]
+    assert all(name in shared for name in expected) and "TASK_ENV" in shared
+    if kubernetes:  # a task takes both: a name in each would be a TypeError at parse time
+        assert not shared["POD_OPTIONS"] & shared["TASK_ARGS"]
+    tasks = 0
+    for call in _calls(tree):
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "partial" or (name.startswith("Dpone") and name.endswith("Operator")):
+            tasks += 1
+            spread = [ast.unparse(k.value) for k in call.keywords if k.arg is None]
+            assert spread == expected, ast.unparse(call)[:200]
+            own = {k.arg for k in call.keywords if k.arg}
+            for mapping in expected:  # an option is either shared or the task's own, never both
+                assert not own & shared[mapping], (path.name, own & shared[mapping])
+    assert tasks >= 1
+    # The run identity: once per runtime task, in TASK_ENV; mapped items and hooks refer to it.
+    runtime = len(shared["TASK_ENV"])
+    assert source.count('"DPONE_AIRFLOW_RUN_IDENTITY": ') == runtime
+    assert source.count("image=") == 0
 
 
 @pytest.mark.parametrize("path", golden_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")

@@ -287,11 +287,12 @@ def golden_db(pg_dsn: str) -> Any:
 def _golden_item_env(item: int) -> dict[str, str]:
     """The env the golden frozen DAG gives mapped item ``item`` (run identity and item)."""
     text = (GOLDEN / "expected" / "orders_history_backfill.py").read_text(encoding="utf-8")
-    identities = re.findall(r'"DPONE_AIRFLOW_RUN_IDENTITY": \'([^\']*)\'', text)
+    # the run identity is written once (TASK_ENV) and every item extends it
+    (identity,) = re.findall(r'"DPONE_AIRFLOW_RUN_IDENTITY": \'([^\']*)\'', text)
     items = re.findall(r'"DPONE_AIRFLOW_MAPPING_ITEM": \'([^\']*)\'', text)
-    assert len(items) == 40 and len(identities) == 40
+    assert len(items) == 40 and text.count('**TASK_ENV["run_orders"],') == 40
     return {
-        "DPONE_AIRFLOW_RUN_IDENTITY": identities[item],
+        "DPONE_AIRFLOW_RUN_IDENTITY": identity,
         "DPONE_AIRFLOW_MAPPING_ITEM": items[item],
     }
 

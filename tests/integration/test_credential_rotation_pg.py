@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
-import socket
 import subprocess
-import tempfile
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +21,9 @@ import pytest
 from dpone import redaction
 from dpone.connections import resolve_dsn
 from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/pg.py
+from pg import scram_cluster, scram_cluster_available
 
 pytestmark = pytest.mark.postgres
 
@@ -58,39 +58,17 @@ processes:
 """
 
 
-def _as_postgres(*argv: str) -> None:
-    subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def scram_port() -> Iterator[int]:
-    if os.geteuid() != 0 or not shutil.which("initdb") or not shutil.which("runuser"):
+    if not scram_cluster_available():
         pytest.skip("needs root, runuser and initdb to start a private SCRAM cluster")
-    owner = pwd.getpwnam("postgres")
-    base = Path(tempfile.mkdtemp(prefix="dpone-scram-", dir="/tmp"))
-    os.chmod(base, 0o755)
-    (base / "pw").write_text(ADMIN_PW + "\n", encoding="utf-8")
-    for path in (base, base / "pw"):
-        os.chown(path, owner.pw_uid, owner.pw_gid)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    data = str(base / "data")
-    _as_postgres(
-        "initdb", "-D", data, "-U", "postgres", "-A", "scram-sha-256", f"--pwfile={base / 'pw'}"
-    )
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1"
-    _as_postgres("pg_ctl", "-D", data, "-l", str(base / "log"), "-w", "-o", options, "start")
-    try:
+    with scram_cluster(ADMIN_PW) as port:
         admin = f"postgresql://postgres:{ADMIN_PW}@127.0.0.1:{port}/postgres"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE ROLE app LOGIN PASSWORD {}").format(sql.Literal(FIRST)))
             conn.execute("CREATE SCHEMA app AUTHORIZATION app")
             conn.execute("GRANT CREATE ON DATABASE postgres TO app")
         yield port
-    finally:
-        _as_postgres("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _rotate(port: int, password: str) -> None:

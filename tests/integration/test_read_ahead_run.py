@@ -208,13 +208,15 @@ sql.SqlLedger.complete = complete
 """
 
 
+@pytest.mark.parametrize("coalesce", [False, True], ids=["alone", "coalesced"])
 @pytest.mark.parametrize("release", ["as is", "cancelled once"])
 def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
-    schema: str, pg_dsn: str, tmp_path: Path, release: str
+    schema: str, pg_dsn: str, tmp_path: Path, release: str, coalesce: bool
 ) -> None:
     """The next chunk's read hangs on the server; SIGTERM arrives while the worker waits for it:
     the read is cancelled, not started again, the chunk released, and the run stops within
-    seconds; also when the first attempt to record the release meets a cancel."""
+    seconds; also when the first attempt to record the release meets a cancel. Coalesced
+    (ADR 0022), chunks 1 to 3 are one group: all three are rolled back and released."""
     slow_id = 2  # order_id 2 is on day 3 (g % 6): its row sleeps a minute on the server
     (tmp_path / "workloads.yaml").write_text(CATALOG.format())
     manifest = MANIFEST.format(s=schema, end=DAYS + 1, workers=1).replace(
@@ -222,6 +224,10 @@ def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
         f"FROM {schema}.raw_orders WHERE CASE WHEN order_id = {slow_id}"
         " THEN pg_sleep(60) IS NOT NULL ELSE true END",
     )
+    if not coalesce:
+        manifest = manifest.replace(
+            "inner_mode: replace", "inner_mode: replace\n      coalesce: false"
+        )
     (tmp_path / "orders.yaml").write_text(manifest)
     env = {k: v for k, v in os.environ.items() if k.startswith("DPONE_CONN_") or k == "PATH"}
     env["DPONE_XCOM_PATH"] = str(tmp_path / "xcom.json")
@@ -239,7 +245,7 @@ def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
     )
     try:
         deadline = time.monotonic() + 30
-        while not _leased(pg_dsn, schema, 3):  # chunk 2 committed, chunk 3 leased, waiting
+        while not _leased(pg_dsn, schema, 3):  # chunk 2 moved, chunk 3 leased, waiting
             assert time.monotonic() < deadline and run.poll() is None
             time.sleep(0.05)
         time.sleep(0.3)
@@ -266,7 +272,8 @@ def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dpone_read_ahead'"
             " AND state = 'active'"
         ).fetchone()
-    assert states == {1: "committed", 2: "committed", 3: "failed"}  # released, not stuck
+    done = "failed" if coalesce else "committed"  # a group is rolled back as a whole
+    assert states == {1: done, 2: done, 3: "failed"}  # released, not stuck
     assert sleeping == (0,)  # the server's read was cancelled, not left running
 
 

@@ -31,11 +31,33 @@ def _rendered(value: str) -> str:
     return value
 
 
+def _literal_envs(node: ast.expr, task_env: dict[str, dict[str, str]]) -> list[dict[str, str]]:
+    """The expand list's env dicts: literals, each extending a task's env (``**TASK_ENV[...]``)."""
+    assert isinstance(node, ast.List)
+    envs = []
+    for element in node.elts:
+        assert isinstance(element, ast.Dict)
+        env: dict[str, str] = {}
+        for key, value in zip(element.keys, element.values, strict=True):
+            if key is None:  # **TASK_ENV["run_<process>"]
+                assert isinstance(value, ast.Subscript) and ast.unparse(value.value) == "TASK_ENV"
+                env.update(task_env[ast.literal_eval(value.slice)])
+            else:
+                env[ast.literal_eval(key)] = ast.literal_eval(value)
+        envs.append(env)
+    return envs
+
+
 def _dag_envs(path: Path) -> tuple[str, dict[str, list[dict[str, str]]]]:
     """(dag_id, {task_id: [env of map index 0, 1, ...]}) read from a generated DAG file."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     dag_id = ""
     envs: dict[str, list[dict[str, str]]] = {}
+    task_env = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "TASK_ENV"
+    )
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
@@ -46,7 +68,7 @@ def _dag_envs(path: Path) -> tuple[str, dict[str, list[dict[str, str]]]]:
             task_id = ast.literal_eval({k.arg: k.value for k in partial.keywords}["task_id"])
             envs[task_id] = [
                 {key: _rendered(value) for key, value in env.items()}
-                for env in ast.literal_eval(kwargs["env_vars"])
+                for env in _literal_envs(kwargs["env_vars"], task_env)
             ]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "DAG":
@@ -212,3 +234,62 @@ def test_run_item_on_an_internal_process_is_refused(capsys: pytest.CaptureFixtur
     catalog = str(ROOT / "golden" / "internal_default" / "workloads.yaml")
     assert main(["run", "--catalog", catalog, "--workload", "orders_history", "--item", "0"]) == 2
     assert "runs in mode internal" in capsys.readouterr().err
+
+
+CREDENTIALS = """\
+      flavour: subprocess
+      command: [dpone]
+      catalog_path: workloads.yaml
+      secret_files: [{{connection: wh, field: dsn, path: {path}}}]
+      airflow_connections: [{{connection: wh_af, conn_id: dpone_wh}}]
+"""
+
+
+def _with_credentials(catalog: str, path: Path) -> None:
+    """The project's catalog, subprocess flavour, its `wh` DSN from a mounted file and a second
+    (unused by the manifest) connection `wh_af` from an Airflow Connection."""
+    text = Path(catalog).read_text(encoding="utf-8")
+    text = text.replace("      image: example/dpone:1\n", CREDENTIALS.format(path=path))
+    Path(catalog).write_text(text, encoding="utf-8")
+
+
+@pytest.mark.postgres
+def test_run_item_recreates_secret_files_or_refuses(
+    project: str,
+    tmp_path: Path,
+    pg_dsn: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--item` gives the re-run the `airflow.secret_files` paths of the task: the DSN reaches it
+    only through the file. A file that is not there, or an Airflow Connection it cannot resolve,
+    is refused before anything moves (DPONE_CONNECTION_MISSING, both at once)."""
+    dsn_file = tmp_path / "mounted" / "wh_dsn"
+    _with_credentials(project, dsn_file)
+    monkeypatch.delenv("DPONE_CONN_WH")
+    base = ["run", "--catalog", project, "--workload", "orders", "--process", "orders"]
+
+    assert main([*base, "--item", "2"]) == 3  # nothing mounted, no DPONE_CONN_WH_AF
+    err = capsys.readouterr().err
+    assert json.loads(err.splitlines()[-1])["code"] == "DPONE_CONNECTION_MISSING", err
+    assert err.count("DPONE_CONNECTION_MISSING") >= 2, err  # both problems, not the first only
+    assert f"DPONE_CONN_WH_FILE is '{dsn_file}' in the Airflow task" in err
+    assert "from the Airflow Connection 'dpone_wh'" in err and "DPONE_CONN_WH_AF" in err
+    refused = json.loads((tmp_path / "xcom.json").read_text())  # the refusal's result
+    assert refused["status"] == "failed" and refused["error"]["code"] == "DPONE_CONNECTION_MISSING"
+
+    dsn_file.parent.mkdir()
+    dsn_file.write_text(pg_dsn + "\n", encoding="utf-8")
+    monkeypatch.setenv("DPONE_CONN_WH_AF", pg_dsn)
+    assert main([*base, "--item", "2"]) == 0
+    assert "DPONE_CONN_WH_FILE" in capsys.readouterr().err  # the keys it set
+    result = json.loads((tmp_path / "xcom.json").read_text())
+    assert result["backfill"]["chunks_committed"] == 5
+    assert result["airflow"] == {"outside_airflow": True}
+
+    # this shell's own value wins over the task's file, which need not exist here then
+    dsn_file.unlink()
+    monkeypatch.setenv("DPONE_CONN_WH", pg_dsn)
+    assert main([*base, "--item", "3"]) == 0
+    assert "DPONE_CONN_WH_FILE" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "xcom.json").read_text())["backfill"]["chunks_committed"] == 5

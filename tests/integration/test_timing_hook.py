@@ -32,13 +32,15 @@ processes:
       strategy: {{mode: backfill}}
     backfill:
       chunk: {{column: order_date, type: date, start: 2023-01-01, end: 2023-01-06}}
-      inner_mode: replace
+      inner_mode: replace{coalesce}
     state: {{backend: audit_schema, connection: wh, schema: {s}_audit}}
 """
 
 
 @pytest.fixture
-def project(tmp_path: Path, pg_dsn: str) -> Iterator[tuple[str, dict[str, str]]]:
+def project(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_dsn: str
+) -> Iterator[tuple[str, dict[str, str]]]:
     schema = "t_" + uuid.uuid4().hex[:10]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
@@ -55,7 +57,8 @@ def project(tmp_path: Path, pg_dsn: str) -> Iterator[tuple[str, dict[str, str]]]
     (tmp_path / "workloads.yaml").write_text(
         "schema: dpone.workload-catalog.v1\nworkloads:\n  orders: {manifest: orders.yaml}\n"
     )
-    (tmp_path / "orders.yaml").write_text(MANIFEST.format(s=schema))
+    coalesce = getattr(request, "param", "")
+    (tmp_path / "orders.yaml").write_text(MANIFEST.format(s=schema, coalesce=coalesce))
     # The source's DSN differs in text from the sink's, so the chunk takes the COPY path.
     separator = "&" if "?" in pg_dsn else "?"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
@@ -81,10 +84,14 @@ def run(catalog: str, env: dict[str, str], *python_flags: str) -> subprocess.Com
     )
 
 
+@pytest.mark.parametrize(
+    "project", ["\n      coalesce: false", ""], indirect=True, ids=["alone", "coalesced"]
+)
 def test_timing_reports_every_phase_of_every_chunk(
     project: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
     catalog, env = project
+    coalesced = "coalesce: false" not in Path(catalog).with_name("orders.yaml").read_text()
     report = tmp_path / "timing.jsonl"
     done = run(catalog, {**env, "DPONE_TIMING": str(report)})
     assert done.returncode == 0, done.stderr
@@ -93,16 +100,22 @@ def test_timing_reports_every_phase_of_every_chunk(
     # one commit per chunk (ADR 0021): the lease, the data and the compare-and-set completion
     # are one transaction, so no separate lock-and-read step ("cas") is left
     assert "cas" not in phases
-    for name in ("chunk", "lease", "delete", "copy_in", "checksum", "completion"):
+    # coalesced (ADR 0022), the five small chunks are one group: one "group" phase holding the
+    # one commit, and every chunk's own lease, data, gate and completion phases inside it
+    outer = "group" if coalesced else "chunk"
+    assert ("chunk" if coalesced else "group") not in phases
+    assert phases[outer][0] == (1 if coalesced else CHUNKS), phases[outer]
+    for name in (outer, "lease", "delete", "copy_in", "checksum", "completion"):
         calls, own_ns, total_ns, trips = phases[name]
         # the read-back gate: the sink's read-back and the source's checksum of every chunk
-        assert calls == CHUNKS * (2 if name == "checksum" else 1), (name, phases[name])
+        if name != outer:
+            assert calls == CHUNKS * (2 if name == "checksum" else 1), (name, phases[name])
         assert 0 < own_ns <= total_ns, (name, phases[name])
-        if name != "chunk":
+        if name != outer:
             assert trips >= CHUNKS, (name, phases[name])  # every phase talks to the server
     assert phases["copy_out"][3] == CHUNKS  # the source's COPY TO, one per chunk
     assert phases["read_back"][0] == CHUNKS  # the gate, once per chunk
-    assert phases["chunk"][2] >= sum(phases[n][1] for n in ("lease", "completion"))
+    assert phases[outer][2] >= sum(phases[n][1] for n in ("lease", "completion"))
 
 
 def test_without_the_variable_the_hook_is_not_even_imported(

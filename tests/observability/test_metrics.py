@@ -4,6 +4,7 @@ against the ledger; off by default (no request, no OpenTelemetry import)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +100,67 @@ def test_a_run_exports_its_figures_and_they_match_the_ledger(project: dict[str, 
     ((_, progress),) = metrics["dpone.campaign.progress"]
     assert progress.as_double == 1.0
     assert ledger_figures(project)["committed_chunks"] == 12
+
+
+def _context(run_id: str, try_number: int) -> str:
+    return json.dumps(
+        {
+            "schema": "dpone.airflow-context.v1",
+            "dag_id": "dpone_orders",
+            "task_id": "run_orders",
+            "run_id": run_id,
+            "try_number": try_number,
+            "map_index": -1,
+            "logical_date": f"2024-03-0{try_number}T00:00:00+00:00",
+            "data_interval_start": None,
+            "data_interval_end": None,
+        }
+    )
+
+
+def test_under_airflow_the_dag_and_task_label_every_point_never_the_run(
+    project: dict[str, Any],
+) -> None:
+    """Two Airflow runs (different run ids, tries and logical dates) report into the same series:
+    the DAG and task ids are labels, the run id, try number and date are in no request byte."""
+    runs = (("manual__2024-03-01T00:00:00+00:00", 3), ("scheduled__2024-03-02T00:00:00", 1))
+    series: list[set[tuple[str, tuple[tuple[str, str], ...]]]] = []
+    with receiver() as (url, got):
+        for run_id, try_number in runs:
+            before = len(got.bodies("/v1/metrics"))
+            env = {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+                "DPONE_AIRFLOW_CONTEXT": _context(run_id, try_number),
+            }
+            done = dpone_run(project, env)
+            assert "DPONE_SINK_FAILED" in done.stderr or done.returncode == 0, done.stderr
+            bodies = got.bodies("/v1/metrics")[before:]
+            assert bodies, done.stderr
+            raw = b"".join(bodies)
+            for per_run in (run_id, run_id.split("__")[1], "2024-03-0", "manual__", "scheduled__"):
+                assert per_run.encode() not in raw, per_run
+            metrics = decode(bodies[-1])
+            keys = set()
+            for name, points in metrics.items():
+                for attrs, _ in points:
+                    assert attrs["airflow.dag_id"] == "dpone_orders", (name, attrs)
+                    assert attrs["airflow.task_id"] == "run_orders", (name, attrs)
+                    assert str(try_number) not in {attrs[k] for k in attrs if k != "dpone.item"}
+                    keys.add((name, tuple(sorted(attrs.items()))))
+            series.append(
+                {(n, a) for n, a in keys if n in ("dpone.rows", "dpone.campaign.chunks_selected")}
+            )
+            with psycopg.connect(project["pg"], autocommit=True) as conn:
+                conn.execute(
+                    f"UPDATE {project['schema']}.raw_orders SET amount = 1 WHERE amount < 0"
+                )
+    assert series[0] == series[1] and len(series[0]) == 2  # one series each, whatever the run
+    expected = {
+        "dpone.workload", "dpone.process", "dpone.mode", "dpone.item", "airflow.dag_id",
+        "airflow.task_id",
+    }  # fmt: skip
+    for _, attrs in series[0]:
+        assert {k for k, _ in attrs} == expected
 
 
 def test_metrics_are_off_by_default_and_import_nothing(project: dict[str, Any]) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/pg.py
 import e2ekit
 
 
@@ -258,6 +259,32 @@ class Deployment:
             ).fetchall()
         return {int(i): {"state": s, "try_number": int(t)} for i, s, t in rows}
 
+    def xcom_results(self, dag_id: str, run_id: str, task_id: str) -> dict[int, Any]:
+        """map index -> the task's return_value XCom (the dpone run result), from the metadata
+        database (2.x keeps the JSON as bytes, 3.x in a JSON column)."""
+        with psycopg.connect(self.meta_dsn) as conn:
+            rows = conn.execute(
+                "SELECT map_index, value FROM xcom WHERE dag_id = %s AND run_id = %s "
+                "AND task_id = %s AND key = 'return_value'",
+                (dag_id, run_id, task_id),
+            ).fetchall()
+        out: dict[int, Any] = {}
+        for index, stored in rows:
+            value = stored
+            while isinstance(value, (bytes, memoryview, str)):
+                value = json.loads(bytes(value) if not isinstance(value, str) else value)
+            out[int(index)] = value
+        return out
+
+    def task_logs(self) -> dict[str, str]:
+        """Every task log file under AIRFLOW_HOME/logs (path relative to it -> text)."""
+        root = self.home / "logs"
+        return {
+            str(path.relative_to(root)): path.read_text(errors="replace")
+            for path in sorted(root.rglob("*"))
+            if path.is_file() and "map_index=" in str(path)
+        }
+
     def dag_run_state(self, dag_id: str, run_id: str) -> str | None:
         with psycopg.connect(self.meta_dsn) as conn:
             row = conn.execute(
@@ -301,6 +328,35 @@ def attempt_intervals(
         assert owner_item[int(index)] == item, f"owner {owner} leased chunks of two items"
         times.append(float(at))
     return {owner: (item, min(times), max(times)) for owner, (item, times) in spans.items()}
+
+
+def lease_owners(dsn: str, run_key: str) -> dict[int, list[tuple[str, int, str | None]]]:
+    """chunk index -> [(state, attempt, lease owner)] of every transition, in order."""
+    out: dict[int, list[tuple[str, int, str | None]]] = {}
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            f"SELECT chunk_index, state, attempt, lease_owner FROM {e2ekit.AUDIT}.chunk_transition "
+            "WHERE run_key = %s ORDER BY chunk_index, transition",
+            (run_key,),
+        ).fetchall()
+    for index, state, attempt, owner in rows:
+        out.setdefault(int(index), []).append((str(state), int(attempt), owner))
+    return out
+
+
+def ledger_rows_text(dsn: str) -> str:
+    """Every row of every table of the ledger's schema, as text (for the secret scan)."""
+    parts: list[str] = []
+    with psycopg.connect(dsn) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (e2ekit.AUDIT,),
+        ).fetchall()
+        for (table,) in tables:
+            rows = conn.execute(f"SELECT t::text FROM {e2ekit.AUDIT}.{table} AS t").fetchall()
+            parts.extend(str(row[0]) for row in rows)
+    assert tables, "no ledger tables"
+    return "\n".join(parts)
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:

@@ -196,6 +196,31 @@ class DponeRuntimeSubprocessOperator(BaseOperator):
 _dpone_require_mapping(DponeRuntimeSubprocessOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+TASK_ARGS = {
+    "retries": 2,
+    "retry_delay": datetime.timedelta(seconds=30),
+    "retry_exponential_backoff": EXPONENTIAL_BACKOFF,
+    "max_retry_delay": datetime.timedelta(seconds=600),
+    "execution_timeout": datetime.timedelta(seconds=7200),
+    "owner": "ledger-team",
+    "queue": "local",
+    "priority_weight": 5,
+}
+TASK_ENV = {
+    "run_accounts": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
+        "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
+        "DPONE_LOG_FORMAT": "json",
+    },
+    "run_entries": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
+        "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
+        "DPONE_LOG_FORMAT": "json",
+    },
+}
+
+
 with DAG(
     dag_id="ledger_sync",
     schedule="@daily",
@@ -218,37 +243,15 @@ with DAG(
             "ledger_sync",
         ],
         validate_result=False,
-        retries=2,
-        retry_delay=datetime.timedelta(seconds=30),
-        retry_exponential_backoff=EXPONENTIAL_BACKOFF,
-        max_retry_delay=datetime.timedelta(seconds=600),
-        execution_timeout=datetime.timedelta(seconds=7200),
-        owner="ledger-team",
-        queue="local",
-        priority_weight=5,
-        env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-            "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-            "DPONE_LOG_FORMAT": "json",
-        },
+        env_vars=TASK_ENV["run_accounts"],
+        **TASK_ARGS,
     )
     pre_announce = DponeRuntimeSubprocessOperator(
         task_id="pre_announce",
         command=["/bin/sh", "-c", "echo starting ledger_sync"],
         validate_result=False,
-        retries=2,
-        retry_delay=datetime.timedelta(seconds=30),
-        retry_exponential_backoff=EXPONENTIAL_BACKOFF,
-        max_retry_delay=datetime.timedelta(seconds=600),
-        execution_timeout=datetime.timedelta(seconds=7200),
-        owner="ledger-team",
-        queue="local",
-        priority_weight=5,
-        env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-            "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-            "DPONE_LOG_FORMAT": "json",
-        },
+        env_vars=TASK_ENV["run_accounts"],
+        **TASK_ARGS,
     )
     run_accounts = DponeRuntimeSubprocessOperator.partial(
         task_id="run_accounts",
@@ -264,44 +267,29 @@ with DAG(
             "--process",
             "accounts",
         ],
-        retries=2,
-        retry_delay=datetime.timedelta(seconds=30),
-        retry_exponential_backoff=EXPONENTIAL_BACKOFF,
-        max_retry_delay=datetime.timedelta(seconds=600),
-        execution_timeout=datetime.timedelta(seconds=7200),
-        owner="ledger-team",
-        queue="local",
-        priority_weight=5,
         pool="dpone_ledger",
         max_active_tis_per_dag=2,
         map_index_template="{{ dpone_item_label }}",
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_accounts"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/4: chunks 1-3, 2024-01-01 <= opened_on < 2024-01-04",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_accounts"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/4: chunks 4-6, 2024-01-04 <= opened_on < 2024-01-07",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_accounts"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":2,"first_chunk_index":7,"item_index":2,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/4: chunks 7-8, 2024-01-07 <= opened_on < 2024-01-09",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"accounts","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_accounts"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:204fddbeae35d6839a1816902c85d857753e47c1f394fe7490b397ca136210c3","chunks_count":2,"first_chunk_index":9,"item_index":3,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:6827f01bf33e9572baa0f35f761198ef10fc15e406587d2e8ee29603cc6a8cfc","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/4: chunks 9-10, 2024-01-09 <= opened_on < 2024-01-11",
             },
@@ -321,44 +309,29 @@ with DAG(
             "--process",
             "entries",
         ],
-        retries=2,
-        retry_delay=datetime.timedelta(seconds=30),
-        retry_exponential_backoff=EXPONENTIAL_BACKOFF,
-        max_retry_delay=datetime.timedelta(seconds=600),
-        execution_timeout=datetime.timedelta(seconds=7200),
-        owner="ledger-team",
-        queue="local",
-        priority_weight=5,
         pool="dpone_ledger",
         max_active_tis_per_dag=2,
         map_index_template="{{ dpone_item_label }}",
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_entries"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":3,"first_chunk_index":1,"item_index":0,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/4: chunks 1-3, 1 <= entry_id < 30001",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_entries"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":3,"first_chunk_index":4,"item_index":1,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/4: chunks 4-6, 30001 <= entry_id < 60001",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_entries"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":2,"first_chunk_index":7,"item_index":2,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/4: chunks 7-8, 60001 <= entry_id < 80001",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-                "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-                "DPONE_LOG_FORMAT": "json",
+                **TASK_ENV["run_entries"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:5241fb518c25520194f8af487016432fcbb1eab3026e6d2028df86280c4a08b9","chunks_count":2,"first_chunk_index":9,"item_index":3,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:c6c9d79e845afe48b5376ff0735426eeece717d2d01b56a289d07f54e03a42f1","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/4: chunks 9-10, 80001 <= entry_id < 100001",
             },
@@ -368,19 +341,8 @@ with DAG(
         task_id="post_notify",
         command=["/bin/sh", "-c", "echo ledger_sync done"],
         validate_result=False,
-        retries=2,
-        retry_delay=datetime.timedelta(seconds=30),
-        retry_exponential_backoff=EXPONENTIAL_BACKOFF,
-        max_retry_delay=datetime.timedelta(seconds=600),
-        execution_timeout=datetime.timedelta(seconds=7200),
-        owner="ledger-team",
-        queue="local",
-        priority_weight=5,
-        env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"ledger_sync","flavour":"subprocess","image":null,"pack_fingerprint":"sha256:3fb8b473465ebd2c53392534a5f8e03cec6bfde9dbe8de8477587a552a603743","process":"entries","schema":"dpone.airflow-run-identity.v1","workload":"ledger_sync"}',
-            "DPONE_EVIDENCE_DIR": "/var/lib/dpone/evidence",
-            "DPONE_LOG_FORMAT": "json",
-        },
+        env_vars=TASK_ENV["run_entries"],
+        **TASK_ARGS,
     )
 
     pre_migrate >> pre_announce >> run_accounts >> run_entries >> post_notify

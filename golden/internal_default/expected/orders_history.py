@@ -245,6 +245,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_DEMO", "dpone-conn-demo", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_orders": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6e2d8eb2ff5846ecab9454a01e032be4b8993cdbb2c15c7503c22bb5f4ac6389","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+    },
+}
+
+
 with DAG(
     dag_id="orders_history",
     schedule=None,
@@ -256,9 +270,6 @@ with DAG(
     run_orders = DponeRuntimeOperator(
         task_id="run_orders",
         name="dpone-run-orders",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_DEMO", "dpone-conn-demo", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -270,8 +281,7 @@ with DAG(
             "orders",
         ],
         do_xcom_push=True,
-        retries=0,
-        env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:6e2d8eb2ff5846ecab9454a01e032be4b8993cdbb2c15c7503c22bb5f4ac6389","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
-        },
+        env_vars=TASK_ENV["run_orders"],
+        **POD_OPTIONS,
+        **TASK_ARGS,
     )

@@ -244,6 +244,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_customers": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"customers_snapshot","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3220ac54f6843ce2e7adffaafa49997925b36306477d40225fe77514dab8d520","process":"customers","schema":"dpone.airflow-run-identity.v1","workload":"customers_snapshot"}',
+    },
+}
+
+
 with DAG(
     dag_id="customers_snapshot",
     schedule=None,
@@ -255,9 +269,6 @@ with DAG(
     run_customers = DponeRuntimeOperator(
         task_id="run_customers",
         name="dpone-run-customers",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -269,8 +280,7 @@ with DAG(
             "customers",
         ],
         do_xcom_push=True,
-        retries=0,
-        env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"customers_snapshot","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:3220ac54f6843ce2e7adffaafa49997925b36306477d40225fe77514dab8d520","process":"customers","schema":"dpone.airflow-run-identity.v1","workload":"customers_snapshot"}',
-        },
+        env_vars=TASK_ENV["run_customers"],
+        **POD_OPTIONS,
+        **TASK_ARGS,
     )

@@ -245,6 +245,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_invoices": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+    },
+}
+
+
 with DAG(
     dag_id="invoices_monthly",
     schedule=None,
@@ -256,9 +270,6 @@ with DAG(
     run_invoices = DponeRuntimeOperator.partial(
         task_id="run_invoices",
         name="dpone-run-invoices",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -270,39 +281,40 @@ with DAG(
             "invoices",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_backfill",
         max_active_tis_per_dag=3,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":1,"item_index":0,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/6: chunks 1-2, 2023-01-31 <= issued_on < 2023-03-31",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":3,"item_index":1,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/6: chunks 3-4, 2023-03-31 <= issued_on < 2023-05-31",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":5,"item_index":2,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/6: chunks 5-6, 2023-05-31 <= issued_on < 2023-07-31",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":7,"item_index":3,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/6: chunks 7-8, 2023-07-31 <= issued_on < 2023-09-30",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":9,"item_index":4,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/6: chunks 9-10, 2023-09-30 <= issued_on < 2023-11-30",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:9f9ed360376d86a6cde3fe742dcce782322b7f0fe6a605706cd76e45be2a5a51","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices_monthly"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:73bc0bda16dec3164085941fc00b0c3e95fdccdde62b896d39d250580e5312f4","chunks_count":2,"first_chunk_index":11,"item_index":5,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:97e9285bf1b267b93c74634c854fab43f44cb989017efbfa7d8c849802740b41","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/6: chunks 11-12, 2023-11-30 <= issued_on < 2024-01-31",
             },

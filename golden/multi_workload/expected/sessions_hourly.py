@@ -245,6 +245,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_sessions": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+    },
+}
+
+
 with DAG(
     dag_id="sessions_hourly",
     schedule=None,
@@ -256,9 +270,6 @@ with DAG(
     run_sessions = DponeRuntimeOperator.partial(
         task_id="run_sessions",
         name="dpone-run-sessions",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -270,249 +281,250 @@ with DAG(
             "sessions",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_sessions",
         max_active_tis_per_dag=4,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/48: chunk 1, 2024-03-01T00:00:00Z <= started_at < 2024-03-01T01:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/48: chunk 2, 2024-03-01T01:00:00Z <= started_at < 2024-03-01T02:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/48: chunk 3, 2024-03-01T02:00:00Z <= started_at < 2024-03-01T03:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/48: chunk 4, 2024-03-01T03:00:00Z <= started_at < 2024-03-01T04:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/48: chunk 5, 2024-03-01T04:00:00Z <= started_at < 2024-03-01T05:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/48: chunk 6, 2024-03-01T05:00:00Z <= started_at < 2024-03-01T06:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/48: chunk 7, 2024-03-01T06:00:00Z <= started_at < 2024-03-01T07:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/48: chunk 8, 2024-03-01T07:00:00Z <= started_at < 2024-03-01T08:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/48: chunk 9, 2024-03-01T08:00:00Z <= started_at < 2024-03-01T09:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":10,"item_index":9,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/48: chunk 10, 2024-03-01T09:00:00Z <= started_at < 2024-03-01T10:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":11,"item_index":10,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/48: chunk 11, 2024-03-01T10:00:00Z <= started_at < 2024-03-01T11:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":12,"item_index":11,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/48: chunk 12, 2024-03-01T11:00:00Z <= started_at < 2024-03-01T12:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":13,"item_index":12,"last_chunk_index":13,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 12/48: chunk 13, 2024-03-01T12:00:00Z <= started_at < 2024-03-01T13:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":14,"item_index":13,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 13/48: chunk 14, 2024-03-01T13:00:00Z <= started_at < 2024-03-01T14:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":15,"item_index":14,"last_chunk_index":15,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 14/48: chunk 15, 2024-03-01T14:00:00Z <= started_at < 2024-03-01T15:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":16,"item_index":15,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 15/48: chunk 16, 2024-03-01T15:00:00Z <= started_at < 2024-03-01T16:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":17,"item_index":16,"last_chunk_index":17,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 16/48: chunk 17, 2024-03-01T16:00:00Z <= started_at < 2024-03-01T17:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":18,"item_index":17,"last_chunk_index":18,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 17/48: chunk 18, 2024-03-01T17:00:00Z <= started_at < 2024-03-01T18:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":19,"item_index":18,"last_chunk_index":19,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 18/48: chunk 19, 2024-03-01T18:00:00Z <= started_at < 2024-03-01T19:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":20,"item_index":19,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 19/48: chunk 20, 2024-03-01T19:00:00Z <= started_at < 2024-03-01T20:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":21,"item_index":20,"last_chunk_index":21,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 20/48: chunk 21, 2024-03-01T20:00:00Z <= started_at < 2024-03-01T21:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":22,"item_index":21,"last_chunk_index":22,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 21/48: chunk 22, 2024-03-01T21:00:00Z <= started_at < 2024-03-01T22:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":23,"item_index":22,"last_chunk_index":23,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 22/48: chunk 23, 2024-03-01T22:00:00Z <= started_at < 2024-03-01T23:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":24,"item_index":23,"last_chunk_index":24,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 23/48: chunk 24, 2024-03-01T23:00:00Z <= started_at < 2024-03-02T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":25,"item_index":24,"last_chunk_index":25,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 24/48: chunk 25, 2024-03-02T00:00:00Z <= started_at < 2024-03-02T01:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":26,"item_index":25,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 25/48: chunk 26, 2024-03-02T01:00:00Z <= started_at < 2024-03-02T02:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":27,"item_index":26,"last_chunk_index":27,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 26/48: chunk 27, 2024-03-02T02:00:00Z <= started_at < 2024-03-02T03:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":28,"item_index":27,"last_chunk_index":28,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 27/48: chunk 28, 2024-03-02T03:00:00Z <= started_at < 2024-03-02T04:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":29,"item_index":28,"last_chunk_index":29,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 28/48: chunk 29, 2024-03-02T04:00:00Z <= started_at < 2024-03-02T05:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":30,"item_index":29,"last_chunk_index":30,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 29/48: chunk 30, 2024-03-02T05:00:00Z <= started_at < 2024-03-02T06:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":31,"item_index":30,"last_chunk_index":31,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 30/48: chunk 31, 2024-03-02T06:00:00Z <= started_at < 2024-03-02T07:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":32,"item_index":31,"last_chunk_index":32,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 31/48: chunk 32, 2024-03-02T07:00:00Z <= started_at < 2024-03-02T08:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":33,"item_index":32,"last_chunk_index":33,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 32/48: chunk 33, 2024-03-02T08:00:00Z <= started_at < 2024-03-02T09:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":34,"item_index":33,"last_chunk_index":34,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 33/48: chunk 34, 2024-03-02T09:00:00Z <= started_at < 2024-03-02T10:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":35,"item_index":34,"last_chunk_index":35,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 34/48: chunk 35, 2024-03-02T10:00:00Z <= started_at < 2024-03-02T11:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":36,"item_index":35,"last_chunk_index":36,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 35/48: chunk 36, 2024-03-02T11:00:00Z <= started_at < 2024-03-02T12:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":37,"item_index":36,"last_chunk_index":37,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 36/48: chunk 37, 2024-03-02T12:00:00Z <= started_at < 2024-03-02T13:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":38,"item_index":37,"last_chunk_index":38,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 37/48: chunk 38, 2024-03-02T13:00:00Z <= started_at < 2024-03-02T14:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":39,"item_index":38,"last_chunk_index":39,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 38/48: chunk 39, 2024-03-02T14:00:00Z <= started_at < 2024-03-02T15:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":40,"item_index":39,"last_chunk_index":40,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 39/48: chunk 40, 2024-03-02T15:00:00Z <= started_at < 2024-03-02T16:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":41,"item_index":40,"last_chunk_index":41,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 40/48: chunk 41, 2024-03-02T16:00:00Z <= started_at < 2024-03-02T17:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":42,"item_index":41,"last_chunk_index":42,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 41/48: chunk 42, 2024-03-02T17:00:00Z <= started_at < 2024-03-02T18:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":43,"item_index":42,"last_chunk_index":43,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 42/48: chunk 43, 2024-03-02T18:00:00Z <= started_at < 2024-03-02T19:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":44,"item_index":43,"last_chunk_index":44,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 43/48: chunk 44, 2024-03-02T19:00:00Z <= started_at < 2024-03-02T20:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":45,"item_index":44,"last_chunk_index":45,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 44/48: chunk 45, 2024-03-02T20:00:00Z <= started_at < 2024-03-02T21:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":46,"item_index":45,"last_chunk_index":46,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 45/48: chunk 46, 2024-03-02T21:00:00Z <= started_at < 2024-03-02T22:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":47,"item_index":46,"last_chunk_index":47,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 46/48: chunk 47, 2024-03-02T22:00:00Z <= started_at < 2024-03-02T23:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"sessions_hourly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:20cbd3c234c6175d655a10d0dff23a1e1e6db45154bacc90b286ec58ebd8bfc5","process":"sessions","schema":"dpone.airflow-run-identity.v1","workload":"sessions_hourly"}',
+                **TASK_ENV["run_sessions"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:077723314997ceb2a0d3aa55a5c981ad77b583c76da10f7ba75a662dbc57ff3d","chunks_count":1,"first_chunk_index":48,"item_index":47,"last_chunk_index":48,"mapping_plan_fingerprint":"sha256:53d7bfb19563ae1966988376d1c572147f784dea07720a708d77f071a91fa1c7","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 47/48: chunk 48, 2024-03-02T23:00:00Z <= started_at < 2024-03-03T00:00:00Z",
             },

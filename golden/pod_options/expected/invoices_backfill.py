@@ -245,6 +245,90 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "finance",
+    "secrets": [Secret("env", "DPONE_CONN_LEDGERDB", "dpone-conn-ledgerdb", "dsn")],
+    "service_account_name": "invoices-irsa",
+    "node_selector": {"workload-class": "batch"},
+    "tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"},
+    ],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "topology.kubernetes.io/zone",
+                                "operator": "In",
+                                "values": ["eu-west-1a", "eu-west-1b"],
+                            },
+                        ],
+                    },
+                ],
+            },
+        },
+    },
+    "labels": {"team": "finance", "cost-center": "cc-4711"},
+    "annotations": {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/dpone-invoices",
+        "example.com/owner": "finance data team",
+    },
+    "image_pull_secrets": [{"name": "registry-credentials"}],
+    "image_pull_policy": "IfNotPresent",
+    "volumes": [
+        {"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}},
+        {
+            "name": "ca-bundle",
+            "configMap": {"name": "corporate-ca", "items": [{"key": "ca.pem", "path": "ca.pem"}]},
+        },
+    ],
+    "volume_mounts": [
+        {"name": "scratch", "mountPath": "/tmp"},
+        {"name": "ca-bundle", "mountPath": "/etc/ssl/corporate", "readOnly": True},
+    ],
+    "env_from": [
+        {"configMapRef": {"name": "dpone-runtime-settings"}},
+        {"secretRef": {"name": "dpone-runtime-tuning", "optional": True}, "prefix": "TUNING_"},
+    ],
+    "security_context": {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    },
+    "container_security_context": {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    },
+    "priority_class_name": "batch-low",
+    "termination_grace_period": 120,
+    "startup_timeout_seconds": 600,
+    "kubernetes_conn_id": "kubernetes_batch",
+    "in_cluster": True,
+    "on_finish_action": "delete_succeeded_pod",
+}
+TASK_ARGS = {
+    "retries": 3,
+    "retry_delay": datetime.timedelta(seconds=120),
+    "retry_exponential_backoff": EXPONENTIAL_BACKOFF,
+    "max_retry_delay": datetime.timedelta(seconds=1800),
+    "execution_timeout": datetime.timedelta(seconds=3600),
+    "owner": "data-platform",
+    "queue": "kubernetes",
+    "priority_weight": 10,
+}
+TASK_ENV = {
+    "run_invoices": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+    },
+}
+
+
 with DAG(
     dag_id="invoices_backfill",
     schedule=None,
@@ -256,156 +340,14 @@ with DAG(
     pre_announce = DponePodOperator(
         task_id="pre_announce",
         name="dpone-pre-announce",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="finance",
-        secrets=[Secret("env", "DPONE_CONN_LEDGERDB", "dpone-conn-ledgerdb", "dsn")],
-        service_account_name="invoices-irsa",
-        node_selector={"workload-class": "batch"},
-        tolerations=[
-            {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"},
-        ],
-        affinity={
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": "topology.kubernetes.io/zone",
-                                    "operator": "In",
-                                    "values": ["eu-west-1a", "eu-west-1b"],
-                                },
-                            ],
-                        },
-                    ],
-                },
-            },
-        },
-        labels={"team": "finance", "cost-center": "cc-4711"},
-        annotations={
-            "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/dpone-invoices",
-            "example.com/owner": "finance data team",
-        },
-        image_pull_secrets=[{"name": "registry-credentials"}],
-        image_pull_policy="IfNotPresent",
-        volumes=[
-            {"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}},
-            {
-                "name": "ca-bundle",
-                "configMap": {
-                    "name": "corporate-ca",
-                    "items": [{"key": "ca.pem", "path": "ca.pem"}],
-                },
-            },
-        ],
-        volume_mounts=[
-            {"name": "scratch", "mountPath": "/tmp"},
-            {"name": "ca-bundle", "mountPath": "/etc/ssl/corporate", "readOnly": True},
-        ],
-        env_from=[
-            {"configMapRef": {"name": "dpone-runtime-settings"}},
-            {"secretRef": {"name": "dpone-runtime-tuning", "optional": True}, "prefix": "TUNING_"},
-        ],
-        security_context={
-            "runAsNonRoot": True,
-            "runAsUser": 10001,
-            "fsGroup": 10001,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        container_security_context={
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        priority_class_name="batch-low",
-        termination_grace_period=120,
-        startup_timeout_seconds=600,
-        kubernetes_conn_id="kubernetes_batch",
-        in_cluster=True,
-        on_finish_action="delete_succeeded_pod",
         cmds=["dpone", "--version"],
-        retries=3,
-        retry_delay=datetime.timedelta(seconds=120),
-        retry_exponential_backoff=EXPONENTIAL_BACKOFF,
-        max_retry_delay=datetime.timedelta(seconds=1800),
-        execution_timeout=datetime.timedelta(seconds=3600),
-        owner="data-platform",
-        queue="kubernetes",
-        priority_weight=10,
-        env_vars={
-            "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
-        },
+        env_vars=TASK_ENV["run_invoices"],
+        **POD_OPTIONS,
+        **TASK_ARGS,
     )
     run_invoices = DponeRuntimeOperator.partial(
         task_id="run_invoices",
         name="dpone-run-invoices",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="finance",
-        secrets=[Secret("env", "DPONE_CONN_LEDGERDB", "dpone-conn-ledgerdb", "dsn")],
-        service_account_name="invoices-irsa",
-        node_selector={"workload-class": "batch"},
-        tolerations=[
-            {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"},
-        ],
-        affinity={
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": "topology.kubernetes.io/zone",
-                                    "operator": "In",
-                                    "values": ["eu-west-1a", "eu-west-1b"],
-                                },
-                            ],
-                        },
-                    ],
-                },
-            },
-        },
-        labels={"team": "finance", "cost-center": "cc-4711"},
-        annotations={
-            "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/dpone-invoices",
-            "example.com/owner": "finance data team",
-        },
-        image_pull_secrets=[{"name": "registry-credentials"}],
-        image_pull_policy="IfNotPresent",
-        volumes=[
-            {"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}},
-            {
-                "name": "ca-bundle",
-                "configMap": {
-                    "name": "corporate-ca",
-                    "items": [{"key": "ca.pem", "path": "ca.pem"}],
-                },
-            },
-        ],
-        volume_mounts=[
-            {"name": "scratch", "mountPath": "/tmp"},
-            {"name": "ca-bundle", "mountPath": "/etc/ssl/corporate", "readOnly": True},
-        ],
-        env_from=[
-            {"configMapRef": {"name": "dpone-runtime-settings"}},
-            {"secretRef": {"name": "dpone-runtime-tuning", "optional": True}, "prefix": "TUNING_"},
-        ],
-        security_context={
-            "runAsNonRoot": True,
-            "runAsUser": 10001,
-            "fsGroup": 10001,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        container_security_context={
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        priority_class_name="batch-low",
-        termination_grace_period=120,
-        startup_timeout_seconds=600,
-        kubernetes_conn_id="kubernetes_batch",
-        in_cluster=True,
-        on_finish_action="delete_succeeded_pod",
         cmds=["dpone"],
         arguments=[
             "run",
@@ -417,76 +359,70 @@ with DAG(
             "invoices",
         ],
         do_xcom_push=True,
-        retries=3,
-        retry_delay=datetime.timedelta(seconds=120),
-        retry_exponential_backoff=EXPONENTIAL_BACKOFF,
-        max_retry_delay=datetime.timedelta(seconds=1800),
-        execution_timeout=datetime.timedelta(seconds=3600),
-        owner="data-platform",
-        queue="kubernetes",
-        priority_weight=10,
         pool="dpone_finance",
         max_active_tis_per_dag=3,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/12: chunk 1, 2024-01-01 <= issued_on < 2024-02-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/12: chunk 2, 2024-02-01 <= issued_on < 2024-03-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/12: chunk 3, 2024-03-01 <= issued_on < 2024-04-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/12: chunk 4, 2024-04-01 <= issued_on < 2024-05-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/12: chunk 5, 2024-05-01 <= issued_on < 2024-06-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/12: chunk 6, 2024-06-01 <= issued_on < 2024-07-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/12: chunk 7, 2024-07-01 <= issued_on < 2024-08-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/12: chunk 8, 2024-08-01 <= issued_on < 2024-09-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/12: chunk 9, 2024-09-01 <= issued_on < 2024-10-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":10,"item_index":9,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/12: chunk 10, 2024-10-01 <= issued_on < 2024-11-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":11,"item_index":10,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/12: chunk 11, 2024-11-01 <= issued_on < 2024-12-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"invoices_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:657ea8e96560164a1c2d2f9885059e9de1cd6358e0ab5a921b7e73cd8fbec887","process":"invoices","schema":"dpone.airflow-run-identity.v1","workload":"invoices"}',
+                **TASK_ENV["run_invoices"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:2cbdeeb68ec2ad67383164548f087a4c63d95b9bd41dfd49b264a2dcf02fae82","chunks_count":1,"first_chunk_index":12,"item_index":11,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:af5b6ad26b8db23214be84e0fcf6c765c3b9d78624e76febc306493ad0345137","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/12: chunk 12, 2024-12-01 <= issued_on < 2025-01-01",
             },

@@ -245,6 +245,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_clicks": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+    },
+}
+
+
 with DAG(
     dag_id="clicks_daily",
     schedule=None,
@@ -256,9 +270,6 @@ with DAG(
     run_clicks = DponeRuntimeOperator.partial(
         task_id="run_clicks",
         name="dpone-run-clicks",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -270,79 +281,80 @@ with DAG(
             "clicks",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_shared",
         max_active_tis_per_dag=3,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/14: chunk 1, 2024-05-01 <= clicked_on < 2024-05-02",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/14: chunk 2, 2024-05-02 <= clicked_on < 2024-05-03",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/14: chunk 3, 2024-05-03 <= clicked_on < 2024-05-04",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/14: chunk 4, 2024-05-04 <= clicked_on < 2024-05-05",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/14: chunk 5, 2024-05-05 <= clicked_on < 2024-05-06",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/14: chunk 6, 2024-05-06 <= clicked_on < 2024-05-07",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/14: chunk 7, 2024-05-07 <= clicked_on < 2024-05-08",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/14: chunk 8, 2024-05-08 <= clicked_on < 2024-05-09",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/14: chunk 9, 2024-05-09 <= clicked_on < 2024-05-10",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":10,"item_index":9,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/14: chunk 10, 2024-05-10 <= clicked_on < 2024-05-11",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":11,"item_index":10,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/14: chunk 11, 2024-05-11 <= clicked_on < 2024-05-12",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":12,"item_index":11,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/14: chunk 12, 2024-05-12 <= clicked_on < 2024-05-13",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":13,"item_index":12,"last_chunk_index":13,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 12/14: chunk 13, 2024-05-13 <= clicked_on < 2024-05-14",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"clicks_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:ab50839d42cb160f35826d7ff7973b9b8f81fecb4a7726c578c1bfb44d2a8543","process":"clicks","schema":"dpone.airflow-run-identity.v1","workload":"clicks_daily"}',
+                **TASK_ENV["run_clicks"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:8e13df81cf7ac3d25ecf9f3fe313ba499bc84f346e4e6a307a8c8a93f00c15aa","chunks_count":1,"first_chunk_index":14,"item_index":13,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:392bb13c151b6fd0f063dc6f1d90ceaddf11b5dcc1eb3f9b3aedd9bc78cdbdad","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 13/14: chunk 14, 2024-05-14 <= clicked_on < 2024-05-15",
             },

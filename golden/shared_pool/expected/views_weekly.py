@@ -245,6 +245,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_views": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:01307ae2db08f0785ad15c0bdfe6d0ba7d80f02e873c9b0e21dcf84bea7f8cdb","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+    },
+}
+
+
 with DAG(
     dag_id="views_weekly",
     schedule=None,
@@ -256,9 +270,6 @@ with DAG(
     run_views = DponeRuntimeOperator.partial(
         task_id="run_views",
         name="dpone-run-views",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -270,34 +281,35 @@ with DAG(
             "views",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_shared",
         max_active_tis_per_dag=5,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:01307ae2db08f0785ad15c0bdfe6d0ba7d80f02e873c9b0e21dcf84bea7f8cdb","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                **TASK_ENV["run_views"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":6,"first_chunk_index":1,"item_index":0,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/5: chunks 1-6, 2024-01-01 <= viewed_on < 2024-02-12",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:01307ae2db08f0785ad15c0bdfe6d0ba7d80f02e873c9b0e21dcf84bea7f8cdb","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                **TASK_ENV["run_views"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":7,"item_index":1,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/5: chunks 7-11, 2024-02-12 <= viewed_on < 2024-03-18",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:01307ae2db08f0785ad15c0bdfe6d0ba7d80f02e873c9b0e21dcf84bea7f8cdb","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                **TASK_ENV["run_views"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":12,"item_index":2,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/5: chunks 12-16, 2024-03-18 <= viewed_on < 2024-04-22",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:01307ae2db08f0785ad15c0bdfe6d0ba7d80f02e873c9b0e21dcf84bea7f8cdb","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                **TASK_ENV["run_views"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":17,"item_index":3,"last_chunk_index":21,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/5: chunks 17-21, 2024-04-22 <= viewed_on < 2024-05-27",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"views_weekly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:01307ae2db08f0785ad15c0bdfe6d0ba7d80f02e873c9b0e21dcf84bea7f8cdb","process":"views","schema":"dpone.airflow-run-identity.v1","workload":"views_weekly"}',
+                **TASK_ENV["run_views"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:c667f257318d9e748b69ae2b0f7714ec8ea6f14e0f3c3c59c1be1e7eb1316252","chunks_count":5,"first_chunk_index":22,"item_index":4,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:d12a246fa9cea30f784ed2dd7b86e7360d2dee923b81c1923d7b26e73ea58992","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/5: chunks 22-26, 2024-05-27 <= viewed_on < 2024-07-01",
             },

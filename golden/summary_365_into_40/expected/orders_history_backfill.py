@@ -245,6 +245,24 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+    "container_resources": {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"memory": "2Gi"},
+    },
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_orders": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+    },
+}
+
+
 with DAG(
     dag_id="orders_history_backfill",
     schedule=None,
@@ -256,13 +274,6 @@ with DAG(
     run_orders = DponeRuntimeOperator.partial(
         task_id="run_orders",
         name="dpone-run-orders",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
-        container_resources={
-            "requests": {"cpu": "500m", "memory": "1Gi"},
-            "limits": {"memory": "2Gi"},
-        },
         cmds=["dpone"],
         arguments=[
             "run",
@@ -274,209 +285,210 @@ with DAG(
             "orders",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_backfill",
         max_active_tis_per_dag=8,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":10,"first_chunk_index":1,"item_index":0,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/40: chunks 1-10, 2023-01-01 <= order_date < 2023-01-11",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":10,"first_chunk_index":11,"item_index":1,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/40: chunks 11-20, 2023-01-11 <= order_date < 2023-01-21",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":10,"first_chunk_index":21,"item_index":2,"last_chunk_index":30,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/40: chunks 21-30, 2023-01-21 <= order_date < 2023-01-31",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":10,"first_chunk_index":31,"item_index":3,"last_chunk_index":40,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/40: chunks 31-40, 2023-01-31 <= order_date < 2023-02-10",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":10,"first_chunk_index":41,"item_index":4,"last_chunk_index":50,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/40: chunks 41-50, 2023-02-10 <= order_date < 2023-02-20",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":51,"item_index":5,"last_chunk_index":59,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/40: chunks 51-59, 2023-02-20 <= order_date < 2023-03-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":60,"item_index":6,"last_chunk_index":68,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/40: chunks 60-68, 2023-03-01 <= order_date < 2023-03-10",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":69,"item_index":7,"last_chunk_index":77,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/40: chunks 69-77, 2023-03-10 <= order_date < 2023-03-19",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":78,"item_index":8,"last_chunk_index":86,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/40: chunks 78-86, 2023-03-19 <= order_date < 2023-03-28",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":87,"item_index":9,"last_chunk_index":95,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/40: chunks 87-95, 2023-03-28 <= order_date < 2023-04-06",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":96,"item_index":10,"last_chunk_index":104,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/40: chunks 96-104, 2023-04-06 <= order_date < 2023-04-15",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":105,"item_index":11,"last_chunk_index":113,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/40: chunks 105-113, 2023-04-15 <= order_date < 2023-04-24",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":114,"item_index":12,"last_chunk_index":122,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 12/40: chunks 114-122, 2023-04-24 <= order_date < 2023-05-03",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":123,"item_index":13,"last_chunk_index":131,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 13/40: chunks 123-131, 2023-05-03 <= order_date < 2023-05-12",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":132,"item_index":14,"last_chunk_index":140,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 14/40: chunks 132-140, 2023-05-12 <= order_date < 2023-05-21",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":141,"item_index":15,"last_chunk_index":149,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 15/40: chunks 141-149, 2023-05-21 <= order_date < 2023-05-30",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":150,"item_index":16,"last_chunk_index":158,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 16/40: chunks 150-158, 2023-05-30 <= order_date < 2023-06-08",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":159,"item_index":17,"last_chunk_index":167,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 17/40: chunks 159-167, 2023-06-08 <= order_date < 2023-06-17",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":168,"item_index":18,"last_chunk_index":176,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 18/40: chunks 168-176, 2023-06-17 <= order_date < 2023-06-26",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":177,"item_index":19,"last_chunk_index":185,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 19/40: chunks 177-185, 2023-06-26 <= order_date < 2023-07-05",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":186,"item_index":20,"last_chunk_index":194,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 20/40: chunks 186-194, 2023-07-05 <= order_date < 2023-07-14",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":195,"item_index":21,"last_chunk_index":203,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 21/40: chunks 195-203, 2023-07-14 <= order_date < 2023-07-23",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":204,"item_index":22,"last_chunk_index":212,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 22/40: chunks 204-212, 2023-07-23 <= order_date < 2023-08-01",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":213,"item_index":23,"last_chunk_index":221,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 23/40: chunks 213-221, 2023-08-01 <= order_date < 2023-08-10",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":222,"item_index":24,"last_chunk_index":230,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 24/40: chunks 222-230, 2023-08-10 <= order_date < 2023-08-19",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":231,"item_index":25,"last_chunk_index":239,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 25/40: chunks 231-239, 2023-08-19 <= order_date < 2023-08-28",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":240,"item_index":26,"last_chunk_index":248,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 26/40: chunks 240-248, 2023-08-28 <= order_date < 2023-09-06",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":249,"item_index":27,"last_chunk_index":257,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 27/40: chunks 249-257, 2023-09-06 <= order_date < 2023-09-15",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":258,"item_index":28,"last_chunk_index":266,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 28/40: chunks 258-266, 2023-09-15 <= order_date < 2023-09-24",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":267,"item_index":29,"last_chunk_index":275,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 29/40: chunks 267-275, 2023-09-24 <= order_date < 2023-10-03",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":276,"item_index":30,"last_chunk_index":284,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 30/40: chunks 276-284, 2023-10-03 <= order_date < 2023-10-12",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":285,"item_index":31,"last_chunk_index":293,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 31/40: chunks 285-293, 2023-10-12 <= order_date < 2023-10-21",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":294,"item_index":32,"last_chunk_index":302,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 32/40: chunks 294-302, 2023-10-21 <= order_date < 2023-10-30",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":303,"item_index":33,"last_chunk_index":311,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 33/40: chunks 303-311, 2023-10-30 <= order_date < 2023-11-08",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":312,"item_index":34,"last_chunk_index":320,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 34/40: chunks 312-320, 2023-11-08 <= order_date < 2023-11-17",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":321,"item_index":35,"last_chunk_index":329,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 35/40: chunks 321-329, 2023-11-17 <= order_date < 2023-11-26",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":330,"item_index":36,"last_chunk_index":338,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 36/40: chunks 330-338, 2023-11-26 <= order_date < 2023-12-05",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":339,"item_index":37,"last_chunk_index":347,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 37/40: chunks 339-347, 2023-12-05 <= order_date < 2023-12-14",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":348,"item_index":38,"last_chunk_index":356,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 38/40: chunks 348-356, 2023-12-14 <= order_date < 2023-12-23",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"orders_history_backfill","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:021b5149e852cd6fd7d2ba7ce65a3d9ab3d5ecc02e78a44f23646fe10e209361","process":"orders","schema":"dpone.airflow-run-identity.v1","workload":"orders_history"}',
+                **TASK_ENV["run_orders"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:95c8e0cce3bcef1259fa17b7ec16a61fd416ddf1dc6787f2e86bf3e775a9fe14","chunks_count":9,"first_chunk_index":357,"item_index":39,"last_chunk_index":365,"mapping_plan_fingerprint":"sha256:d8d261ad77b7d35fb332cf540da83fa25b4de9053dcebecfe2b9dbe1d9a7a115","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 39/40: chunks 357-365, 2023-12-23 <= order_date < 2024-01-01",
             },

@@ -247,6 +247,23 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_events": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+    },
+    "run_events_weekly_rollup": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+    },
+}
+
+
 with DAG(
     dag_id="events_daily",
     schedule=None,
@@ -258,9 +275,6 @@ with DAG(
     run_events = DponeRuntimeOperator.partial(
         task_id="run_events",
         name="dpone-run-events",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -272,69 +286,70 @@ with DAG(
             "events",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_backfill",
         max_active_tis_per_dag=4,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":31,"first_chunk_index":1,"item_index":0,"last_chunk_index":31,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/12: chunks 1-31, 2024-01-01T00:00:00Z <= occurred_at < 2024-02-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":31,"first_chunk_index":32,"item_index":1,"last_chunk_index":62,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/12: chunks 32-62, 2024-02-01T00:00:00Z <= occurred_at < 2024-03-03T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":31,"first_chunk_index":63,"item_index":2,"last_chunk_index":93,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/12: chunks 63-93, 2024-03-03T00:00:00Z <= occurred_at < 2024-04-03T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":31,"first_chunk_index":94,"item_index":3,"last_chunk_index":124,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/12: chunks 94-124, 2024-04-03T00:00:00Z <= occurred_at < 2024-05-04T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":31,"first_chunk_index":125,"item_index":4,"last_chunk_index":155,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/12: chunks 125-155, 2024-05-04T00:00:00Z <= occurred_at < 2024-06-04T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":31,"first_chunk_index":156,"item_index":5,"last_chunk_index":186,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/12: chunks 156-186, 2024-06-04T00:00:00Z <= occurred_at < 2024-07-05T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":30,"first_chunk_index":187,"item_index":6,"last_chunk_index":216,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/12: chunks 187-216, 2024-07-05T00:00:00Z <= occurred_at < 2024-08-04T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":30,"first_chunk_index":217,"item_index":7,"last_chunk_index":246,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/12: chunks 217-246, 2024-08-04T00:00:00Z <= occurred_at < 2024-09-03T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":30,"first_chunk_index":247,"item_index":8,"last_chunk_index":276,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/12: chunks 247-276, 2024-09-03T00:00:00Z <= occurred_at < 2024-10-03T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":30,"first_chunk_index":277,"item_index":9,"last_chunk_index":306,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/12: chunks 277-306, 2024-10-03T00:00:00Z <= occurred_at < 2024-11-02T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":30,"first_chunk_index":307,"item_index":10,"last_chunk_index":336,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/12: chunks 307-336, 2024-11-02T00:00:00Z <= occurred_at < 2024-12-02T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:7adcf0ea7abbc9d48f52fb6d5e41cc4fa904f1bb1f4c72c8792c1975326bc123","chunks_count":30,"first_chunk_index":337,"item_index":11,"last_chunk_index":366,"mapping_plan_fingerprint":"sha256:6960e43dbea09c0ad4767fe037e67bbdeef417bbf84512bb190a0449eb1c3b32","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/12: chunks 337-366, 2024-12-02T00:00:00Z <= occurred_at < 2025-01-01T00:00:00Z",
             },
@@ -343,9 +358,6 @@ with DAG(
     run_events_weekly_rollup = DponeRuntimeOperator.partial(
         task_id="run_events_weekly_rollup",
         name="dpone-run-events-weekly-rollup",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -357,54 +369,55 @@ with DAG(
             "events_weekly_rollup",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_backfill",
         max_active_tis_per_dag=4,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/9: chunk 1, 2024-01-01T00:00:00Z <= occurred_at < 2024-01-08T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/9: chunk 2, 2024-01-08T00:00:00Z <= occurred_at < 2024-01-15T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/9: chunk 3, 2024-01-15T00:00:00Z <= occurred_at < 2024-01-22T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/9: chunk 4, 2024-01-22T00:00:00Z <= occurred_at < 2024-01-29T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/9: chunk 5, 2024-01-29T00:00:00Z <= occurred_at < 2024-02-05T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/9: chunk 6, 2024-02-05T00:00:00Z <= occurred_at < 2024-02-12T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/9: chunk 7, 2024-02-12T00:00:00Z <= occurred_at < 2024-02-19T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/9: chunk 8, 2024-02-19T00:00:00Z <= occurred_at < 2024-02-26T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:5486e752705d34aaece2846d5dc76d8eb3bcc5093e3eb018d6a0d01bd514b86b","process":"events_weekly_rollup","schema":"dpone.airflow-run-identity.v1","workload":"events_daily"}',
+                **TASK_ENV["run_events_weekly_rollup"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:6335b4aae893f10fdbe80cbf23ff73681b8716ab26254423dcd929c5a126df2e","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:eee2431e05674c128192d1f3ab964ac08737adfc4afe80c315aae87d9c2646c0","mode":"summary","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/9: chunk 9, 2024-02-26T00:00:00Z <= occurred_at < 2024-03-01T00:00:00Z",
             },

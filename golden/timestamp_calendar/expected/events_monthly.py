@@ -245,6 +245,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_events": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+    },
+}
+
+
 with DAG(
     dag_id="events_monthly",
     schedule=None,
@@ -256,9 +270,6 @@ with DAG(
     run_events = DponeRuntimeOperator.partial(
         task_id="run_events",
         name="dpone-run-events",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -270,69 +281,70 @@ with DAG(
             "events",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_backfill",
         max_active_tis_per_dag=2,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/12: chunk 1, 2023-07-01T00:00:00Z <= occurred_at < 2023-08-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/12: chunk 2, 2023-08-01T00:00:00Z <= occurred_at < 2023-09-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/12: chunk 3, 2023-09-01T00:00:00Z <= occurred_at < 2023-10-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/12: chunk 4, 2023-10-01T00:00:00Z <= occurred_at < 2023-11-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/12: chunk 5, 2023-11-01T00:00:00Z <= occurred_at < 2023-12-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/12: chunk 6, 2023-12-01T00:00:00Z <= occurred_at < 2024-01-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/12: chunk 7, 2024-01-01T00:00:00Z <= occurred_at < 2024-02-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/12: chunk 8, 2024-02-01T00:00:00Z <= occurred_at < 2024-03-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/12: chunk 9, 2024-03-01T00:00:00Z <= occurred_at < 2024-04-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":10,"item_index":9,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/12: chunk 10, 2024-04-01T00:00:00Z <= occurred_at < 2024-05-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":11,"item_index":10,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/12: chunk 11, 2024-05-01T00:00:00Z <= occurred_at < 2024-06-01T00:00:00Z",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"events_monthly","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:1dd57e859ba166962a93a4d72d06565cafbb5b1f6d1b62b8ca8d8b912a4e91cb","process":"events","schema":"dpone.airflow-run-identity.v1","workload":"events_monthly"}',
+                **TASK_ENV["run_events"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:b7d663ba04a14b8ff1c97406a7da921af33cc08abdca0746f59e84d4e0d46e2c","chunks_count":1,"first_chunk_index":12,"item_index":11,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:0a8d907212778c5037a5737a4ee955dddc9d655a704b051dd9e8498ddb1edb99","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/12: chunk 12, 2024-06-01T00:00:00Z <= occurred_at < 2024-07-01T00:00:00Z",
             },

@@ -245,6 +245,20 @@ class DponeRuntimeOperator(DponePodOperator):
 _dpone_require_mapping(DponeRuntimeOperator)
 
 
+# What the tasks below share, written once: each task expands it and adds only what is its own.
+POD_OPTIONS = {
+    "image": "registry.example.com/dpone-runtime:0.1.0",
+    "namespace": "data",
+    "secrets": [Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
+}
+TASK_ARGS = {"retries": 0}
+TASK_ENV = {
+    "run_payments": {
+        "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+    },
+}
+
+
 with DAG(
     dag_id="payments_daily",
     schedule=None,
@@ -256,9 +270,6 @@ with DAG(
     run_payments = DponeRuntimeOperator.partial(
         task_id="run_payments",
         name="dpone-run-payments",
-        image="registry.example.com/dpone-runtime:0.1.0",
-        namespace="data",
-        secrets=[Secret("env", "DPONE_CONN_WAREHOUSE", "dpone-conn-warehouse", "dsn")],
         cmds=["dpone"],
         arguments=[
             "run",
@@ -270,159 +281,160 @@ with DAG(
             "payments",
         ],
         do_xcom_push=True,
-        retries=0,
         pool="dpone_backfill",
         max_active_tis_per_dag=6,
         map_index_template="{{ dpone_item_label }}",
+        **POD_OPTIONS,
+        **TASK_ARGS,
     ).expand(
         env_vars=[
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":1,"item_index":0,"last_chunk_index":1,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 0/30: chunk 1, 2024-06-01 <= paid_on < 2024-06-02",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":2,"item_index":1,"last_chunk_index":2,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 1/30: chunk 2, 2024-06-02 <= paid_on < 2024-06-03",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":3,"item_index":2,"last_chunk_index":3,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 2/30: chunk 3, 2024-06-03 <= paid_on < 2024-06-04",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":4,"item_index":3,"last_chunk_index":4,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 3/30: chunk 4, 2024-06-04 <= paid_on < 2024-06-05",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":5,"item_index":4,"last_chunk_index":5,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 4/30: chunk 5, 2024-06-05 <= paid_on < 2024-06-06",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":6,"item_index":5,"last_chunk_index":6,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 5/30: chunk 6, 2024-06-06 <= paid_on < 2024-06-07",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":7,"item_index":6,"last_chunk_index":7,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 6/30: chunk 7, 2024-06-07 <= paid_on < 2024-06-08",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":8,"item_index":7,"last_chunk_index":8,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 7/30: chunk 8, 2024-06-08 <= paid_on < 2024-06-09",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":9,"item_index":8,"last_chunk_index":9,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 8/30: chunk 9, 2024-06-09 <= paid_on < 2024-06-10",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":10,"item_index":9,"last_chunk_index":10,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 9/30: chunk 10, 2024-06-10 <= paid_on < 2024-06-11",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":11,"item_index":10,"last_chunk_index":11,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 10/30: chunk 11, 2024-06-11 <= paid_on < 2024-06-12",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":12,"item_index":11,"last_chunk_index":12,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 11/30: chunk 12, 2024-06-12 <= paid_on < 2024-06-13",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":13,"item_index":12,"last_chunk_index":13,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 12/30: chunk 13, 2024-06-13 <= paid_on < 2024-06-14",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":14,"item_index":13,"last_chunk_index":14,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 13/30: chunk 14, 2024-06-14 <= paid_on < 2024-06-15",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":15,"item_index":14,"last_chunk_index":15,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 14/30: chunk 15, 2024-06-15 <= paid_on < 2024-06-16",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":16,"item_index":15,"last_chunk_index":16,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 15/30: chunk 16, 2024-06-16 <= paid_on < 2024-06-17",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":17,"item_index":16,"last_chunk_index":17,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 16/30: chunk 17, 2024-06-17 <= paid_on < 2024-06-18",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":18,"item_index":17,"last_chunk_index":18,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 17/30: chunk 18, 2024-06-18 <= paid_on < 2024-06-19",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":19,"item_index":18,"last_chunk_index":19,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 18/30: chunk 19, 2024-06-19 <= paid_on < 2024-06-20",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":20,"item_index":19,"last_chunk_index":20,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 19/30: chunk 20, 2024-06-20 <= paid_on < 2024-06-21",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":21,"item_index":20,"last_chunk_index":21,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 20/30: chunk 21, 2024-06-21 <= paid_on < 2024-06-22",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":22,"item_index":21,"last_chunk_index":22,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 21/30: chunk 22, 2024-06-22 <= paid_on < 2024-06-23",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":23,"item_index":22,"last_chunk_index":23,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 22/30: chunk 23, 2024-06-23 <= paid_on < 2024-06-24",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":24,"item_index":23,"last_chunk_index":24,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 23/30: chunk 24, 2024-06-24 <= paid_on < 2024-06-25",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":25,"item_index":24,"last_chunk_index":25,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 24/30: chunk 25, 2024-06-25 <= paid_on < 2024-06-26",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":26,"item_index":25,"last_chunk_index":26,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 25/30: chunk 26, 2024-06-26 <= paid_on < 2024-06-27",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":27,"item_index":26,"last_chunk_index":27,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 26/30: chunk 27, 2024-06-27 <= paid_on < 2024-06-28",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":28,"item_index":27,"last_chunk_index":28,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 27/30: chunk 28, 2024-06-28 <= paid_on < 2024-06-29",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":29,"item_index":28,"last_chunk_index":29,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 28/30: chunk 29, 2024-06-29 <= paid_on < 2024-06-30",
             },
             {
-                "DPONE_AIRFLOW_RUN_IDENTITY": '{"dag_id":"payments_daily","flavour":"kubernetes","image":"registry.example.com/dpone-runtime:0.1.0","pack_fingerprint":"sha256:991a4b43b4ddc418bf941607c04b6bc0a106af2c6ed9ffa8312039f6ad651581","process":"payments","schema":"dpone.airflow-run-identity.v1","workload":"payments_daily"}',
+                **TASK_ENV["run_payments"],
                 "DPONE_AIRFLOW_MAPPING_ITEM": '{"backfill_plan_hash":"sha256:83c86a3c4545cbee0b1d009f105b5c90318e852811cbe8f7bf09ee670d7f5e11","chunks_count":1,"first_chunk_index":30,"item_index":29,"last_chunk_index":30,"mapping_plan_fingerprint":"sha256:5aaf30338eeff6951ee31b93c4cf23e9cab41a134181f07b8d61e276bcb7c3da","mode":"visible","schema":"dpone.airflow-mapping-item.v1"}',
                 "DPONE_AIRFLOW_MAPPING_LABEL": "item 29/30: chunk 30, 2024-06-30 <= paid_on < 2024-07-01",
             },

@@ -236,8 +236,11 @@ USAGE = _register(
 CONNECTION_MISSING = _register(
     "DPONE_CONNECTION_MISSING",
     "A connection name has no DSN in the environment.",
-    "DPONE_CONN_<NAME> is not set (in Kubernetes it comes from a secret reference).",
-    "Set DPONE_CONN_<NAME> (upper-case name) to the connection's DSN.",
+    "DPONE_CONN_<NAME> is not set (in Kubernetes it comes from a secret reference), a file a "
+    "..._FILE variable names cannot be read, or `dpone run --item` meets an airflow.secret_files "
+    "path that is not mounted here or a connection only an Airflow Connection provides.",
+    "Set DPONE_CONN_<NAME> (upper-case name) to the connection's DSN or mount the file; for a "
+    "local --item re-run, set the variable (or its _FILE) in your shell: it wins over the task's.",
 )
 CONNECTION_FAILED = _register(
     "DPONE_CONNECTION_FAILED",

@@ -13,6 +13,10 @@ dropped with one warning; the senders are daemon threads, so they never hold the
 The exporter libraries' own log records and Python warnings never reach stderr as they are: they
 become at most one ``dpone: warning:`` line per exporter (redacted, one line), the same as a send
 that failed. See docs/observability.md.
+
+Whether lineage or metrics are asked for, and the silent lineage and observer a run uses when they
+are not, live here too: a run without exporters never imports dpone.lineage nor dpone.metrics
+(nor their libraries).
 """
 
 from __future__ import annotations
@@ -20,14 +24,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import queue
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpone.interrupt import STOP
 from dpone.redaction import redact_text
+
+if TYPE_CHECKING:
+    from dpone.result import ChunkTiming
 
 BUDGET_VARIABLE = "DPONE_EXPORT_BUDGET_S"
 DEFAULT_BUDGET_S = 3.0
@@ -43,8 +53,67 @@ LIBRARY_LOGGERS: dict[str, str | None] = {
     "requests": None,
 }
 _MESSAGE_LIMIT = 200
+#: the OpenTelemetry variables whose value turns metrics on (dpone.metrics)
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 #: thread id -> the library messages collected on that thread (see collected_library_records)
 _COLLECTING: dict[int, list[str]] = {}
+
+
+# --- the switches and the silent defaults ---------------------------------------------------------
+def lineage_requested(environ: Mapping[str, str], cwd: str | None = None) -> bool:
+    """True when the OpenLineage client would find a transport: OPENLINEAGE_URL, an
+    OPENLINEAGE__TRANSPORT__* variable or a config file (OPENLINEAGE_CONFIG, ./openlineage.yml,
+    ~/.openlineage/openlineage.yml); OPENLINEAGE_DISABLED=true turns it off."""
+    if environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
+        return False
+    if environ.get("OPENLINEAGE_URL", "").strip():
+        return True
+    if any(key.startswith("OPENLINEAGE__TRANSPORT") for key in environ):
+        return True
+    config = environ.get("OPENLINEAGE_CONFIG", "")
+    if config.strip():  # asked for, even when the file is missing (that is a warning)
+        return True
+    folder = Path(cwd or os.getcwd())
+    home = Path(environ.get("HOME") or Path.home())
+    candidates = [Path(config)] if config else []
+    candidates += [folder / "openlineage.yml", home / ".openlineage" / "openlineage.yml"]
+    return any(path.is_file() for path in candidates)
+
+
+class RunLineage:
+    """The silent default: lineage is off."""
+
+    def start(self) -> None:
+        """Emit START."""
+
+    def complete(self, rows_written: int) -> None:
+        """Emit COMPLETE with the rows written to the output."""
+
+    def fail(self, message: str) -> None:
+        """Emit FAIL with a secret-free message (a dpone error code and text)."""
+
+
+class RunObserver:
+    """What a run reports while it moves chunks; this base class is the silent default."""
+
+    def run_started(self, chunks_selected: int) -> None:
+        """Before the first chunk: how many chunks this process was given."""
+
+    def chunk_recorded(self, timing: ChunkTiming) -> None:
+        """One chunk's outcome, exactly as the run result counts it."""
+
+    def run_finished(self) -> None:
+        """After the last chunk (also on failure): flush and release what was opened."""
+
+
+def metrics_requested(environ: Mapping[str, str]) -> bool:
+    """True when the standard OpenTelemetry variables ask for OTLP metrics."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = [e.strip() for e in environ.get("OTEL_METRICS_EXPORTER", "otlp").split(",")]
+    if "otlp" not in exporters:
+        return False
+    return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
 def export_budget(environ: Mapping[str, str], warn: Callable[[str], None]) -> float:

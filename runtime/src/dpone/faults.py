@@ -12,6 +12,8 @@ Points:
   lease_locked     inside acquire_lease, the RUNNING record appended, chunk lock held, not committed
   chunk_leased     the lease is committed; nothing written to the sink yet
   chunk_written    same-transaction mode: the chunk's rows written, not committed, chunk lock held
+  group_closed     same-transaction mode: a coalesced group's chunks written and recorded
+                   COMMITTED, the group's one commit not sent yet, every chunk lock held
   sink_written     separate ledger: the chunk's rows written and its fence row claimed in the
                    sink's open transaction, not committed
   data_committed   separate ledger: the sink committed the chunk, no completion record yet
@@ -34,6 +36,7 @@ POINTS = (
     "lease_locked",
     "chunk_leased",
     "chunk_written",
+    "group_closed",
     "sink_written",
     "data_committed",
     "close_locked",

@@ -28,7 +28,14 @@ from urllib.parse import urlsplit
 
 from dpone.connections import dsn_kind, sqlite_path
 from dpone.dsn_parts import server_parts
-from dpone.exporting import DEFAULT_BUDGET_S, ExportWorker, collected_library_records, one_line
+from dpone.exporting import (
+    DEFAULT_BUDGET_S,
+    ExportWorker,
+    RunLineage,
+    collected_library_records,
+    lineage_requested,
+    one_line,
+)
 from dpone.redaction import redact_text
 
 DEFAULT_JOB_NAMESPACE = "dpone"
@@ -43,26 +50,6 @@ class DatasetName:
 
     namespace: str
     name: str
-
-
-def lineage_requested(environ: Mapping[str, str], cwd: str | None = None) -> bool:
-    """True when the OpenLineage client would find a transport: OPENLINEAGE_URL, an
-    OPENLINEAGE__TRANSPORT__* variable or a config file (OPENLINEAGE_CONFIG, ./openlineage.yml,
-    ~/.openlineage/openlineage.yml); OPENLINEAGE_DISABLED=true turns it off."""
-    if environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
-        return False
-    if environ.get("OPENLINEAGE_URL", "").strip():
-        return True
-    if any(key.startswith("OPENLINEAGE__TRANSPORT") for key in environ):
-        return True
-    config = environ.get("OPENLINEAGE_CONFIG", "")
-    if config.strip():  # asked for, even when the file is missing (that is a warning)
-        return True
-    folder = Path(cwd or os.getcwd())
-    home = Path(environ.get("HOME") or Path.home())
-    candidates = [Path(config)] if config else []
-    candidates += [folder / "openlineage.yml", home / ".openlineage" / "openlineage.yml"]
-    return any(path.is_file() for path in candidates)
 
 
 # --- dataset naming -------------------------------------------------------------------------------
@@ -141,19 +128,6 @@ def parent_of(
             str(uuid.uuid5(uuid.NAMESPACE_URL, f"airflow:{dag_id}:{run_of}")),
         )
     return parent, root
-
-
-class RunLineage:
-    """The silent default: lineage is off."""
-
-    def start(self) -> None:
-        """Emit START."""
-
-    def complete(self, rows_written: int) -> None:
-        """Emit COMPLETE with the rows written to the output."""
-
-    def fail(self, message: str) -> None:
-        """Emit FAIL with a secret-free message (a dpone error code and text)."""
 
 
 #: transport types openlineage-python 1.x registers (a dotted class path is also accepted)

@@ -5,7 +5,8 @@ sees it) to a :class:`RunObserver`. The default observer does nothing and import
 OpenTelemetry one (the ``metrics`` extra: ``opentelemetry-sdk`` + the OTLP/HTTP exporter) is built
 only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._METRICS_ENDPOINT``) is set, and imports the
 SDK then. Attributes are names the manifest already shows (workload, process, mapping mode, item
-index, chunk outcome): never a DSN, a row value or a bound. See docs/observability.md.
+index, chunk outcome) and, under Airflow, the DAG and task ids: never a DSN, a row value, a bound
+or a per-run value (run id, try number). See docs/observability.md.
 """
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from dpone.exporting import DEFAULT_BUDGET_S, ExportWorker, collected_library_records, one_line
+from dpone.exporting import (
+    DEFAULT_BUDGET_S,
+    ENDPOINT_VARIABLES,
+    ExportWorker,
+    RunObserver,
+    collected_library_records,
+    metrics_requested,
+    one_line,
+)
 from dpone.redaction import redact_text
 from dpone.result import ChunkTiming
 
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 METER_NAME = "dpone"
 #: ChunkTiming statuses that moved (or tried to move) data: their duration is measured.
 _TIMED = frozenset({"committed", "failed", "lease_lost"})
@@ -29,43 +37,32 @@ _TIMED = frozenset({"committed", "failed", "lease_lost"})
 
 @dataclass(frozen=True)
 class RunLabels:
-    """The attributes every data point of one `dpone run` process carries."""
+    """The attributes every data point of one `dpone run` process carries.
+
+    Bounded cardinality: each is fixed by the catalog (the item index by its ``max_items``).
+    Under Airflow the DAG and task ids are added (from DPONE_AIRFLOW_CONTEXT); never the run id,
+    try number, map index or dates, which would make every run a new series. A run outside
+    Airflow carries neither."""
 
     workload: str
     process: str
     mode: str  # internal | visible | summary
     item: str  # the mapped item's index, or "internal"
+    dag_id: str | None = None  # the Airflow DAG id, None outside Airflow
+    task_id: str | None = None  # the Airflow task id, None outside Airflow
 
     def attributes(self) -> dict[str, str]:
-        return {
+        attributes = {
             "dpone.workload": self.workload,
             "dpone.process": self.process,
             "dpone.mode": self.mode,
             "dpone.item": self.item,
         }
-
-
-class RunObserver:
-    """What a run reports while it moves chunks; this base class is the silent default."""
-
-    def run_started(self, chunks_selected: int) -> None:
-        """Before the first chunk: how many chunks this process was given."""
-
-    def chunk_recorded(self, timing: ChunkTiming) -> None:
-        """One chunk's outcome, exactly as the run result counts it."""
-
-    def run_finished(self) -> None:
-        """After the last chunk (also on failure): flush and release what was opened."""
-
-
-def metrics_requested(environ: Mapping[str, str]) -> bool:
-    """True when the standard OpenTelemetry variables ask for OTLP metrics."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporters = [e.strip() for e in environ.get("OTEL_METRICS_EXPORTER", "otlp").split(",")]
-    if "otlp" not in exporters:
-        return False
-    return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+        if self.dag_id is not None:
+            attributes["airflow.dag_id"] = self.dag_id
+        if self.task_id is not None:
+            attributes["airflow.task_id"] = self.task_id
+        return attributes
 
 
 #: OpenTelemetry variables whose value is a whole number of milliseconds, greater than 0

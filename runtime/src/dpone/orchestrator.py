@@ -17,7 +17,6 @@ import os
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Protocol, cast
 from dpone import errors
 from dpone.connections import dsn_kind, resolve_dsn
 from dpone.errors import DponeError, ErrorRecord
+from dpone.exporting import RunObserver
 from dpone.faults import fault_point
 from dpone.interrupt import STOP
 from dpone.ledger.port import (
@@ -37,7 +37,6 @@ from dpone.ledger.port import (
     Ledger,
     LedgerStore,
 )
-from dpone.metrics import RunObserver
 from dpone.pack import ProcessPlan, WorkloadPack, config_hash_at
 from dpone.plan.chunks import Chunk
 from dpone.progress import NoProgressSink
@@ -66,9 +65,10 @@ class RunSettings:
 
 
 def new_owner(prefix: str = "") -> str:
-    """A unique attempt token: host, pid and a random part (never reused)."""
+    """A unique attempt token: host, pid and a random part (never reused): 12 hex digits of 48
+    random bits, as uuid4's first 12 (no uuid import on a pod's path)."""
     host = os.uname().nodename[:40]
-    return f"{prefix}{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{prefix}{host}:{os.getpid()}:{os.urandom(6).hex()}"
 
 
 @dataclass(frozen=True)
@@ -277,6 +277,77 @@ class ChunkMover:
                 raise
             return outcome
 
+    @functools.cached_property
+    def coalesce(self) -> Any:
+        """The group budget (``backfill.coalesce``, ADR 0022) where consecutive chunks may
+        share one transaction (the one-commit placement), else None."""
+        bf = self.ctx.plan.config.backfill
+        assert bf is not None
+        if not (self.one_commit and bf.coalesce.enabled):
+            return None
+        if not hasattr(self.store, "lease_and_complete_group"):
+            return None
+        return bf.coalesce
+
+    def lease_and_move_group(
+        self,
+        first: Chunk,
+        owner: str,
+        lease_seconds: float,
+        feed: _Feed,
+        more: Callable[[int, int], bool],
+        leases: list[tuple[Chunk, Lease, float]],
+    ) -> Any:
+        """Coalesced chunks (ADR 0022): from ``first`` on, each chunk's lease statement, rows,
+        gate and COMMITTED record in ONE transaction, the next one taken from ``feed`` while
+        ``more(rows, chunks moved so far)`` says so; ``leases`` gets (chunk, lease, start) per chunk
+        leased. Returns the ledger's GroupMove; a group of one fails as lease_and_move does."""
+        source, sink = self._connectors()
+        moved = [0]
+
+        def write(connection: Any, lease: Lease, chunk: Chunk) -> ChunkResult:
+            leases.append((chunk, lease, time.monotonic()))
+            upcoming = feed.upcoming()
+            source.expect(self.window(upcoming) if upcoming is not None else None)
+            fault_point("chunk_leased")
+            try:
+                written = sink.write_chunk(
+                    source, self.window(chunk), connection=connection, isolated=False
+                )
+            except DponeError as exc:
+                STOP.settle()  # a stop's last cancel must not land on the rollback or record
+                raise interrupted_or(exc, "the chunk group's transaction was rolled back") from None
+            fault_point("chunk_written")
+            moved[0] += written.rows
+            return committed(written)
+
+        def next_chunk() -> Chunk | None:
+            return feed.next_in_group() if more(moved[0], len(leases)) else None
+
+        with STOP.cancellable(self.interrupt):
+            store: Any = self.store
+            try:
+                return store.lease_and_complete_group(
+                    self.ctx.shape(), first, owner, lease_seconds, write, next_chunk
+                )
+            except DponeError as exc:
+                if STOP.requested and leases and exc.code != errors.CHUNK_LEASE_LOST:
+                    self._release_after_stop(leases[-1][1], leases[-1][0])
+                raise
+
+    def release_rolled_back(self, chunk: Chunk, owner: str, lease_seconds: float) -> int | None:
+        """Record a stopped group's chunk as released: its attempt's RUNNING and FAILED
+        (DPONE_RUN_INTERRUPTED) records, the FAILED one tried again after a stop's cancel.
+        Returns the attempt recorded (None when another attempt holds the chunk now)."""
+        STOP.settle()
+        stopped = STOP.record("the chunk group's transaction was rolled back")
+        failed = ChunkResult(False, error_code=stopped.code, error_message=stopped.message[:500])
+        outcome = self.store.acquire_lease(self.ctx.shape(), chunk, owner, lease_seconds)
+        if outcome.lease is None:
+            return None
+        self._release(outcome.lease, chunk, failed)
+        return outcome.lease.attempt
+
     def _release_after_stop(self, lease: Lease, chunk: Chunk) -> None:
         """Make sure a chunk stopped in the one-commit placement is released: the FAILED
         record written after the rollback may itself have met a stop's cancel. A
@@ -462,6 +533,129 @@ def _run_chunk(
     return _chunk_committed(result, chunk, lease.attempt, started, tally)
 
 
+class _Feed:
+    """One worker's next chunks: taken from the run's queue, read one ahead by a lone worker
+    (``upcoming``), and those handed back (a group's busy chunk; a rolled-back group's chunks,
+    to be moved alone) first. What is held when the worker ends goes back to the queue."""
+
+    def __init__(self, take: Callable[[], Chunk | None], read_ahead: bool) -> None:
+        self._take = take
+        self.read_ahead = read_ahead
+        self.held: list[tuple[Chunk, bool]] = []  # (chunk, move it alone)
+
+    def next(self) -> tuple[Chunk, bool] | None:
+        if self.held:
+            return self.held.pop(0)
+        chunk = self._take()
+        return None if chunk is None else (chunk, False)
+
+    def next_in_group(self) -> Chunk | None:
+        """The next chunk for a group: none when the next one is to be moved alone."""
+        if self.held:
+            return None if self.held[0][1] else self.held.pop(0)[0]
+        return self._take()
+
+    def upcoming(self) -> Chunk | None:
+        """The chunk this worker moves next, for the source to read ahead (a lone worker)."""
+        if not self.read_ahead:
+            return None
+        if not self.held:
+            chunk = self._take()
+            if chunk is None:
+                return None
+            self.held.append((chunk, False))
+        return self.held[0][0]
+
+    def hand_back(self, chunks: list[Chunk], alone: bool) -> None:
+        self.held[:0] = [(chunk, alone) for chunk in chunks]
+
+    def leftovers(self) -> list[Chunk]:
+        return [chunk for chunk, _ in self.held]
+
+
+def _run_group(
+    mover: ChunkMover,
+    first: Chunk,
+    feed: _Feed,
+    owner: str,
+    tally: _Tally,
+    lease_s: float,
+    budget: Any,
+) -> bool:
+    """Coalesced chunks (ADR 0022): this worker's next chunks in one transaction until the
+    group moved ``budget.max_rows`` rows, ran ``budget.max_seconds`` or holds
+    ``budget.max_chunks`` chunks (or a stop, a cancel, a busy chunk or the end of the work ends
+    it); each chunk is recorded as _run_chunk records it.
+    A group of several chunks that fails rolls back, and its chunks are handed back to be moved
+    one by one; after a stop request they are released instead."""
+    started = time.monotonic()
+    leases: list[tuple[Chunk, Lease, float]] = []
+
+    def more(rows: int, chunks: int) -> bool:
+        if STOP.requested or tally.stop.is_set() or chunks >= budget.max_chunks:
+            return False
+        elapsed = time.monotonic() - started
+        return bool(rows < budget.max_rows and elapsed < budget.max_seconds)
+
+    try:
+        move = mover.lease_and_move_group(first, owner, lease_s, feed, more, leases)
+    except DponeError as exc:  # a group of one chunk failed (recorded as in _run_chunk)
+        if not leases:
+            return _lease_failed(exc, first, tally)
+        chunk, lease, since = leases[-1]
+        return _chunk_failed(exc, chunk, lease.attempt, since, tally)
+    if move.rolled_back:
+        return _group_rolled_back(mover, move, leases, owner, tally, lease_s, feed)
+    if move.left is not None:  # its lock was held elsewhere: it starts the next group
+        feed.hand_back([move.left], alone=False)
+    ended = time.monotonic()
+    starts = [since for _, _, since in leases] + [ended]
+    keep_going = True
+    for position, (chunk, outcome, result) in enumerate(move.members):
+        refused = _lease_refused(outcome, chunk, tally)
+        if refused is not None:
+            keep_going = keep_going and refused
+            continue
+        assert outcome.lease is not None and result is not None
+        since, until = starts[position], starts[position + 1]
+        if not result.committed:  # a group of one: recorded FAILED as in _run_chunk
+            failed = DponeError(result.error_code or errors.INTERNAL, result.error_message or "")
+            keep_going = _chunk_failed(failed, chunk, outcome.lease.attempt, since, tally)
+            continue
+        _chunk_committed(result, chunk, outcome.lease.attempt, since, tally, until)
+    return keep_going
+
+
+def _group_rolled_back(
+    mover: ChunkMover,
+    move: Any,
+    leases: list[tuple[Chunk, Lease, float]],
+    owner: str,
+    tally: _Tally,
+    lease_s: float,
+    feed: _Feed,
+) -> bool:
+    """A group of several chunks rolled back (nothing of it was recorded): its chunks are
+    moved again one by one, so the good ones commit and the failing one fails with its own
+    error and records; after a stop request each is released (RUNNING, FAILED) instead."""
+    chunks = [chunk for chunk, _ in move.rolled_back]
+    if not STOP.requested:
+        feed.hand_back(chunks + ([move.left] if move.left is not None else []), alone=True)
+        return True
+    if move.left is not None:
+        feed.hand_back([move.left], alone=True)  # not started: back to the queue
+    since = {chunk.index: start for chunk, _, start in leases}
+    stopped = STOP.record("the chunk group's transaction was rolled back")
+    for chunk, lease in move.rolled_back:
+        try:
+            attempt = mover.release_rolled_back(chunk, owner, lease_s)
+        except DponeError:
+            attempt = None  # not recorded: the chunk holds no RUNNING record either
+        error = DponeError(stopped.code, stopped.message)
+        _chunk_failed(error, chunk, attempt or lease.attempt, since[chunk.index], tally)
+    return False
+
+
 def _run_chunk_one_commit(
     mover: ChunkMover,
     chunk: Chunk,
@@ -554,8 +748,16 @@ def _chunk_failed(
 
 
 def _chunk_committed(
-    result: ChunkResult, chunk: Chunk, attempt: int, started: float, tally: _Tally
+    result: ChunkResult,
+    chunk: Chunk,
+    attempt: int,
+    started: float,
+    tally: _Tally,
+    ended: float | None = None,
 ) -> bool:
+    """Record a committed chunk; a coalesced one's time runs from its lease to the next
+    chunk's lease (the group's last: to the group's commit), so a group's chunks add up."""
+    until = time.monotonic() if ended is None else ended
     tally.record(
         ChunkTiming(
             chunk.index,
@@ -563,7 +765,7 @@ def _chunk_committed(
             attempt=attempt,
             rows=result.rows,
             checksum=result.checksum,
-            duration_ms=int((time.monotonic() - started) * 1000),
+            duration_ms=int((until - started) * 1000),
             source_checksum=result.source_checksum,
         )
     )
@@ -656,22 +858,29 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             # A lone worker (internal or a mapped item) takes its next chunk one ahead, so that
             # its source reads it while this one is written. Not with several workers: their
             # reads already overlap each other's writes (docs/benchmarks.md). A chunk taken and
-            # not moved goes back to the queue.
-            upcoming = None
+            # not moved goes back to the queue. In the one-commit placement a worker moves its
+            # consecutive chunks in coalesced groups (ADR 0022); a rolled-back group's chunks
+            # come back from the feed to be moved alone.
+            feed = _Feed(take, read_ahead)
             lease_s = float(bf.lease_seconds)
+            budget = mover.coalesce
             try:
                 while not tally.stop.is_set() and not STOP.requested:
-                    chunk = upcoming or take()
-                    if chunk is None:
+                    taken = feed.next()
+                    if taken is None:
                         return
-                    upcoming = take() if read_ahead else None
-                    keep_going = _run_chunk(mover, chunk, owner, tally, lease_s, upcoming)
+                    chunk, alone = taken
+                    if budget is not None and not alone:
+                        keep_going = _run_group(mover, chunk, feed, owner, tally, lease_s, budget)
+                    else:
+                        upcoming = feed.upcoming()
+                        keep_going = _run_chunk(mover, chunk, owner, tally, lease_s, upcoming)
                     if not keep_going and (mapped or tally.outcome.cancelled):
                         tally.stop.set()
                         return
             finally:
-                if upcoming is not None:
-                    work.put(upcoming)
+                for chunk in feed.leftovers():
+                    work.put(chunk)
 
         if workers == 1:
             worker(movers[0])

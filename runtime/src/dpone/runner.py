@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from dpone import errors, refusal
@@ -24,14 +24,21 @@ from dpone.airflow_context import (
     owner_prefix,
     parse_airflow_context,
 )
-from dpone.connections import require_connections
-from dpone.errors import DponeError, error_json_line
-from dpone.exporting import ExportWorker, export_budget, take_over_library_output
+from dpone.connections import env_key, require_connections
+from dpone.credential_parts import dsn_file_env
+from dpone.errors import DponeError, ErrorRecord, error_json_line
+from dpone.exporting import (
+    ExportWorker,
+    RunLineage,
+    RunObserver,
+    export_budget,
+    lineage_requested,
+    metrics_requested,
+    take_over_library_output,
+)
 from dpone.identity import RunIdentity, parse_run_identity
 from dpone.interrupt import STOP, install_handlers
 from dpone.item import ENV_CONTEXT, ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
-from dpone.lineage import RunLineage, describe_run, lineage_requested, open_run_lineage
-from dpone.metrics import RunLabels, open_run_observer
 from dpone.orchestrator import (
     RunContext,
     RunSettings,
@@ -52,7 +59,7 @@ from dpone.redaction import redact_text
 from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
 from dpone.result import RunOutcome, write_json_atomic, xcom_path
 from dpone.session_limits import session_limits
-from dpone.task_env import Env, mapped_item_env, task_env
+from dpone.task_env import Env, mapped_item_env, runtime_env, secret_file_env
 from dpone.verify import select_chunks, verify_identity
 
 
@@ -233,8 +240,52 @@ def mapped_task_env(pack: WorkloadPack, process: str | None, index: int) -> tupl
             f"--item {index}: process {process!r} has items 0-{mapping.items_total - 1} "
             "(Airflow map indexes)",
         )
-    env = mapped_item_env(task_env(pack, plan), plan, mapping, mapping.items[index])
+    env = mapped_item_env(runtime_env(pack, plan), plan, mapping, mapping.items[index])
     return process, env
+
+
+def local_credential_env(
+    pack: WorkloadPack, env: Env, environ: Mapping[str, str] | None = None
+) -> Env:
+    """``env`` (a task's env) for a local `--item` re-run: an ``airflow.secret_files`` path
+    (``DPONE_CONN_<NAME>[_<FIELD>]_FILE``) is dropped where this shell sets that variable or the
+    part itself (which wins over its file, as in the task). Refused before any I/O
+    (DPONE_CONNECTION_MISSING, every problem at once) when a file left is not readable here, or
+    when a connection the Airflow task takes from an Airflow Connection
+    (``airflow.airflow_connections``, resolved only by the operator) has no DPONE_CONN_<NAME>
+    here."""
+    shell = os.environ if environ is None else environ
+    airflow = pack.workload.airflow
+    problems: list[ErrorRecord] = []
+    for ref in airflow.airflow_connections:
+        if not shell.get(env_key(ref.connection)) and not shell.get(dsn_file_env(ref.connection)):
+            problems.append(
+                ErrorRecord(
+                    errors.CONNECTION_MISSING,
+                    f"--item: connection {ref.connection!r} comes from the Airflow Connection "
+                    f"{ref.conn_id!r} (airflow.airflow_connections), which only the Airflow task "
+                    f"resolves: set {env_key(ref.connection)} for a local re-run",
+                )
+            )
+    files = dict(secret_file_env(airflow))
+    kept: list[tuple[str, str]] = []
+    for key, value in env:
+        if key in files:
+            if shell.get(key) or shell.get(key.removesuffix("_FILE")):
+                continue  # this shell's own file or value wins, as it would in the task
+            if not (os.path.isfile(value) and os.access(value, os.R_OK)):
+                problems.append(
+                    ErrorRecord(
+                        errors.CONNECTION_MISSING,
+                        f"--item: {key} is {value!r} in the Airflow task (airflow.secret_files), "
+                        "which is not a readable file here: run where it is mounted, or set "
+                        f"{key} to a readable copy (or {key.removesuffix('_FILE')} to the value)",
+                    )
+                )
+        kept.append((key, value))
+    if problems:
+        raise DponeError.from_records(problems)
+    return tuple(kept)
 
 
 @contextlib.contextmanager
@@ -264,6 +315,7 @@ def run_mapped_item(args: argparse.Namespace) -> int:
         )
     pack = load_workload_pack(args.catalog, args.workload)
     process, env = mapped_task_env(pack, args.process, args.item)
+    env = local_credential_env(pack, env)
     keys = ", ".join(key for key, _ in env)
     print(
         f"dpone: {pack.workload.name}/{process}: re-running mapped item {args.item} with the env "
@@ -337,13 +389,19 @@ def run_plans(
         progress = (
             NoProgressSink() if args.no_progress else choose_progress(ranges, sys.stderr, fmt)
         )
-        labels = RunLabels(
-            workload=pack.workload.name,
-            process=plan.name,
-            mode=selection.mode,
-            item=str(selection.item.item_index) if selection.item else "internal",
-        )
-        observer = open_run_observer(labels, os.environ, _warn, exports)
+        observer = RunObserver()
+        if metrics_requested(os.environ):  # dpone.metrics and its SDK only when asked for
+            from dpone.metrics import RunLabels, open_run_observer
+
+            labels = RunLabels(
+                workload=pack.workload.name,
+                process=plan.name,
+                mode=selection.mode,
+                item=str(selection.item.item_index) if selection.item else "internal",
+                dag_id=airflow.dag_id if airflow else None,
+                task_id=airflow.task_id if airflow else None,
+            )
+            observer = open_run_observer(labels, os.environ, _warn, exports)
         settings = RunSettings(
             lock_timeout_s=args.lock_timeout,
             progress=progress,
@@ -364,7 +422,9 @@ def run_plans(
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
         lineage = RunLineage()
-        if lineage_requested(os.environ):
+        if lineage_requested(os.environ):  # dpone.lineage and its client only when asked for
+            from dpone.lineage import describe_run, open_run_lineage
+
             dag_id = identity.dag_id if identity else None
             environ = {**os.environ, **lineage_env(airflow)}
             described = describe_run(pack, plan, selection, dag_id, environ)

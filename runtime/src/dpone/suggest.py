@@ -3,7 +3,6 @@ the pure core's validation can use it too)."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -15,6 +14,8 @@ def did_you_mean(name: object, known: Iterable[str]) -> str:
     folded = {n.casefold(): n for n in names}
     if name.casefold() in folded and folded[name.casefold()] != name:
         return f" (did you mean {folded[name.casefold()]!r}?)"
+    import difflib  # only when a name is wrong: not on the path of a run that is right
+
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -8,6 +8,8 @@ task and map indexes in the `airflow tasks clear` commands it prints.
 
 from __future__ import annotations
 
+from dpone.authoring.models import AirflowConfig
+from dpone.credential_parts import dsn_file_env, field_env
 from dpone.identity import RunIdentity
 from dpone.item import ENV_ITEM, ENV_LABEL, ENV_RUN_IDENTITY
 from dpone.pack import ProcessPlan, WorkloadPack
@@ -63,6 +65,30 @@ def task_env(pack: WorkloadPack, plan: ProcessPlan) -> Env:
     sorted by key."""
     identity = (ENV_RUN_IDENTITY, run_identity(pack, plan).env_value())
     return tuple(sorted((*pack.workload.airflow.env, identity)))
+
+
+def secret_file_env(airflow: AirflowConfig) -> Env:
+    """DPONE_CONN_<NAME>[_<FIELD>]_FILE -> path of each ``airflow.secret_files`` entry: paths,
+    never values (the runtime reads the file at each connect)."""
+    return tuple(
+        (
+            (
+                dsn_file_env(f.connection)
+                if f.field == "dsn"
+                else field_env(f.connection, f.field) + "_FILE"
+            ),
+            f.path,
+        )
+        for f in airflow.secret_files
+    )
+
+
+def runtime_env(pack: WorkloadPack, plan: ProcessPlan) -> Env:
+    """The env of the runtime task of ``plan``: :func:`task_env` plus, when the catalog names
+    ``airflow.secret_files``, their paths, sorted by key (what the DAG file passes)."""
+    env = task_env(pack, plan)
+    files = secret_file_env(pack.workload.airflow)
+    return tuple(sorted((*env, *files))) if files else env
 
 
 def mapped_item_env(env: Env, plan: ProcessPlan, mapping: MappingPlan, item: MappingItem) -> Env:

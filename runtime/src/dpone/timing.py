@@ -35,8 +35,10 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("preflight", "dpone.orchestrator", "ChunkMover.preflight"),
     ("connect", "dpone.connectors.postgres", "PgConnection.get"),
     ("chunk", "dpone.orchestrator", "_run_chunk"),
+    ("group", "dpone.orchestrator", "_run_group"),  # coalesced chunks: + the group's commit
     ("lease", "dpone.ledger.sql", "SqlLedger.acquire_lease"),
     ("lease", "dpone.ledger.sql", "SqlLedger.lease_and_complete"),  # one commit: + the commit
+    ("lease", "dpone.ledger.sql", "SqlLedger._lease_member"),  # a coalesced chunk's lease
     ("completion", "dpone.ledger.sql", "SqlLedger._close_in"),
     ("cas", "dpone.ledger.sql", "SqlLedger._view"),
     ("completion", "dpone.ledger.sql", "SqlLedger.complete_in_transaction"),

@@ -14,10 +14,14 @@ from typing import Any
 
 from dpone import errors
 from dpone.authoring.models import (
+    DEFAULT_COALESCE_CHUNKS,
+    DEFAULT_COALESCE_ROWS,
+    DEFAULT_COALESCE_SECONDS,
     AirflowConfig,
     AirflowConnectionRef,
     BackfillConfig,
     Catalog,
+    CoalesceConfig,
     Hook,
     Manifest,
     ProcessConfig,
@@ -311,6 +315,18 @@ def _backfill(
         parallel_workers=raw.get("parallel_workers", 1),
         backfill_id=raw.get("backfill_id"),
         lease_seconds=raw.get("lease_seconds", DEFAULT_LEASE_SECONDS),
+        coalesce=_coalesce(raw.get("coalesce", True)),
+    )
+
+
+def _coalesce(raw: bool | dict[str, Any]) -> CoalesceConfig:
+    """``backfill.coalesce``: true (the default budget), false (off) or a budget."""
+    if raw is True or raw is False:
+        return CoalesceConfig(enabled=raw)
+    return CoalesceConfig(
+        max_rows=int(raw.get("max_rows", DEFAULT_COALESCE_ROWS)),
+        max_seconds=float(raw.get("max_seconds", DEFAULT_COALESCE_SECONDS)),
+        max_chunks=int(raw.get("max_chunks", DEFAULT_COALESCE_CHUNKS)),
     )
 
 

@@ -66,6 +66,35 @@ class SinkConfig:
         return out
 
 
+#: A coalesced group of chunks (ADR 0022) commits once it moved this many rows ...
+DEFAULT_COALESCE_ROWS = 20000
+#: ... or after this many seconds ...
+DEFAULT_COALESCE_SECONDS = 2.0
+#: ... or once it holds this many chunks (a chunk lock each), whichever comes first.
+DEFAULT_COALESCE_CHUNKS = 200
+
+
+@dataclass(frozen=True)
+class CoalesceConfig:
+    """``backfill.coalesce``: consecutive chunks of one worker in one sink transaction, up to
+    a row and a time budget (only where the ledger lives in the sink's Postgres database)."""
+
+    enabled: bool = True
+    max_rows: int = DEFAULT_COALESCE_ROWS
+    max_seconds: float = DEFAULT_COALESCE_SECONDS
+    max_chunks: int = DEFAULT_COALESCE_CHUNKS
+
+    def canonical(self) -> object:
+        if not self.enabled:
+            return False
+        # hashed artifacts hold no floats: the time budget in whole milliseconds
+        return {
+            "max_rows": self.max_rows,
+            "max_ms": round(self.max_seconds * 1000),
+            "max_chunks": self.max_chunks,
+        }
+
+
 @dataclass(frozen=True)
 class BackfillConfig:
     chunk: ChunkSpec
@@ -73,15 +102,19 @@ class BackfillConfig:
     parallel_workers: int
     backfill_id: str | None
     lease_seconds: int
+    coalesce: CoalesceConfig = CoalesceConfig()
 
     def canonical(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "chunk": self.chunk.canonical(),
             "inner_mode": self.inner_mode,
             "parallel_workers": self.parallel_workers,
             "backfill_id": self.backfill_id,
             "lease_seconds": self.lease_seconds,
         }
+        if self.coalesce != CoalesceConfig():  # the default leaves packs as they were
+            out["coalesce"] = self.coalesce.canonical()
+        return out
 
 
 @dataclass(frozen=True)

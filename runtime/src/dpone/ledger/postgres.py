@@ -422,6 +422,15 @@ class PostgresTx:
         the lock first (see _take_chunk_lock)."""
         self.lock_wanted = (run_key, chunk_index)
 
+    def try_lock_chunk(self, run_key: str, chunk_index: int) -> bool:
+        """Take the chunk lock only if it is free now: a coalesced group's next chunk (ADR 0022)
+        never waits while the group holds the locks of the chunks before it."""
+        row = self._one(
+            "SELECT pg_try_advisory_xact_lock(%s, %s)",
+            (chunk_lock_class(self.store.schema, run_key), chunk_index),
+        )
+        return bool(row is not None and row[0])
+
     def _take_chunk_lock(self) -> None:
         if self.lock_wanted is None:
             return

@@ -21,7 +21,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -848,6 +848,25 @@ class WriteFailed(Exception):
         self.result = result
 
 
+@dataclass
+class GroupMove:
+    """What :meth:`SqlLedger.lease_and_complete_group` did (ADR 0022).
+
+    ``members``: the chunks whose lease statement ran in the group's transaction, in order,
+    with their outcome and (for a leased one) result: committed together, or the one chunk of a
+    group that failed alone (its failure recorded as by ``lease_and_complete``). A refused lease
+    (committed, cancelled) ends the group as its last member. ``left``: a chunk taken for the
+    group whose lock another session held (not leased here: move it next, on its own wait).
+    ``rolled_back``: the leases of a group of several chunks whose transaction rolled back
+    (nothing of it is recorded; ``cause`` says why): move those chunks again one by one.
+    """
+
+    members: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]]
+    left: Chunk | None = None
+    rolled_back: list[tuple[Chunk, Lease]] = field(default_factory=list)
+    cause: BaseException | None = None
+
+
 class ViewThenAppend:
     """The combined steps as a read, the Python rule, then an append (for dialects without a
     single conditional-insert statement)."""
@@ -1192,6 +1211,83 @@ class SqlLedger(ABC):
             return LeaseOutcome(LeaseStatus.BUSY), None
         except WriteFailed as failed:
             return self._record_failed_attempt(shape, chunk, owner, lease_seconds, failed)
+
+    def lease_and_complete_group(
+        self,
+        shape: CampaignShape,
+        first: Chunk,
+        owner: str,
+        lease_seconds: float,
+        write: Callable[[Any, Lease, Chunk], ChunkResult],
+        next_chunk: Callable[[], Chunk | None],
+    ) -> GroupMove:
+        """Several chunks in ONE transaction, each with its own lease statement, write, gate
+        and compare-and-set completion (ADR 0022); ``next_chunk`` is asked after each chunk
+        and ends the group with None (its budget, or nothing pending).
+
+        Only ``first`` waits for its chunk lock (bounded, then BUSY); a later chunk whose lock
+        is taken ends the group before it (``left``): a group never waits holding locks. A
+        failure of the first chunk is recorded as ``lease_and_complete`` records it (and its
+        exception propagates); a failure after it rolls the whole group back and reports the
+        group's leases in ``rolled_back``, recording nothing.
+        """
+        members: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]] = []
+        leased: list[tuple[Chunk, Lease]] = []
+        left: Chunk | None = None
+        chunk: Chunk | None = first
+        try:
+            with self._transaction("lease_and_complete_group", TxMode.WRITE) as tx:
+                while chunk is not None:
+                    if leased and not self._try_lock(tx, shape.run_key, chunk):
+                        left, chunk = chunk, None
+                        break
+                    try:
+                        outcome = self._lease_member(tx, shape, chunk, owner, lease_seconds)
+                    except DponeError as exc:
+                        if not leased:
+                            raise
+                        left = chunk  # moved alone next, where its own error is recorded
+                        raise WriteFailed(exc) from exc
+                    if outcome.lease is None:
+                        members.append((chunk, outcome, None))
+                        break
+                    lease = outcome.lease
+                    leased.append((chunk, lease))
+                    try:
+                        result = write(tx.connection, lease, chunk)
+                    except Exception as exc:
+                        raise WriteFailed(exc) from exc
+                    if not result.committed:
+                        raise WriteFailed(None, result)
+                    try:
+                        self._close_in(tx, lease, chunk, result)
+                    except DponeError as exc:
+                        if len(leased) == 1:
+                            raise  # as lease_and_complete: rolled back, not recorded
+                        raise WriteFailed(exc) from exc
+                    members.append((chunk, outcome, result))
+                    chunk = next_chunk()
+                fault_point("group_closed")
+            return GroupMove(members, left)
+        except ChunkLockTimeout:  # only the first chunk's lock is waited for
+            return GroupMove([(first, LeaseOutcome(LeaseStatus.BUSY), None)])
+        except WriteFailed as failed:
+            if len(leased) > 1 or left is not None:
+                return GroupMove([], left, leased, failed.cause)
+            recorded = self._record_failed_attempt(shape, first, owner, lease_seconds, failed)
+            return GroupMove([(first, *recorded)])
+
+    @staticmethod
+    def _try_lock(tx: LedgerTx, run_key: str, chunk: Chunk) -> bool:
+        """Take a group's next chunk lock only if it is free now (False without try-locks)."""
+        try_lock = getattr(tx, "try_lock_chunk", None)
+        return bool(try_lock is not None and try_lock(run_key, chunk.index))
+
+    def _lease_member(
+        self, tx: LedgerTx, shape: CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> LeaseOutcome:
+        """One chunk's lease statement in a group's transaction (the ``lease`` timing phase)."""
+        return self._lease_in(tx, shape, chunk, owner, lease_seconds)
 
     def _close_in(self, tx: LedgerTx, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
         """The compare-and-set completion inside ``tx`` (see complete)."""
