@@ -70,9 +70,22 @@ def lock_timeout(text: str) -> float:
     return value
 
 
-def _run_parser() -> CommandParser:
+def _workload_parser(prog: str, description: str, epilog: str) -> CommandParser:
+    """A command over one workload of a catalog: --catalog and --workload, the epilog as written."""
     parser = CommandParser(
-        prog="dpone run",
+        prog=prog,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--catalog", required=True, help="path of the workload catalog")
+    parser.add_argument("--workload", required=True, help="workload name in the catalog")
+    return parser
+
+
+def _run_parser() -> CommandParser:
+    parser = _workload_parser(
+        "dpone run",
         description="Re-verify the plan, then move the selected chunks under the ledger.",
         epilog=(
             "examples:\n"
@@ -95,10 +108,7 @@ def _run_parser() -> CommandParser:
             "     lease released (DPONE_RUN_INTERRUPTED)\n"
             "  every error code's exit code: docs/errors.md"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--catalog", required=True, help="path of the workload catalog")
-    parser.add_argument("--workload", required=True, help="workload name in the catalog")
     parser.add_argument("--process", help="process name (default: every process, in order)")
     parser.add_argument(
         "--item",
@@ -135,8 +145,8 @@ def cmd_run(argv: Sequence[str]) -> int:
 
 
 def _verify_parser() -> CommandParser:
-    parser = CommandParser(
-        prog="dpone verify",
+    parser = _workload_parser(
+        "dpone verify",
         description=(
             "Prove a backfill: per chunk, compare the source's and the target's row count and "
             "order-independent checksum, computed read-only. Prints the mismatched chunks with "
@@ -151,10 +161,7 @@ def _verify_parser() -> CommandParser:
             "exit codes: 0 every chunk matches, 1 a chunk differs (DPONE_VERIFY_MISMATCH),\n"
             "  2 usage, 3 refused (invalid catalog, missing connection), 4 database unreachable"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--catalog", required=True, help="path of the workload catalog")
-    parser.add_argument("--workload", required=True, help="workload name in the catalog")
     parser.add_argument("--process", help="only this process (default: every process)")
     parser.add_argument(
         "--chunks", metavar="RANGES", help="only these chunks: 1-40, 7 or 1-5,9 (default: all)"

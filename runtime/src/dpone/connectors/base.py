@@ -290,6 +290,20 @@ class Source(ABC):
         """The window this worker reads next (None: none): a source may read it ahead while
         the current chunk is written. A hint only: the next read may ask for another window."""
 
+    @classmethod
+    def table_checksum(
+        cls,
+        dsn: str,
+        table: TableRef,
+        window: ChunkWindow | None,
+        columns: Sequence[str] | None = None,
+    ) -> str:
+        """The checksum of ``table``'s rows in ``window`` (every row without one) on ``dsn``,
+        read by this source type: for comparing a source with its target."""
+        spec = SourceSpec("checksum", table=table, columns=tuple(columns) if columns else None)
+        with cls(spec, dsn) as source:
+            return source.checksum(window)
+
     def sibling(self, columns: tuple[str, ...] | None = None) -> Source:
         """A new source over the same spec and DSN (``columns``: only those) with its own
         connections (a Source is not thread-safe): the read-back gate checksums the chunk on it

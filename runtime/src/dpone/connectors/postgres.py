@@ -1209,15 +1209,3 @@ def _set_local(cur: Cursor, values: Sequence[object]) -> None:
             for v in (name, value)
         ],
     )
-
-
-def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
-) -> str:
-    """Checksum of ``table``'s rows in ``window`` (every row without one), for comparing a
-    source with its target."""
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with PostgresSource(spec, dsn) as source:
-        return source.checksum(window)
