@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.item import ENV_ITEM, ITEM_FIELDS, ParsedItem, parse_mapping_item
 from dpone.plan.mapping import ITEM_MAX_BYTES
+from dpone.task.item import ENV_ITEM, ITEM_FIELDS, ParsedItem, parse_mapping_item
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

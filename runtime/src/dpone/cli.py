@@ -1,7 +1,7 @@
 """The one `dpone` command. The pod needs only `run` and `ledger`; `check`, `preview` and
 `generate` come with the `dpone` distribution (the generator) and say how to get it when absent.
 
-Exit codes and error reporting live in dpone.reporting; this module only dispatches. It imports
+Exit codes and error reporting live in dpone.observability.reporting; this module only dispatches. It imports
 `run` and `ledger` lazily so `dpone --help` stays fast.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from dpone import __version__, errors
+from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError, ErrorRecord
-from dpone.redaction import redact_text
-from dpone.reporting import (
+from dpone.observability.reporting import (
     EXIT_BROKEN_PIPE,
     EXIT_OK,
     EXIT_REFUSED,
@@ -130,15 +130,15 @@ def _run_parser() -> CommandParser:
 
 
 def cmd_run(argv: Sequence[str]) -> int:
-    from dpone.refusal import refusals_leave_a_result
-    from dpone.runner import run_command
+    from dpone.run.refusal import refusals_leave_a_result
+    from dpone.run.runner import run_command
 
     parser = _run_parser()
     with refusals_leave_a_result(parser.refusals) as scope:
         args = parser.parse_args(argv)
         scope.note(workload=args.workload, process=args.process)
         if os.environ.get("DPONE_TIMING"):  # opt-in phase timing (bench/campaign_bench.py)
-            from dpone.timing import install
+            from dpone.observability.timing import install
 
             install(os.environ["DPONE_TIMING"])
         return run_command(args)
@@ -171,13 +171,13 @@ def _verify_parser() -> CommandParser:
 
 
 def cmd_verify(argv: Sequence[str]) -> int:
-    from dpone.reconcile import verify_command
+    from dpone.campaign.reconcile import verify_command
 
     return verify_command(_verify_parser().parse_args(argv))
 
 
 def cmd_ledger(argv: Sequence[str]) -> int:
-    from dpone.status import ledger_command
+    from dpone.campaign.status import ledger_command
 
     return ledger_command(argv, CommandParser)
 

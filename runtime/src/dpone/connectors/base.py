@@ -315,7 +315,7 @@ class Source(ABC):
 
     def column_types(self) -> dict[str, ColumnType | None]:
         """Each moved column's type as the database's catalog describes it, for the type
-        preflight (dpone.preflight); None for a column the catalog gives no type to compare
+        preflight (dpone.run.preflight); None for a column the catalog gives no type to compare
         (a SQLite query's result). Empty when the dialect cannot describe types."""
         return {}
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from dpone import errors
-from dpone.connections import dsn_kind
 from dpone.connectors.base import (
     Bound,
     ChunkWindow,
@@ -23,6 +22,7 @@ from dpone.connectors.base import (
     SourceSpec,
     TableRef,
 )
+from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
 
 #: kind -> (dialect module, its Source class, its Sink class, the extra installing its driver).

@@ -45,7 +45,7 @@ from dpone.connectors.sql_base import (
     zoneless_utc,
 )
 from dpone.errors import DponeError
-from dpone.session_limits import session_limits
+from dpone.lifecycle.session_limits import session_limits
 
 MAX_IDENTIFIER_CHARS = 128  # sysname
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"

@@ -16,7 +16,7 @@ MySQL cannot compute dpone's row hash in SQL, so the checksum is computed in Pyt
 read back inside the chunk's transaction (:class:`dpone.connectors.base.RowChecksum`), which makes
 it equal to every other connector's for the same rows. Sessions run in UTC with a fixed, strict
 ``sql_mode``; the sink takes its lock wait, idle and statement limits and TCP keepalive from
-:mod:`dpone.session_limits`, so a lost pod's transaction and row locks go away in bounded time.
+:mod:`dpone.lifecycle.session_limits`, so a lost pod's transaction and row locks go away in bounded time.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ from dpone.connectors.sql_base import (
     busy_fence,
     zoneless_utc,
 )
-from dpone.dsn_settings import missing_file
+from dpone.credentials.dsn_settings import missing_file
 from dpone.errors import DponeError
-from dpone.session_limits import SessionLimits, session_limits
+from dpone.lifecycle.session_limits import SessionLimits, session_limits
 
 MAX_IDENTIFIER_CHARS = 64  # longer names are refused by the server
 DEFAULT_PORT = 3306

@@ -38,7 +38,7 @@ from dpone.connectors.base import (
     strip_query,
 )
 from dpone.errors import DponeError
-from dpone.faults import fault_point
+from dpone.lifecycle.faults import fault_point
 
 C = TypeVar("C")
 #: Rows a checksum reads per fetch.

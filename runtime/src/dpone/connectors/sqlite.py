@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from dpone import errors
-from dpone.connections import sqlite_path
 from dpone.connectors.base import (
     ChunkFence,
     ChunkWindow,
@@ -40,6 +39,7 @@ from dpone.connectors.sql_base import (
     SqlSink,
     SqlSource,
 )
+from dpone.credentials.connections import sqlite_path
 from dpone.errors import DponeError
 
 MAX_IDENTIFIER_CHARS = 1024

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
-from dpone.connections import redact
+from dpone.credentials.connections import redact
 from dpone.errors import DponeError
 from dpone.ledger.port import Amendment, ChunkState, Restatement
 from dpone.ledger.sql import (

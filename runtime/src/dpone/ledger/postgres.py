@@ -15,12 +15,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from dpone import errors
-from dpone.dsn_settings import (
+from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
     postgres_missing_file,
     postgres_setting_problem,
 )
+from dpone.credentials.redaction import mask_quoted
 from dpone.errors import DponeError
 from dpone.ledger.port import Amendment, ChunkResult, ChunkState, Lease, Restatement
 from dpone.ledger.sql import (
@@ -50,9 +51,8 @@ from dpone.ledger.sql import (
     utc,
     view_from_row,
 )
+from dpone.lifecycle.session_limits import TEXT_FORM_SETTINGS, mark_text_forms, session_limits
 from dpone.plan.chunks import Chunk
-from dpone.redaction import mask_quoted
-from dpone.session_limits import TEXT_FORM_SETTINGS, mark_text_forms, session_limits
 
 try:
     import psycopg
@@ -65,7 +65,7 @@ except ImportError as missing:  # pragma: no cover - exercised by the factory gu
     ) from missing
 
 CONNECTION_DEFAULTS = {"connect_timeout": "10"}
-"""Applied unless the DSN sets them, with the client keepalives of dpone.session_limits: a lost
+"""Applied unless the DSN sets them, with the client keepalives of dpone.lifecycle.session_limits: a lost
 node is noticed in about a minute, not two hours."""
 
 # SQLSTATE classes that mean the session is gone (connection exception, admin shutdown).

@@ -26,9 +26,9 @@ from enum import Enum, StrEnum
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from dpone import errors
-from dpone.connections import redact
+from dpone.credentials.connections import redact
+from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError
-from dpone.faults import fault_point
 from dpone.ledger.amend import check_extension
 from dpone.ledger.port import (
     Amendment,
@@ -44,9 +44,9 @@ from dpone.ledger.port import (
     Ledger,
     Restatement,
 )
+from dpone.lifecycle.faults import fault_point
 from dpone.plan.canonical import json_scalar
 from dpone.plan.chunks import Bound, Chunk, plan_hash
-from dpone.redaction import redact_text
 
 SCHEMA_VERSION = 4
 """The audit-schema version this release writes; a newer stored version is refused.

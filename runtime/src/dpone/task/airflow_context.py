@@ -14,8 +14,8 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.item import ENV_CONTEXT
 from dpone.plan.canonical import strict_json_object
+from dpone.task.item import ENV_CONTEXT
 
 CONTEXT_SCHEMA = "dpone.airflow-context.v1"
 CONTEXT_MAX_BYTES = 4096
@@ -84,7 +84,7 @@ def owner_prefix(context: AirflowContext | None) -> str:
 
 
 def lineage_env(context: AirflowContext | None) -> dict[str, str]:
-    """The Airflow task env names the lineage parent facet reads (dpone.lineage.parent_of): a pod
+    """The Airflow task env names the lineage parent facet reads (dpone.observability.lineage.parent_of): a pod
     gets no AIRFLOW_CTX_* variables, so the context supplies the task and DAG run."""
     if context is None:
         return {}

@@ -43,7 +43,7 @@ def _fail(message: str) -> DponeError:
 
 
 def parse_run_identity(raw: str) -> RunIdentity:
-    """Parse the identity as strictly as the mapping item (dpone.item): no duplicate keys, no
+    """Parse the identity as strictly as the mapping item (dpone.task.item): no duplicate keys, no
     NaN/Infinity, and messages that never echo the raw value or its unknown key names."""
     doc = strict_json_object(raw, IDENTITY_MAX_BYTES, _FIELDS, _fail)
     if doc.get("schema") != RUN_IDENTITY_SCHEMA:
