@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from dpone import errors
 from dpone.ledger.port import ChunkResult, ChunkState, Lease, LeaseStatus
-from ledger_backends import Backend, make_shape
+from ledger_backends import Backend, PostgresBackend, make_shape
 
 
 def _history(backend: Backend, run_key: str, index: int) -> list[tuple[str, int]]:
@@ -86,10 +86,8 @@ def test_a_failed_write_rolls_back_and_keeps_its_attempt(sql_backend: Backend) -
 
 
 @pytest.fixture
-def pg(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    from conftest import make_backend
-
-    made = make_backend("postgres", request, tmp_path)
+def pg(pg_dsn: str, pg_schema: str) -> Any:
+    made = PostgresBackend(pg_dsn, pg_schema)
     yield made
     made.close()
 
