@@ -159,9 +159,10 @@ def _committed_alone(history: dict[int, list[tuple[str, int, str | None]]]) -> N
 @pytest.mark.parametrize(
     ("coalesce", "groups"),
     [
-        ("", [[1, 2, 3, 4, 5, 6]]),  # the default budget: every chunk in one transaction
-        ("{max_rows: 20}", [[1, 2], [3, 4], [5, 6]]),  # a group ends once it moved 20 rows
-        ("{max_chunks: 4}", [[1, 2, 3, 4], [5, 6]]),  # ... or once it holds 4 chunk locks
+        # a worker's first group is one chunk (it measures the rows a chunk holds), then:
+        ("", [[1], [2, 3, 4, 5, 6]]),  # the default budget: every other chunk in one group
+        ("{max_rows: 20}", [[1], [2, 3], [4, 5], [6]]),  # as many chunks as fit in 20 rows
+        ("{max_chunks: 4}", [[1], [2, 3, 4, 5], [6]]),  # ... or in 4 chunk locks
         ("false", [[1], [2], [3], [4], [5], [6]]),  # off: one transaction per chunk
     ],
 )
@@ -201,15 +202,15 @@ def test_a_bad_chunk_fails_alone_and_the_others_commit(
         1,
     )
     history = project.history()
-    # the group 1-2-3 rolled back (nothing recorded), then 1, 2 and 3 moved alone: 3 failed
-    # with its own record and code; 4-5-6 were the next group
+    # chunk 1 committed alone (a worker's first group); the group 2-6 rolled back (nothing
+    # recorded), then 2 to 6 moved alone: 3 failed with its own record and code
     failed = history.pop(3)
     assert [(state, attempt) for state, attempt, _ in failed] == [("running", 1), ("failed", 1)]
     assert failed[1][2] == errors.SINK_FAILED
     assert result["error"]["code"] == errors.SINK_FAILED  # the run's error is chunk 3's own
     assert result["error"]["message"].startswith("chunk 3 ")
     _committed_alone(history)
-    assert _groups(project.commit_of_chunk()) == [[1], [2], [4, 5, 6]]
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [4], [5], [6]]
     # the next run moves the repaired chunk as attempt 2
     project.sql("UPDATE {s}.src SET n = 25 WHERE id = 25")
     code, result = project.run(project.write(), capsys)
@@ -247,9 +248,10 @@ def test_a_chunk_held_by_another_session_ends_the_group_before_it(
     code, result = project.run(catalog, capsys)
     holder.join(60)
     assert code == 0 and result["backfill"]["chunks_committed"] == DAYS
-    # 1 and 2 committed while chunk 3 was held: the group stopped there and did not wait
+    # 1 and 2 committed while chunk 3 was held (1 alone, a worker's first group; the group
+    # 2-6 stopped before 3 and did not wait)
     assert seen["committed_while_held"] == [1, 2]
-    assert _groups(project.commit_of_chunk()) == [[1, 2], [3, 4, 5, 6]]
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [3, 4, 5, 6]]
     _committed_alone(project.history())
 
 
@@ -274,7 +276,7 @@ def test_sigterm_mid_group_rolls_back_and_releases_every_chunk(project: Any, pg_
         ):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        time.sleep(1.0)  # chunk 2 written in the group; chunk 3 waits for the sleeping read
+        time.sleep(1.0)  # the group 2-6's copy waits for the sleeping read of chunk 3
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -283,27 +285,28 @@ def test_sigterm_mid_group_rolls_back_and_releases_every_chunk(project: Any, pg_
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     result = json.loads((project.tmp / "xcom.json").read_text())
     history = project.history()
-    # nothing committed; every chunk the group leased is released: RUNNING, then FAILED with
-    # DPONE_RUN_INTERRUPTED; the others never started
-    assert project.sql("SELECT count(*) FROM {s}.dst") == [(0,)]
-    assert {1, 2} <= set(history) and set(history) <= {1, 2, 3}
+    # chunk 1 committed alone (the worker's first group); the group 2-6 committed nothing and
+    # every chunk it leased is released: RUNNING, then FAILED with DPONE_RUN_INTERRUPTED
+    assert project.sql("SELECT count(*) FROM {s}.dst") == [(ROWS_PER_DAY,)]
+    assert history.pop(1) == [("running", 1, None), ("committed", 1, None)]
+    assert set(history) == {2, 3, 4, 5, 6}
     for index, records in history.items():
         assert records == [
             ("running", 1, None),
             ("failed", 1, errors.RUN_INTERRUPTED),
         ], (index, records)
     assert result["backfill"]["chunks_interrupted"] == len(history)
-    assert result["backfill"]["chunks_not_started"] == DAYS - len(history)
+    assert result["backfill"]["chunks_not_started"] == 0
     assert result["error"]["code"] == errors.RUN_INTERRUPTED
     assert not project.sql(
         "SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
         "WHERE l.locktype = 'advisory' AND d.datname = current_database()"
     )
-    # the next run moves them all, the released ones as attempt 2, in one group
+    # the next run moves the released ones as attempt 2 (2 alone, then 3-6 in one group)
     project.sql("DELETE FROM {s}.slow_flag")
     code = main(["run", "--catalog", catalog, "--workload", "events", "--no-progress"])
     assert code == 0
-    assert _groups(project.commit_of_chunk()) == [[1, 2, 3, 4, 5, 6]]
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [3, 4, 5, 6]]
     for index, records in project.history().items():
         attempt = 2 if index in history else 1
         assert records[-2:] == [("running", attempt, None), ("committed", attempt, None)]
