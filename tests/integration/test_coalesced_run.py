@@ -322,3 +322,122 @@ def test_a_bad_budget_is_refused_before_anything_moves(
     assert code != 0 and errors.MANIFEST_INVALID in err and "events.yaml:" in err, err
     assert "coalesce" in err and "Traceback" not in err
     assert not project.sql("SELECT to_regnamespace('{s}_audit')")[0][0]  # no ledger created
+
+
+def test_set_based_checksums_are_the_single_chunk_ones(project: Any) -> None:
+    """The grouped checksum statements give each window exactly what the per-chunk gate
+    computes for it alone, on the source and on the target (NULLs, empty windows included)."""
+    from dpone.connectors.base import ChunkWindow, SinkOptions, SinkSpec, SourceSpec, TableRef
+    from dpone.connectors.postgres import PostgresSink, PostgresSource
+
+    project.sql("UPDATE {s}.src SET n = NULL WHERE id % 7 = 0")
+    project.sql("DELETE FROM {s}.src WHERE d = date '2024-01-04'")  # an empty window
+    days = [f"2024-01-0{day}" for day in range(1, DAYS + 2)]
+    windows = [ChunkWindow("d", "date", days[i], days[i + 1]) for i in range(DAYS)]
+    spec = SourceSpec(connection="wh", table=TableRef(project.s, "src"))
+    with PostgresSource(spec, project.dsn) as source:
+        alone = [source.checksum(window) for window in windows]
+        assert source.window_checksums(windows) == alone
+        assert source.window_checksums(windows[2:5]) == alone[2:5]
+        assert source.window_checksums(windows[:1]) == alone[:1]
+    sink_spec = SinkSpec("wh", TableRef(project.s, "dst"), "replace")
+    with (
+        PostgresSource(spec, project.dsn) as source,
+        PostgresSink(sink_spec, project.dsn, SinkOptions()) as sink,
+        psycopg.connect(project.dsn) as conn,
+    ):
+        conn.execute("SELECT 1")  # the caller's transaction is open
+        writes = sink.write_group(source, windows, conn)
+        assert [w.checksum for w in writes] == alone
+        assert [w.source_checksum for w in writes] == alone
+        assert [w.rows for w in writes] == [0 if i == 3 else ROWS_PER_DAY for i in range(DAYS)]
+        one = [sink.write_chunk(source, w, connection=conn, isolated=False) for w in windows]
+        assert [w.checksum for w in one] == alone
+        conn.rollback()
+
+
+def test_a_chunk_whose_target_differs_fails_alone_after_the_set_rolls_back(
+    project: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the target changes one value of chunk 4 as it is written: same count, other content
+    project.sql(
+        "CREATE FUNCTION {s}.bump() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.id = 35 THEN NEW.n := NEW.n + 1000; END IF; RETURN NEW; END $$"
+    )
+    project.sql(
+        "CREATE TRIGGER bump BEFORE INSERT ON {s}.dst FOR EACH ROW EXECUTE FUNCTION {s}.bump()"
+    )
+    code, result = project.run(project.write(), capsys)
+    assert code != 0 and result["status"] != "passed"
+    assert (result["backfill"]["chunks_committed"], result["backfill"]["chunks_failed"]) == (
+        DAYS - 1,
+        1,
+    )
+    history = project.history()
+    failed = history.pop(4)
+    assert failed == [("running", 1, None), ("failed", 1, errors.READ_BACK_MISMATCH)]
+    assert result["error"]["code"] == errors.READ_BACK_MISMATCH
+    assert result["error"]["message"].startswith("chunk 4 ")
+    _committed_alone(history)
+    # 1 alone (the first group), the set 2-6 rolled back, then each moved alone
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [3], [5], [6]]
+    assert project.sql("SELECT count(*) FROM {s}.dst WHERE d = date '2024-01-04'") == [(0,)]
+
+
+HOURLY_MANIFEST = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: events
+    source: {{connection: wh, table: {{schema: {s}, name: hsrc}}}}
+    sink:
+      connection: wh
+      table: {{schema: {s}, name: hdst}}
+      strategy: {{mode: backfill}}
+    backfill:
+      chunk: {{column: ts, type: timestamp, start: "2024-01-01T00:00:00Z", end: "2024-01-11T00:00:00Z", unit: hour}}
+      inner_mode: replace
+      parallel_workers: 4
+      backfill_id: hourly_set
+    state: {{backend: audit_schema, connection: wh, schema: {s}_audit}}
+"""
+
+
+def test_the_hourly_shape_with_four_workers_equals_the_source(
+    project: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """240 hourly chunks, 4 workers, set-based groups: the target equals the source, compared
+    outside dpone; every chunk has its own COMMITTED record and checksum; groups did form."""
+    project.sql(
+        "CREATE TABLE {s}.hsrc (id bigint PRIMARY KEY, ts timestamp NOT NULL, amount numeric, "
+        "note text)"
+    )
+    project.sql(
+        "CREATE TABLE {s}.hdst (id bigint PRIMARY KEY, ts timestamp NOT NULL, amount numeric, "
+        "note text)"
+    )
+    project.sql(
+        "INSERT INTO {s}.hsrc SELECT g, timestamp '2024-01-01' + g * interval '31 seconds', "
+        "round((g * 1.37)::numeric, 2), CASE WHEN g % 11 = 0 THEN NULL ELSE 'n\"' || g END "
+        "FROM generate_series(0, 27863) g"  # 240 hours of about 116 rows
+    )
+    (project.tmp / "workloads.yaml").write_text(CATALOG)
+    (project.tmp / "events.yaml").write_text(HOURLY_MANIFEST.format(s=project.s))
+    code, result = project.run(str(project.tmp / "workloads.yaml"), capsys)
+    assert code == 0 and result["status"] == "passed", project.output
+    assert result["backfill"]["chunks_committed"] == 240
+    assert result["backfill"]["rows_written"] == 27864
+
+    def digest(table: str) -> list[tuple[Any, ...]]:
+        return project.sql(
+            "SELECT count(*), md5(string_agg(concat_ws('|', id, ts, amount, note), ',' "
+            f"ORDER BY id)) FROM {{s}}.{table}"
+        )
+
+    assert digest("hdst") == digest("hsrc")
+    records = project.sql(
+        "SELECT chunk_index, checksum, source_checksum, xmin::text FROM "
+        "{s}_audit.chunk_transition WHERE run_key = 'hourly_set' AND state = 'committed'"
+    )
+    assert len(records) == 240 and all(c == sc for _, c, sc, _ in records)
+    assert len({c for _, c, _, _ in records}) == 240
+    assert len({x for _, _, _, x in records}) < 60  # chunks shared transactions
