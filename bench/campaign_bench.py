@@ -51,7 +51,7 @@ beside the no-op's floor in that venv: a process that does a strict subset of wh
 item of this design does (import psycopg and ruamel.yaml, parse the catalog and the manifest,
 connect, read one ledger table; no dpone code), with how many of its runs exceed the goal.
 
-A last pass runs w1 once more with DPONE_TIMING set (see runtime/src/dpone/timing.py) and prints
+A last pass runs w1 once more with DPONE_TIMING set (see runtime/src/dpone/observability/timing.py) and prints
 the per-chunk breakdown: milliseconds and round trips of lease, delete, copy out, copy in,
 checksum and completion; and the phases of the no-op item.
 

@@ -159,7 +159,7 @@ def _warm(catalog: Path, out: Path) -> Timing:
 def _phases(catalog: Path) -> dict[str, Timing]:
     """Where a warm run spends its time: load+validate+plan (the runtime's front half) and
     render+format (the generator), as (wall, CPU incl. the formatting workers) seconds."""
-    from dpone.pack import load_and_compile
+    from dpone.packing.pack import load_and_compile
     from dpone_generator.build import build_from_packs, display_path
 
     wall0, cpu0 = time.perf_counter(), _cpu()

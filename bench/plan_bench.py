@@ -250,9 +250,9 @@ import sys, time
 clock = time.process_time_ns if sys.argv[2] == "cpu" else time.perf_counter_ns
 t0 = clock()
 import dpone.authoring.loader  # imported by load_workload_pack on its first call
-from dpone.pack import load_workload_pack
-from dpone.runner import read_env_inputs
-from dpone.verify import select_chunks, verify_identity
+from dpone.packing.pack import load_workload_pack
+from dpone.run.runner import read_env_inputs
+from dpone.packing.verify import select_chunks, verify_identity
 t1 = clock()
 item, identity = read_env_inputs()
 pack = load_workload_pack(sys.argv[1], "events_hourly")
@@ -275,8 +275,8 @@ def measure_pods(processes: int, clock: str) -> dict[str, Any]:
     """``processes`` fresh interpreters, one compile each, the mapped items taken in turn. The
     runtime's bytecode is written first, as installing a wheel does (an editable install under
     PYTHONDONTWRITEBYTECODE would compile every module in every process)."""
-    from dpone.pack import load_workload_pack
-    from dpone.runner import mapped_task_env
+    from dpone.packing.pack import load_workload_pack
+    from dpone.run.runner import mapped_task_env
 
     compile_bytecode()
 

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from dpone import errors
 from dpone.errors import ErrorRecord
-from dpone.pack import WorkloadPack
+from dpone.packing.pack import WorkloadPack
 
 from .check import catalog_problems
 from .dagspec import POOLS_FILE_NAME, DagFile, dag_file

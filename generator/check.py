@@ -11,10 +11,10 @@ import json
 import sys
 
 from dpone.authoring.loader import load_catalog_partly
+from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import ErrorRecord
-from dpone.pack import WorkloadPack, compile_catalog
-from dpone.redaction import redact_document, redact_text
-from dpone.reporting import CommandParser
+from dpone.observability.reporting import CommandParser
+from dpone.packing.pack import WorkloadPack, compile_catalog
 
 from .validate import validate_for_airflow
 

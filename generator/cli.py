@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
-from dpone.campaign_change import CONFLICTS, EXTENDS, REPLACES, classify, prior_campaigns
+from dpone.campaign.campaign_change import CONFLICTS, EXTENDS, REPLACES, classify, prior_campaigns
+from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import ErrorRecord
-from dpone.pack import WorkloadPack
-from dpone.redaction import redact_document, redact_text
-from dpone.reporting import CommandParser, report_error
+from dpone.observability.reporting import CommandParser, report_error
+from dpone.packing.pack import WorkloadPack
 
 from .build import build
 from .emit import EmitPlan, apply_emit, plan_emit, unified_diff

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpone.authoring.models import AirflowConfig, Hook
-from dpone.campaign_change import campaign_line
-from dpone.pack import ProcessPlan, WorkloadPack
-from dpone.task_env import (
+from dpone.campaign.campaign_change import campaign_line
+from dpone.packing.pack import ProcessPlan, WorkloadPack
+from dpone.packing.task_env import (
     Env,
     mapped_item_env,
     runtime_env,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from dpone.pack import WorkloadPack
+from dpone.packing.pack import WorkloadPack
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
-from dpone.campaign_change import PriorCampaign, classify, prior_campaigns
+from dpone.campaign.campaign_change import PriorCampaign, classify, prior_campaigns
+from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError
-from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.observability.reporting import CommandParser
+from dpone.packing.pack import ProcessPlan, WorkloadPack
 from dpone.plan.mapping import MappingItem
-from dpone.redaction import redact_text
-from dpone.reporting import CommandParser
 from dpone.suggest import not_in
 
 from .check import catalog_problems

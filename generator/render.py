@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import jinja2
 from black.strings import str_width
-from dpone.task_env import Env
+from dpone.packing.task_env import Env
 
 from .dagspec import GENERATED_MARKER, DagFile, SecretEnv
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from dpone import errors
 from dpone.authoring.models import Catalog, Hook, Workload
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
-from dpone.credential_parts import FIELDS
+from dpone.credentials.credential_parts import FIELDS
 from dpone.errors import ErrorRecord, Location
 
 
@@ -117,7 +117,7 @@ def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]
                         f"workload {workload.name!r}: connections {name!r} and "
                         f"{used[upper + '_' + suffix]!r} are both used, but "
                         f"DPONE_CONN_{upper}_{suffix} would be read as a part of {name!r} "
-                        "(dpone.credential_parts); rename one of them",
+                        "(dpone.credentials.credential_parts); rename one of them",
                         locate(("workloads", workload.name), key=True),
                     )
                 )

@@ -32,7 +32,7 @@ HEADER = (
 
 
 def _exit_code(code: str) -> str:
-    from dpone.reporting import documented_exit
+    from dpone.observability.reporting import documented_exit
 
     return documented_exit(code)
 

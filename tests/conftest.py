@@ -13,7 +13,7 @@ DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 def _fresh_secret_registry() -> None:
     """Each test starts with no registered secret: a short password one test registered (``p``)
     must not mask another test's output, as a separate `dpone` process would not."""
-    from dpone.redaction import forget_registered_secrets
+    from dpone.credentials.redaction import forget_registered_secrets
 
     forget_registered_secrets()
 

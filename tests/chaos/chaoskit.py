@@ -32,8 +32,8 @@ from typing import Any
 
 import psycopg
 from dpone import errors
-from dpone.pack import ProcessPlan, load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import ProcessPlan, load_and_compile
+from dpone.packing.verify import expected_identity
 from psycopg import sql
 
 HERE = Path(__file__).resolve().parent

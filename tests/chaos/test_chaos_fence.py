@@ -28,8 +28,8 @@ from typing import Any
 import chaoskit
 import psycopg
 import pytest
-from dpone.pack import load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import load_and_compile
+from dpone.packing.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 

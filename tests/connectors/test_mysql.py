@@ -12,8 +12,7 @@ from typing import Any
 
 import pymysql
 import pytest
-from dpone import errors, redaction
-from dpone.connections import dsn_kind
+from dpone import errors
 from dpone.connectors import (
     ChunkFence,
     ChunkWindow,
@@ -27,6 +26,8 @@ from dpone.connectors import (
     table_checksum,
 )
 from dpone.connectors.mysql import MysqlDsn, dsn_secrets, parse_dsn, quote
+from dpone.credentials import redaction
+from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
 from dpone.ledger.factory import open_store
 

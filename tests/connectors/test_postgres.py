@@ -740,7 +740,7 @@ def test_the_ledgers_session_carries_the_text_forms_so_no_set_local_is_sent(rout
     """The ledger sets dpone's text-form settings at connect and marks its session; a chunk
     written inside its transaction then sends no set_config, and still hashes the same."""
     from dpone.ledger.postgres import PostgresLedger
-    from dpone.session_limits import TEXT_FORM_SETTINGS, has_text_forms
+    from dpone.lifecycle.session_limits import TEXT_FORM_SETTINGS, has_text_forms
 
     from tests.pg import fresh_schema
 

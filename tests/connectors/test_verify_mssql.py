@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import sqlglot
+from dpone.campaign.reconcile import compare_process
 from dpone.connectors.base import (
     ChunkWindow,
     RowChecksum,
@@ -24,8 +25,7 @@ from dpone.connectors.base import (
 )
 from dpone.connectors.factory import open_source
 from dpone.connectors.mssql import MssqlSink, MssqlSource
-from dpone.pack import ProcessPlan, load_workload_pack
-from dpone.reconcile import compare_process
+from dpone.packing.pack import ProcessPlan, load_workload_pack
 from sqlglot import exp
 
 from .mssql_double import Engine, Table

@@ -58,7 +58,7 @@ def test_exit_codes_are_documented_alike_everywhere() -> None:
     """An interrupted run exits 143 (SIGTERM) or 130 (SIGINT): the code, docs/errors.md (from the
     registry), docs/cli.md's exit-code table and `dpone run --help` all say so; no error code's
     documented exit differs from the one the code returns."""
-    from dpone.reporting import documented_exit, exit_code_for
+    from dpone.observability.reporting import documented_exit, exit_code_for
 
     errors_md = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     assert "| [`DPONE_RUN_INTERRUPTED`](#dpone_run_interrupted) | yes | 143 / 130 |" in errors_md

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 from dpone.ledger.factory import open_store
 from dpone.ledger.port import CampaignShape, LeaseStatus
-from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone.packing.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 

@@ -21,7 +21,7 @@ from typing import Any
 import e2ekit
 import pytest
 from dpone import errors
-from dpone.pack import load_and_compile
+from dpone.packing.pack import load_and_compile
 
 VERSIONS = ["3.3.2", "2.10.5"]
 FAILING_ITEM = 20  # chunks 186..194 of 365 (divmod(365, 40) = 9 r 5)

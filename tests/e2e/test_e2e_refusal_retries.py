@@ -24,9 +24,9 @@ import pytest
 from dpone import errors
 from dpone.ledger.factory import open_store
 from dpone.ledger.port import LeaseStatus
-from dpone.orchestrator import RunContext, RunSettings
-from dpone.pack import load_and_compile
-from dpone.verify import Selection
+from dpone.packing.pack import load_and_compile
+from dpone.packing.verify import Selection
+from dpone.run.orchestrator import RunContext, RunSettings
 
 VERSIONS = ["3.3.2", "2.10.5"]
 RETRIES = 3

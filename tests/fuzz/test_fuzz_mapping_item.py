@@ -13,8 +13,8 @@ from functools import cache
 
 import fuzzkit
 from dpone import errors
-from dpone.pack import ProcessPlan, load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import ProcessPlan, load_and_compile
+from dpone.packing.verify import expected_identity
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

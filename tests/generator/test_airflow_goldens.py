@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dpone.pack import load_and_compile
+from dpone.packing.pack import load_and_compile
 from dpone_generator.dagspec import DagFile, dag_file
 from generator_support import GOLDEN, HARNESS, ROOT
 from pod_expectations import pod_option_problems, task_option_problems

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from dpone.identity import parse_run_identity
-from dpone.item import ENV_ITEM, ENV_LABEL, ENV_RUN_IDENTITY, parse_mapping_item
-from dpone.pack import load_and_compile
+from dpone.packing.pack import load_and_compile
+from dpone.task.identity import parse_run_identity
+from dpone.task.item import ENV_ITEM, ENV_LABEL, ENV_RUN_IDENTITY, parse_mapping_item
 from dpone_generator.dagspec import DagFile, dag_file
 from dpone_generator.render import pod_name
 from generator_support import GOLDEN, write_catalog

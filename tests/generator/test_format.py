@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 
 import pytest
-from dpone.task_env import Env
+from dpone.packing.task_env import Env
 from dpone_generator.build import build
 from dpone_generator.dagspec import DagFile, HookTask, RuntimeTask
 from dpone_generator.format import format_python, format_rendered

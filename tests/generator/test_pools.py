@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpone.pack import load_and_compile
+from dpone.packing.pack import load_and_compile
 from dpone_generator.pools import is_pools_document, plan_pools, pools_document
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from dpone import redaction
-from dpone.connections import resolve_dsn
+from dpone.credentials import redaction
+from dpone.credentials.connections import resolve_dsn
 from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/pg.py

@@ -19,8 +19,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from dpone.pack import ProcessPlan, load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import ProcessPlan, load_and_compile
+from dpone.packing.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 

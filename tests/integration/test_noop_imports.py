@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from dpone.pack import load_workload_pack
-from dpone.runner import mapped_task_env
+from dpone.packing.pack import load_workload_pack
+from dpone.run.runner import mapped_task_env
 
 pytestmark = pytest.mark.postgres
 
@@ -58,14 +58,14 @@ processes:
 
 #: never imported by a no-op item (or by a run without lineage, metrics or DPONE_TIMING)
 ABSENT = (
-    "dpone.lineage",  # only when OpenLineage is configured
-    "dpone.metrics",  # only when OTEL_EXPORTER_OTLP_*ENDPOINT is set
-    "dpone.timing",  # only with DPONE_TIMING
+    "dpone.observability.lineage",  # only when OpenLineage is configured
+    "dpone.observability.metrics",  # only when OTEL_EXPORTER_OTLP_*ENDPOINT is set
+    "dpone.observability.timing",  # only with DPONE_TIMING
     "dpone.connectors",  # no chunk moves: no source or sink is opened
-    "dpone.preflight",
-    "dpone.status",
-    "dpone.reconcile",
-    "dpone.restate",
+    "dpone.run.preflight",
+    "dpone.campaign.status",
+    "dpone.campaign.reconcile",
+    "dpone.campaign.restate",
     "dpone_generator",
     "jinja2",
     "openlineage",
@@ -79,46 +79,52 @@ ABSENT = (
 NEEDED = frozenset(
     {
         "dpone",
-        "dpone.airflow_context",
         "dpone.authoring",
         "dpone.authoring.loader",
         "dpone.authoring.models",
         "dpone.authoring.schema",
         "dpone.authoring.yamldoc",
         "dpone.cli",
-        "dpone.connections",
-        "dpone.credential_parts",
-        "dpone.dsn_parts",
-        "dpone.dsn_settings",
+        "dpone.credentials",
+        "dpone.credentials.connections",
+        "dpone.credentials.credential_parts",
+        "dpone.credentials.dsn_parts",
+        "dpone.credentials.dsn_settings",
+        "dpone.credentials.redaction",
         "dpone.errors",
-        "dpone.exporting",
-        "dpone.faults",
-        "dpone.identity",
-        "dpone.interrupt",
-        "dpone.item",
         "dpone.ledger",
         "dpone.ledger.amend",
         "dpone.ledger.factory",
         "dpone.ledger.port",
         "dpone.ledger.postgres",
         "dpone.ledger.sql",
-        "dpone.orchestrator",
-        "dpone.pack",
+        "dpone.lifecycle",
+        "dpone.lifecycle.faults",
+        "dpone.lifecycle.interrupt",
+        "dpone.lifecycle.read_ahead",
+        "dpone.lifecycle.session_limits",
+        "dpone.observability",
+        "dpone.observability.exporting",
+        "dpone.observability.progress",
+        "dpone.observability.reporting",
+        "dpone.observability.result",
+        "dpone.packing",
+        "dpone.packing.pack",
+        "dpone.packing.task_env",
+        "dpone.packing.verify",
         "dpone.plan",
         "dpone.plan.canonical",
         "dpone.plan.chunks",
         "dpone.plan.mapping",
-        "dpone.progress",
-        "dpone.read_ahead",
-        "dpone.redaction",
-        "dpone.refusal",
-        "dpone.reporting",
-        "dpone.result",
-        "dpone.runner",
-        "dpone.session_limits",
+        "dpone.run",
+        "dpone.run.orchestrator",
+        "dpone.run.refusal",
+        "dpone.run.runner",
         "dpone.suggest",
-        "dpone.task_env",
-        "dpone.verify",
+        "dpone.task",
+        "dpone.task.airflow_context",
+        "dpone.task.identity",
+        "dpone.task.item",
     }
 )
 _IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$")

@@ -17,8 +17,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from dpone.cli import main
-from dpone.pack import load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import load_and_compile
+from dpone.packing.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 
@@ -190,7 +190,7 @@ def test_a_bad_budget_is_refused_before_any_io(
 CANCELLED_RELEASE = """\
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.interrupt import STOP
+from dpone.lifecycle.interrupt import STOP
 from dpone.ledger import sql
 
 _complete = sql.SqlLedger.complete

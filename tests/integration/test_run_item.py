@@ -18,8 +18,8 @@ import jinja2
 import psycopg
 import pytest
 from dpone.cli import main
-from dpone.pack import load_and_compile
-from dpone.runner import mapped_task_env
+from dpone.packing.pack import load_and_compile
+from dpone.run.runner import mapped_task_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

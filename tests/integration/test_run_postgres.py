@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from dpone.authoring.schema import load_schema, validate
 from dpone.cli import main
-from dpone.pack import load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import load_and_compile
+from dpone.packing.verify import expected_identity
 
 pytestmark = pytest.mark.postgres
 
@@ -320,7 +320,7 @@ def test_a_chunk_longer_than_its_lease_keeps_it(project, monkeypatch, capsys) ->
     store = open_store("audit_schema", project["dsn"], f"{s}_audit", None)
     try:
         from dpone.ledger.port import CampaignShape
-        from dpone.orchestrator import RunContext  # noqa: F401  (import check only)
+        from dpone.run.orchestrator import RunContext  # noqa: F401  (import check only)
 
         shape = CampaignShape(
             plan.run_key, "orders", "orders", plan.backfill_plan_hash, plan.config_hash, plan.chunks

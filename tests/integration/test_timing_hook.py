@@ -124,5 +124,5 @@ def test_without_the_variable_the_hook_is_not_even_imported(
     catalog, env = project
     done = run(catalog, env, "-X", "importtime")
     assert done.returncode == 0, done.stderr
-    assert "dpone.orchestrator" in done.stderr  # importtime lists what was imported ...
-    assert "dpone.timing" not in done.stderr  # ... and the hook is not among it
+    assert "dpone.run.orchestrator" in done.stderr  # importtime lists what was imported ...
+    assert "dpone.observability.timing" not in done.stderr  # ... and the hook is not among it

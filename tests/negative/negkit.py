@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 from dpone import errors
 from dpone.cli import main as dpone_main
-from dpone.pack import ProcessPlan, load_and_compile
-from dpone.verify import expected_identity
+from dpone.packing.pack import ProcessPlan, load_and_compile
+from dpone.packing.verify import expected_identity
 from psycopg import sql
 from ruamel.yaml import YAML
 

@@ -21,7 +21,7 @@ import negkit
 import pytest
 from dpone import errors
 from dpone.authoring.schema import load_schema, validate
-from dpone.pack import load_and_compile
+from dpone.packing.pack import load_and_compile
 from negkit import Project
 
 DPONE = Path(sys.executable).with_name("dpone")

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import jsonschema
 import psycopg
 import pytest
-from dpone.lineage import DatasetName, dataset_name, lineage_requested, parent_of
-from dpone.pack import load_and_compile
-from dpone.verify import expected_identity
+from dpone.observability.lineage import DatasetName, dataset_name, lineage_requested, parent_of
+from dpone.packing.pack import load_and_compile
+from dpone.packing.verify import expected_identity
 
 from .receiver import receiver
 from .runproject import PASSWORD, dpone_run

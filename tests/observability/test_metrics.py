@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from dpone.metrics import RunLabels, metrics_requested, open_run_observer
+from dpone.observability.metrics import RunLabels, metrics_requested, open_run_observer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )

@@ -48,12 +48,12 @@ from urllib.parse import quote
 import psycopg
 import pytest
 import schedkit  # puts tests/e2e (e2ekit) and tests (pg) on sys.path
-from dpone.airflow_context import attribution
 from dpone.ledger.factory import open_store
 from dpone.ledger.port import ChunkResult, LeaseStatus
-from dpone.orchestrator import RunContext, RunSettings
-from dpone.pack import load_and_compile
-from dpone.verify import Selection
+from dpone.packing.pack import load_and_compile
+from dpone.packing.verify import Selection
+from dpone.run.orchestrator import RunContext, RunSettings
+from dpone.task.airflow_context import attribution
 from pg import scram_cluster, scram_cluster_available
 from psycopg import sql
 

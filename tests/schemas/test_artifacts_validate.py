@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from dpone import errors
 from dpone.errors import DponeError, ErrorRecord, Location
-from dpone.identity import RunIdentity, parse_run_identity
-from dpone.item import ENV_ITEM, ENV_RUN_IDENTITY, parse_mapping_item
-from dpone.pack import WorkloadPack, load_and_compile
+from dpone.packing.pack import WorkloadPack, load_and_compile
+from dpone.task.identity import RunIdentity, parse_run_identity
+from dpone.task.item import ENV_ITEM, ENV_RUN_IDENTITY, parse_mapping_item
 from dpone_generator.dagspec import dag_file
 
 from .support import (

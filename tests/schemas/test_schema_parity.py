@@ -30,8 +30,8 @@ import pytest
 from dpone.authoring.schema import load_schema
 from dpone.authoring.schema import validate as dpone_validate
 from dpone.errors import DponeError
-from dpone.item import parse_mapping_item
 from dpone.plan.mapping import normalize_policy
+from dpone.task.item import parse_mapping_item
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 

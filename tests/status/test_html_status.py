@@ -19,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dpone.ledger.port import Amendment, CampaignShape, ChunkRecord, ChunkState, Ledger
-from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
-from dpone.reporting import use_colour
-from dpone.status import (
+from dpone.campaign.status import (
     ANSI,
     GLYPH,
     STATE_COLOURS,
@@ -31,6 +28,9 @@ from dpone.status import (
     render_text,
     status_document,
 )
+from dpone.ledger.port import Amendment, CampaignShape, ChunkRecord, ChunkState, Ledger
+from dpone.observability.reporting import use_colour
+from dpone.packing.pack import ProcessPlan, WorkloadPack, load_and_compile
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from dpone.ledger.factory import open_store
 from dpone.ledger.port import CampaignShape, ChunkResult, LeaseStatus
-from dpone.pack import load_and_compile
+from dpone.packing.pack import load_and_compile
 
 ROOT = Path(__file__).resolve().parents[2]
 DPONE = ROOT / ".venv" / "bin" / "dpone"

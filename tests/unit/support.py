@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dpone.errors import ErrorRecord
-from dpone.pack import ProcessPlan, WorkloadPack, load_and_compile
+from dpone.packing.pack import ProcessPlan, WorkloadPack, load_and_compile
 from dpone.plan.mapping import MappingPlan, MappingPolicy, plan_mapping
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 from dpone import errors
-from dpone.airflow_context import (
+from dpone.errors import DponeError
+from dpone.observability.lineage import parent_of
+from dpone.packing.pack import load_workload_pack
+from dpone.run.orchestrator import new_owner
+from dpone.run.runner import environment, mapped_task_env, read_airflow_context, read_env_inputs
+from dpone.task.airflow_context import (
     CONTEXT_SCHEMA,
     attribution,
     describe_attribution,
@@ -22,11 +27,6 @@ from dpone.airflow_context import (
     owner_prefix,
     parse_airflow_context,
 )
-from dpone.errors import DponeError
-from dpone.lineage import parent_of
-from dpone.orchestrator import new_owner
-from dpone.pack import load_workload_pack
-from dpone.runner import environment, mapped_task_env, read_airflow_context, read_env_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 DPONE = ROOT / ".venv" / "bin" / "dpone"

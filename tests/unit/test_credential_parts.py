@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dpone import errors, redaction
-from dpone.connections import require_connections, resolve_dsn
-from dpone.dsn_parts import _url_view
+from dpone import errors
+from dpone.credentials import redaction
+from dpone.credentials.connections import require_connections, resolve_dsn
+from dpone.credentials.dsn_parts import _url_view
 from dpone.errors import DponeError
 from psycopg.conninfo import conninfo_to_dict
 

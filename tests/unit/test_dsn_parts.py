@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
-from dpone.dsn_parts import driver_secrets, server_parts
-from dpone.exporting import ExportWorker, export_budget
-from dpone.lineage import DatasetName, dataset_name, settings_problem
-from dpone.metrics import settings_problem as metrics_problem
-from dpone.redaction import forget_registered_secrets, redact_text
+from dpone.credentials.dsn_parts import driver_secrets, server_parts
+from dpone.credentials.redaction import forget_registered_secrets, redact_text
+from dpone.observability.exporting import ExportWorker, export_budget
+from dpone.observability.lineage import DatasetName, dataset_name, settings_problem
+from dpone.observability.metrics import settings_problem as metrics_problem
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +63,7 @@ def test_names_come_from_validated_driver_parts(dsn: str, want: DatasetName) -> 
     ],
 )
 def test_redaction_knows_the_secret_as_the_driver_splits_it(dsn: str, leaked: str) -> None:
-    from dpone.connections import register_dsn
+    from dpone.credentials.connections import register_dsn
 
     register_dsn(dsn)
     text = redact_text(f"connection failed: {leaked}")

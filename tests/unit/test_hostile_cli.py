@@ -18,8 +18,8 @@ import pytest
 from dpone import errors
 from dpone.cli import main
 from dpone.errors import DponeError
-from dpone.identity import parse_run_identity
-from dpone.reporting import debug_enabled
+from dpone.observability.reporting import debug_enabled
+from dpone.task.identity import parse_run_identity
 
 ROOT = Path(__file__).resolve().parents[2]
 DPONE = ROOT / ".venv" / "bin" / "dpone"

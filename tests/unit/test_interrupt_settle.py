@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dpone.interrupt import StopRequest
+from dpone.lifecycle.interrupt import StopRequest
 
 
 def test_settle_returns_at_once_without_a_stop() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.item import ENV_ITEM, ITEM_FIELDS, ParsedItem, parse_mapping_item
 from dpone.plan.mapping import ITEM_MAX_BYTES
+from dpone.task.item import ENV_ITEM, ITEM_FIELDS, ParsedItem, parse_mapping_item
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,7 +60,7 @@ def assert_invalid(raw: str) -> DponeError:
 
 def test_valid_item_parses() -> None:
     parsed = parse_mapping_item(dumps(VALID))
-    assert parsed == ParsedItem("summary", FP, BH, 1, 11, 20)
+    assert parsed == ParsedItem(1, 11, 20, "summary", FP, BH)
     assert parsed.chunks_count == 10
     assert parsed.to_mapping_section() == {
         "mode": "summary",

@@ -753,7 +753,7 @@ def test_core_yaml_tags_still_load(tmp_path: Path) -> None:
 
 def test_a_pod_reads_only_its_own_workloads_manifest(tmp_path: Path) -> None:
     from dpone.errors import DponeError
-    from dpone.pack import load_and_compile, load_workload_pack
+    from dpone.packing.pack import load_and_compile, load_workload_pack
 
     catalog = catalog_with() + "  broken:\n    manifest: broken.yaml\n"
     path = write_project(

@@ -7,7 +7,6 @@ import json
 
 import pytest
 from dpone import errors
-from dpone.item import parse_mapping_item
 from dpone.plan.canonical import canonical_text, is_fingerprint
 from dpone.plan.mapping import (
     ITEM_MAX_BYTES,
@@ -21,6 +20,7 @@ from dpone.plan.mapping import (
     plan_mapping,
     verify_coverage,
 )
+from dpone.task.item import parse_mapping_item
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

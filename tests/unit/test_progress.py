@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import json
 
-from dpone.progress import ChunkLines, choose_progress, log_format
-from dpone.result import ChunkTiming
+from dpone.observability.progress import ChunkLines, choose_progress, log_format
+from dpone.observability.result import ChunkTiming
 
 
 class Clock:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.read_ahead import DEFAULT_READ_AHEAD_MB, ReadAhead, read_ahead_budget
+from dpone.lifecycle.read_ahead import DEFAULT_READ_AHEAD_MB, ReadAhead, read_ahead_budget
 
 
 class Producer:

@@ -1,4 +1,4 @@
-"""dpone.redaction: every DSN form's secret is found, registered and masked; messages stay useful."""
+"""dpone.credentials.redaction: every DSN form's secret is found, registered and masked; messages stay useful."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import uuid
 from urllib.parse import quote
 
 import pytest
-from dpone import redaction
-from dpone.redaction import describe_dsn, has_credentials, redact_document, redact_text
+from dpone.credentials import redaction
+from dpone.credentials.redaction import describe_dsn, has_credentials, redact_document, redact_text
 
 
 def _secret() -> str:

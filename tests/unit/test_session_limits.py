@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.session_limits import VARIABLES, session_limits
+from dpone.lifecycle.session_limits import VARIABLES, session_limits
 
 
 def test_defaults_end_a_silent_peer_within_a_minute() -> None:

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.identity import RunIdentity, parse_run_identity
-from dpone.item import ParsedItem, parse_mapping_item
-from dpone.pack import ProcessPlan, WorkloadPack
-from dpone.verify import select_chunks, verify_identity
+from dpone.packing.pack import ProcessPlan, WorkloadPack
+from dpone.packing.verify import select_chunks, verify_identity
+from dpone.task.identity import RunIdentity, parse_run_identity
+from dpone.task.item import ParsedItem, parse_mapping_item
 
 from .support import GOLDEN, golden_packs
 

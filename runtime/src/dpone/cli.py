@@ -1,7 +1,7 @@
 """The one `dpone` command. The pod needs only `run` and `ledger`; `check`, `preview` and
 `generate` come with the `dpone` distribution (the generator) and say how to get it when absent.
 
-Exit codes and error reporting live in dpone.reporting; this module only dispatches. It imports
+Exit codes and error reporting live in dpone.observability.reporting; this module only dispatches. It imports
 `run` and `ledger` lazily so `dpone --help` stays fast.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from dpone import __version__, errors
+from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError, ErrorRecord
-from dpone.redaction import redact_text
-from dpone.reporting import (
+from dpone.observability.reporting import (
     EXIT_BROKEN_PIPE,
     EXIT_OK,
     EXIT_REFUSED,
@@ -70,9 +70,22 @@ def lock_timeout(text: str) -> float:
     return value
 
 
-def _run_parser() -> CommandParser:
+def _workload_parser(prog: str, description: str, epilog: str) -> CommandParser:
+    """A command over one workload of a catalog: --catalog and --workload, the epilog as written."""
     parser = CommandParser(
-        prog="dpone run",
+        prog=prog,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--catalog", required=True, help="path of the workload catalog")
+    parser.add_argument("--workload", required=True, help="workload name in the catalog")
+    return parser
+
+
+def _run_parser() -> CommandParser:
+    parser = _workload_parser(
+        "dpone run",
         description="Re-verify the plan, then move the selected chunks under the ledger.",
         epilog=(
             "examples:\n"
@@ -95,10 +108,7 @@ def _run_parser() -> CommandParser:
             "     lease released (DPONE_RUN_INTERRUPTED)\n"
             "  every error code's exit code: docs/errors.md"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--catalog", required=True, help="path of the workload catalog")
-    parser.add_argument("--workload", required=True, help="workload name in the catalog")
     parser.add_argument("--process", help="process name (default: every process, in order)")
     parser.add_argument(
         "--item",
@@ -120,23 +130,23 @@ def _run_parser() -> CommandParser:
 
 
 def cmd_run(argv: Sequence[str]) -> int:
-    from dpone.refusal import refusals_leave_a_result
-    from dpone.runner import run_command
+    from dpone.run.refusal import refusals_leave_a_result
+    from dpone.run.runner import run_command
 
     parser = _run_parser()
     with refusals_leave_a_result(parser.refusals) as scope:
         args = parser.parse_args(argv)
         scope.note(workload=args.workload, process=args.process)
         if os.environ.get("DPONE_TIMING"):  # opt-in phase timing (bench/campaign_bench.py)
-            from dpone.timing import install
+            from dpone.observability.timing import install
 
             install(os.environ["DPONE_TIMING"])
         return run_command(args)
 
 
 def _verify_parser() -> CommandParser:
-    parser = CommandParser(
-        prog="dpone verify",
+    parser = _workload_parser(
+        "dpone verify",
         description=(
             "Prove a backfill: per chunk, compare the source's and the target's row count and "
             "order-independent checksum, computed read-only. Prints the mismatched chunks with "
@@ -151,10 +161,7 @@ def _verify_parser() -> CommandParser:
             "exit codes: 0 every chunk matches, 1 a chunk differs (DPONE_VERIFY_MISMATCH),\n"
             "  2 usage, 3 refused (invalid catalog, missing connection), 4 database unreachable"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--catalog", required=True, help="path of the workload catalog")
-    parser.add_argument("--workload", required=True, help="workload name in the catalog")
     parser.add_argument("--process", help="only this process (default: every process)")
     parser.add_argument(
         "--chunks", metavar="RANGES", help="only these chunks: 1-40, 7 or 1-5,9 (default: all)"
@@ -164,13 +171,13 @@ def _verify_parser() -> CommandParser:
 
 
 def cmd_verify(argv: Sequence[str]) -> int:
-    from dpone.reconcile import verify_command
+    from dpone.campaign.reconcile import verify_command
 
     return verify_command(_verify_parser().parse_args(argv))
 
 
 def cmd_ledger(argv: Sequence[str]) -> int:
-    from dpone.status import ledger_command
+    from dpone.campaign.status import ledger_command
 
     return ledger_command(argv, CommandParser)
 

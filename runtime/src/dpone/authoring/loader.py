@@ -35,12 +35,12 @@ from dpone.authoring.models import (
 )
 from dpone.authoring.schema import load_schema, validate
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
+from dpone.credentials.redaction import has_credentials
 from dpone.errors import ErrorCollector, ErrorRecord, Location
-from dpone.item import PROVIDER_OWNED_ENV
 from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
 from dpone.plan.mapping import MappingPolicy, normalize_policy
-from dpone.redaction import has_credentials
+from dpone.task.item import PROVIDER_OWNED_ENV
 
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"

@@ -163,7 +163,7 @@ class Hook:
 @dataclass(frozen=True)
 class SecretRef:
     """One Kubernetes secret key projected into DPONE_CONN_<NAME> (field "dsn") or into one part
-    of the connection, DPONE_CONN_<NAME>_<FIELD> (dpone.credential_parts)."""
+    of the connection, DPONE_CONN_<NAME>_<FIELD> (dpone.credentials.credential_parts)."""
 
     connection: str
     secret: str

@@ -290,6 +290,20 @@ class Source(ABC):
         """The window this worker reads next (None: none): a source may read it ahead while
         the current chunk is written. A hint only: the next read may ask for another window."""
 
+    @classmethod
+    def table_checksum(
+        cls,
+        dsn: str,
+        table: TableRef,
+        window: ChunkWindow | None,
+        columns: Sequence[str] | None = None,
+    ) -> str:
+        """The checksum of ``table``'s rows in ``window`` (every row without one) on ``dsn``,
+        read by this source type: for comparing a source with its target."""
+        spec = SourceSpec("checksum", table=table, columns=tuple(columns) if columns else None)
+        with cls(spec, dsn) as source:
+            return source.checksum(window)
+
     def sibling(self, columns: tuple[str, ...] | None = None) -> Source:
         """A new source over the same spec and DSN (``columns``: only those) with its own
         connections (a Source is not thread-safe): the read-back gate checksums the chunk on it
@@ -301,7 +315,7 @@ class Source(ABC):
 
     def column_types(self) -> dict[str, ColumnType | None]:
         """Each moved column's type as the database's catalog describes it, for the type
-        preflight (dpone.preflight); None for a column the catalog gives no type to compare
+        preflight (dpone.run.preflight); None for a column the catalog gives no type to compare
         (a SQLite query's result). Empty when the dialect cannot describe types."""
         return {}
 

@@ -6,12 +6,12 @@ the extra to install, never a bare ImportError.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Sequence
 from types import ModuleType
 
 from dpone import errors
-from dpone.connections import dsn_kind
 from dpone.connectors.base import (
     Bound,
     ChunkWindow,
@@ -22,70 +22,49 @@ from dpone.connectors.base import (
     SourceSpec,
     TableRef,
 )
+from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
 
-_EXTRA = {"postgres": "postgres", "mssql": "mssql", "mysql": "mysql", "sqlite": ""}
+#: kind -> (dialect module, its Source class, its Sink class, the extra installing its driver).
+#: Registering a connector is one line here (see docs/contributing/connectors.md).
+DIALECTS: dict[str, tuple[str, str, str, str]] = {
+    "postgres": ("dpone.connectors.postgres", "PostgresSource", "PostgresSink", "postgres"),
+    "mssql": ("dpone.connectors.mssql", "MssqlSource", "MssqlSink", "mssql"),
+    "mysql": ("dpone.connectors.mysql", "MysqlSource", "MysqlSink", "mysql"),
+    "sqlite": ("dpone.connectors.sqlite", "SqliteSource", "SqliteSink", ""),
+}
 _DRIVERS = {"psycopg", "psycopg_binary", "psycopg_c", "pyodbc", "pymysql"}
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 
 def _module(kind: str) -> ModuleType:
+    name, _, _, extra = DIALECTS[kind]
     try:
-        if kind == "postgres":
-            from dpone.connectors import postgres
-
-            return postgres
-        if kind == "mssql":
-            from dpone.connectors import mssql
-
-            return mssql
-        if kind == "mysql":
-            from dpone.connectors import mysql
-
-            return mysql
-        from dpone.connectors import sqlite
-
-        return sqlite
+        return importlib.import_module(name)
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in _DRIVERS:
             raise
         raise DponeError(
             errors.DRIVER_MISSING,
-            f"the {kind} connector needs its driver: install dpone-runtime[{_EXTRA[kind]}]",
+            f"the {kind} connector needs its driver: install dpone-runtime[{extra}]",
         ) from None
+
+
+def _source_type(kind: str) -> type[Source]:
+    found: type[Source] = getattr(_module(kind), DIALECTS[kind][1])
+    return found
 
 
 def open_source(spec: SourceSpec, dsn: str) -> Source:
     """A Source for ``spec`` on the database ``dsn`` points at (connections open lazily)."""
-    kind = dsn_kind(dsn)
-    module = _module(kind)
-    source: Source
-    if kind == "postgres":
-        source = module.PostgresSource(spec, dsn)
-    elif kind == "mssql":
-        source = module.MssqlSource(spec, dsn)
-    elif kind == "mysql":
-        source = module.MysqlSource(spec, dsn)
-    else:
-        source = module.SqliteSource(spec, dsn)
-    return source
+    return _source_type(dsn_kind(dsn))(spec, dsn)
 
 
 def open_sink(spec: SinkSpec, dsn: str, options: SinkOptions | None = None) -> Sink:
     """A Sink for ``spec`` on the database ``dsn`` points at (connections open lazily)."""
     kind = dsn_kind(dsn)
-    module = _module(kind)
-    opts = options or SinkOptions()
-    sink: Sink
-    if kind == "postgres":
-        sink = module.PostgresSink(spec, dsn, opts)
-    elif kind == "mssql":
-        sink = module.MssqlSink(spec, dsn, opts)
-    elif kind == "mysql":
-        sink = module.MysqlSink(spec, dsn, opts)
-    else:
-        sink = module.SqliteSink(spec, dsn, opts)
-    return sink
+    sink: type[Sink] = getattr(_module(kind), DIALECTS[kind][2])
+    return sink(spec, dsn, options or SinkOptions())
 
 
 def window_for(column: str, lower: Bound, upper: Bound) -> ChunkWindow:
@@ -117,6 +96,4 @@ def table_checksum(
                 "table_checksum needs column, lower and upper together (or none: every row)",
             )
         window = window_for(column, lower, upper)
-    kind = dsn_kind(dsn)
-    result: str = _module(kind).table_checksum(dsn, table, window, columns)
-    return result
+    return _source_type(dsn_kind(dsn)).table_checksum(dsn, table, window, columns)

@@ -17,35 +17,35 @@ import datetime as dt
 import re
 import struct
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
 from dpone.connectors.base import (
-    FENCE_TABLE,
+    Bound,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
     Row,
-    RowChecksum,
-    Sink,
     SinkOptions,
     SinkSpec,
     Source,
     SourceSpec,
-    TableRef,
-    check_identifier,
-    check_unique,
     index_warnings,
-    scope_display,
-    strip_query,
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mssql_column_type
+from dpone.connectors.sql_base import (
+    DriverConnection,
+    SqlDialect,
+    SqlSink,
+    SqlSource,
+    busy_fence,
+    zoneless_utc,
+)
 from dpone.errors import DponeError
-from dpone.faults import fault_point
-from dpone.session_limits import session_limits
+from dpone.lifecycle.session_limits import session_limits
 
 MAX_IDENTIFIER_CHARS = 128  # sysname
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
@@ -82,27 +82,20 @@ def load_driver() -> Driver:
 
 
 # --- identifiers, DSNs, values --------------------------------------------------------------------
-def quote(name: str, what: str) -> str:
-    """[bracketed] with ] doubled."""
-    check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
-    return "[" + name.replace("]", "]]") + "]"
+class MssqlDialect(SqlDialect):
+    """T-SQL names: [bracketed] with ] doubled; ``?`` markers; typed bounds for the ODBC binder."""
+
+    alias = "[dpone_src]"
+    opening, closing = "[", "]"
+    max_chars = MAX_IDENTIFIER_CHARS
+
+    @staticmethod
+    def bound(window: ChunkWindow, value: Bound) -> object:
+        return mssql_bound(window, value)
 
 
-def table_sql(table: TableRef) -> str:
-    name = quote(table.name, "table")
-    return name if table.schema is None else f"{quote(table.schema, 'schema')}.{name}"
-
-
-def _columns_sql(columns: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(prefix + quote(c, "column") for c in columns)
-
-
-def _where(window: ChunkWindow | None) -> str:
-    """`` WHERE <chunk predicate>`` on the ``[dpone_src]`` alias; nothing without a window."""
-    if window is None:
-        return ""
-    col = "[dpone_src]." + quote(window.column, "chunk column")
-    return f" WHERE {col} >= ? AND {col} < ?"
+quote = MssqlDialect.quote
+_columns_sql = MssqlDialect.columns_sql
 
 
 def _odbc_value(value: str) -> str:
@@ -145,19 +138,8 @@ def mssql_bound(window: ChunkWindow, value: object) -> object:
     return value
 
 
-def _params(window: ChunkWindow | None) -> tuple[object, ...]:
-    if window is None:
-        return ()
-    return (mssql_bound(window, window.lower), mssql_bound(window, window.upper))
-
-
-def to_mssql(value: object) -> object:
-    """A value from another database as the ODBC binder takes it (datetime2 is zone-less UTC)."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    return value
+#: A value from another database as the ODBC binder takes it (datetime2 is zone-less UTC).
+to_mssql = zoneless_utc
 
 
 def _datetimeoffset(raw: bytes) -> dt.datetime:
@@ -194,15 +176,14 @@ def _is_connection_loss(exc: BaseException) -> bool:
     return state.startswith("08")
 
 
-class MssqlConnection:
+class MssqlConnection(DriverConnection[Any]):
     """A lazily opened pyodbc connection with XACT_ABORT and value converters set."""
 
     def __init__(self, dsn: str, label: str, driver: Driver | None, autocommit: bool) -> None:
+        super().__init__(label)
         self._dsn = dsn
-        self._label = label
         self._driver = driver
         self._autocommit = autocommit
-        self.current: Any = None
 
     @property
     def driver_given(self) -> Driver | None:
@@ -215,127 +196,63 @@ class MssqlConnection:
             self._driver = load_driver()
         return self._driver
 
-    def get(self) -> Any:
-        if self.current is None:
-            driver = self.driver
-            try:
-                conn = driver.connect(
-                    odbc_connection_string(self._dsn), autocommit=self._autocommit
-                )
-                conn.add_output_converter(SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
-                conn.add_output_converter(SQL_GUID, _guid)
-                conn.execute("SET XACT_ABORT ON")
-            except driver.Error as exc:
-                state = exc.args[0] if exc.args else "?"
-                raise DponeError(
-                    errors.CONNECTION_FAILED,
-                    f"{self._label}: could not connect to the database (SQLSTATE {state})",
-                ) from None
-            self.current = conn
-        return self.current
+    def open(self) -> Any:
+        driver = self.driver
+        try:
+            conn = driver.connect(odbc_connection_string(self._dsn), autocommit=self._autocommit)
+            conn.add_output_converter(SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
+            conn.add_output_converter(SQL_GUID, _guid)
+            conn.execute("SET XACT_ABORT ON")
+        except driver.Error as exc:
+            state = exc.args[0] if exc.args else "?"
+            raise self.unreachable(f"SQLSTATE {state}") from None
+        return conn
 
-    def translate(self, exc: BaseException, code: str, what: str) -> DponeError:
-        if isinstance(exc, DponeError):
-            return exc
-        if isinstance(exc, self.driver.Error):
-            if _is_connection_loss(exc):
-                self.discard()
-                return DponeError(
-                    errors.CONNECTION_FAILED,
-                    f"{what}: lost the connection to the database ({describe_error(exc)})",
-                )
-            return DponeError(code, f"{what} failed: {describe_error(exc)}")
-        return DponeError(code, f"{what} failed: {type(exc).__name__}")
+    @property
+    def driver_error(self) -> type[BaseException]:
+        return self.driver.Error
 
-    def discard(self) -> None:
-        conn, self.current = self.current, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+    describe = staticmethod(describe_error)
+    connection_lost = staticmethod(_is_connection_loss)
 
 
 # --- source ---------------------------------------------------------------------------------------
-class MssqlSource(Source):
+class MssqlSource(SqlSource[Any]):
     """A table or trusted query in SQL Server, read in autocommit statements."""
 
     kind = "mssql"
+    dialect = MssqlDialect
+    db: MssqlConnection
 
     def __init__(self, spec: SourceSpec, dsn: str, driver: Driver | None = None) -> None:
+        self._driver = driver
         super().__init__(spec, dsn)
-        if spec.table is not None:
-            table_sql(spec.table)
-        for col in spec.columns or ():
-            quote(col, "source column")
-        self.db = MssqlConnection(dsn, spec.display(), driver, autocommit=True)
-        self._columns: tuple[str, ...] | None = None
 
-    def relation(self) -> str:
-        if self.spec.table is not None:
-            return table_sql(self.spec.table) + " AS [dpone_src]"
-        return f"({strip_query(self.spec.query or '')}) AS [dpone_src]"
+    def connection(self, dsn: str, label: str) -> MssqlConnection:
+        return MssqlConnection(dsn, label, self._driver, autocommit=True)
 
-    def columns(self) -> tuple[str, ...]:
-        if self._columns is None:
-            select = _columns_sql(self.spec.columns) if self.spec.columns else "[dpone_src].*"
-            conn = self.db.get()
-            try:
-                cur = conn.cursor()
-                cur.execute(f"SELECT TOP 0 {select} FROM {self.relation()}")
-                names = tuple(str(d[0]) for d in cur.description or ())
-                cur.close()
-            except Exception as exc:
-                raise self._fail(exc, "describing the columns") from None
-            for name in names:
-                quote(name, f"{self.spec.display()} column")
-            check_unique(names, f"{self.spec.display()} columns")
-            self._columns = names
-        return self._columns
+    def probe_sql(self, select: str) -> str:
+        return f"SELECT TOP 0 {select} FROM {self.relation()}"
 
-    def select_sql(self, window: ChunkWindow | None, columns: Sequence[str]) -> str:
-        """SELECT of the chunk (every row without a window), to run with ``_params(window)``."""
-        return f"SELECT {_columns_sql(columns)} FROM {self.relation()}{_where(window)}"
+    def execute(self, cur: Any, query: str, params: Any) -> None:
+        cur.execute(query, *(params or ()))
 
-    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
-        query = self.select_sql(window, self.columns())
-        conn = self.db.get()
-        try:
-            cur = conn.cursor()
-            try:
-                cur.execute(query, *_params(window))
-                while batch := cur.fetchmany(batch_rows):
-                    yield [tuple(row) for row in batch]
-            finally:
-                cur.close()
-        except Exception as exc:
-            raise self._fail(exc, f"reading {scope_display(window)}") from None
-
-    def checksum(self, window: ChunkWindow | None) -> str:
-        total = RowChecksum(self.columns())
-        for batch in self.rows(window, 10_000):
-            total.add_many(batch)
-        return total.value()
-
-    def _fail(self, exc: BaseException, doing: str) -> DponeError:
-        self._columns = None
-        return self.db.translate(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
+    def batch(self, fetched: Sequence[Any]) -> list[Row]:
+        return [tuple(row) for row in fetched]
 
     def sibling(self, columns: tuple[str, ...] | None = None) -> MssqlSource:
         return MssqlSource(self._spec_of(columns), self._dsn, self.db.driver_given)
 
-    def close(self) -> None:
-        self.db.discard()
-
     def column_types(self) -> dict[str, ColumnType | None]:
         """The moved columns' types as the server describes the SELECT's first result set
         (``system_type_name``): tables and queries alike. UNVERIFIED (docs/connectors.md)."""
-        select = _columns_sql(self.spec.columns) if self.spec.columns else "[dpone_src].*"
         conn = self.db.get()
         try:
             cur = conn.cursor()
             cur.execute(
                 "SELECT name, system_type_name FROM sys.dm_exec_describe_first_result_set"
                 "(?, NULL, 0) ORDER BY column_ordinal",
-                f"SELECT TOP 0 {select} FROM {self.relation()}",
+                self.probe_sql(self.select_list()),
             )
             described = [(str(name), str(kind)) for name, kind in cur.fetchall()]
             cur.close()
@@ -345,52 +262,30 @@ class MssqlSource(Source):
 
 
 # --- sink -----------------------------------------------------------------------------------------
-class MssqlSink(Sink):
+class MssqlSink(SqlSink[Any]):
     """Writes chunks into one SQL Server table, one explicit transaction per chunk."""
 
     kind = "mssql"
+    dialect = MssqlDialect
+    db: MssqlConnection
 
     def __init__(
         self, spec: SinkSpec, dsn: str, options: SinkOptions, driver: Driver | None = None
     ) -> None:
+        self._driver = driver
         super().__init__(spec, dsn, options)
-        self._table = table_sql(spec.table)
-        for key in spec.keys:
-            quote(key, "merge key")
-        self.db = MssqlConnection(dsn, spec.display(), driver, autocommit=False)
-        self._fence_ready = False
 
-    def _transfer(
-        self,
-        source: Source,
-        window: ChunkWindow | None,
-        connection: object | None,
-        fence: ChunkFence | None,
-        isolated: bool = True,
-    ) -> ChunkWrite:
-        self._no_external_connection(connection)
-        columns = self._moved_columns(source, window)
-        conn = self.db.get()
-        try:
-            try:
-                cur = conn.cursor()
-                cur.fast_executemany = True
-                with self._read_back(source, window) as gate:
-                    if fence is not None:
-                        self._claim_fence(conn, cur, fence)
-                    result = gate.check(self._write(cur, source, window, columns))
-                if fence is not None:
-                    fault_point("sink_written")
-                cur.close()
-                conn.commit()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                raise
-            return result
-        except Exception as exc:
-            what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
-            raise self.db.translate(exc, errors.SINK_FAILED, what) from None
+    def connection(self, dsn: str, label: str) -> MssqlConnection:
+        return MssqlConnection(dsn, label, self._driver, autocommit=False)
+
+    def _begin(self, conn: Any) -> Any:
+        cur = conn.cursor()
+        cur.fast_executemany = True
+        return cur
+
+    def _commit(self, conn: Any, handle: Any) -> None:
+        handle.close()
+        conn.commit()
 
     def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self.db.get()
@@ -418,26 +313,14 @@ class MssqlSink(Sink):
             cur.close()
             conn.rollback()
         except Exception as exc:
-            raise self.db.translate(
-                exc, errors.SINK_FAILED, f"{self.spec.display()}: preflight"
-            ) from None
+            raise self._preflight_failed(exc) from None
         return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
 
-    def close(self) -> None:
-        self._close_read_back()
-        self.db.discard()
-
     # fence --------------------------------------------------------------------------------------
-    def _fence_table(self) -> str:
-        table = quote(FENCE_TABLE, "fence table")
-        schema = self.spec.table.schema
-        return table if schema is None else f"{quote(schema, 'schema')}.{table}"
-
-    def _ensure_fence_table(self, conn: Any, cur: Any) -> None:
-        """Create the fence table once per sink, in its own committed transaction."""
-        if self._fence_ready:
-            return
-        table = self._fence_table()
+    def _ensure_fence_table(self, conn: Any) -> None:
+        """Create the fence table, in its own committed transaction."""
+        table = self._fence_table
+        cur = conn.cursor()
         cur.execute("SELECT name FROM sys.columns WHERE object_id = OBJECT_ID(?)", table)
         if not cur.fetchall():
             try:
@@ -451,17 +334,15 @@ class MssqlSink(Sink):
                 if "error 2714" not in describe_error(exc):  # 2714: a concurrent creator won
                     raise
                 conn.rollback()  # XACT_ABORT dooms the transaction; the table exists now
-                self._fence_ready = True
                 return
         conn.commit()
-        self._fence_ready = True
 
-    def _claim_fence(self, conn: Any, cur: Any, fence: ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: ChunkFence) -> None:
         """Lock the chunk's fence row (UPDLOCK, HOLDLOCK: held to commit), then raise it to this
         attempt; a stored newer attempt rolls the transaction back."""
-        self._ensure_fence_table(conn, cur)
+        cur = handle
         limits = session_limits()
-        table = self._fence_table()
+        table = self._fence_table
         key = (fence.campaign, fence.chunk_index)
         cur.execute(f"SET LOCK_TIMEOUT {round(limits.fence_lock_s * 1000)}")
         try:
@@ -473,12 +354,7 @@ class MssqlSink(Sink):
             found = cur.fetchall()
         except self.db.driver.Error as exc:
             if "error 1222" in describe_error(exc):  # lock request time out period exceeded
-                raise DponeError(
-                    errors.CHUNK_BUSY,
-                    f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
-                    f"holds the chunk's fence row past {limits.fence_lock_s:g}s "
-                    "(DPONE_FENCE_LOCK_TIMEOUT); nothing was written",
-                ) from None
+                raise busy_fence(self.spec.display(), fence, f"{limits.fence_lock_s:g}") from None
             raise
         if not found:
             cur.execute(
@@ -488,8 +364,7 @@ class MssqlSink(Sink):
             )
             return
         stored = int(found[0][0])
-        if stored > fence.attempt:
-            raise fence.superseded(self.spec.display(), stored)
+        self._refuse_superseded(fence, stored)
         if stored < fence.attempt:
             cur.execute(
                 f"UPDATE {table} SET attempt = ?, claimed_at = SYSUTCDATETIME() "
@@ -500,14 +375,17 @@ class MssqlSink(Sink):
 
     # paths --------------------------------------------------------------------------------------
     def _write(
-        self, cur: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
+        self, handle: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
     ) -> ChunkWrite:
+        cur = handle
         cols = _columns_sql(columns)
         if isinstance(source, MssqlSource) and source.same_dsn(self._dsn):
             select = source.select_sql(window, columns)
 
             def fill_select(rel: str) -> int:
-                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", *_params(window))
+                cur.execute(
+                    f"INSERT INTO {rel} ({cols}) {select}", *(MssqlDialect.params(window) or ())
+                )
                 return int(cur.rowcount)
 
             return self._modes(cur, window, columns, fill_select, "insert-select")
@@ -523,62 +401,37 @@ class MssqlSink(Sink):
 
         return self._modes(cur, window, columns, fill_rows, "executemany")
 
-    def _modes(
-        self,
-        cur: Any,
-        window: ChunkWindow | None,
-        columns: tuple[str, ...],
-        fill: Callable[[str], int],
-        method: str,
-    ) -> ChunkWrite:
-        """The inner mode around a ``fill(relation)``.
+    # inner modes ------------------------------------------------------------------------------
+    def _query(self, handle: Any, query: str, params: Any) -> Any:
+        handle.execute(query, *(params or ()))
+        return handle
 
-        full_refresh deletes every row of the target WITH (TABLOCKX): held to the commit, it makes
-        a concurrent full refresh wait instead of inserting its copy next to this one's. DELETE,
-        not TRUNCATE, so that the whole replacement stays one transaction.
-        """
-        mode = self.spec.inner_mode
-        cols = _columns_sql(columns)
-        hashed = self._hashed(columns)
-        checksum: str | None = None
-        if mode in ("replace", "full_refresh"):
-            replaced = window if mode == "replace" else None  # None: every row of the target
-            where = _where(replaced)
-            hint = " WITH (TABLOCKX)" if replaced is None else ""
-            cur.execute(
-                f"DELETE [dpone_src] FROM {self._table} AS [dpone_src]{hint}{where}",
-                *_params(replaced),
-            )
-            rows = fill(self._table)
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS [dpone_src]{where}"
-                checksum = self._read_checksum(cur, hashed, read, _params(replaced))
-            return ChunkWrite(rows, checksum, method)
-        if mode == "append" and not self.options.checksum:
-            return ChunkWrite(fill(self._table), None, method)
+    def _delete_sql(self, window: ChunkWindow | None) -> str:
+        """full_refresh (no window) deletes every row of the target WITH (TABLOCKX): held to the
+        commit, it makes a concurrent full refresh wait instead of inserting its copy next to
+        this one's. DELETE, not TRUNCATE, so that the whole replacement stays one transaction."""
+        hint = " WITH (TABLOCKX)" if window is None else ""
+        return f"DELETE [dpone_src] FROM {self._table} AS [dpone_src]{hint}{MssqlDialect.where(window)}"
+
+    def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         stage = quote(f"#dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
+        cols = _columns_sql(columns)
         empty = f"SELECT {cols} FROM {self._table} WHERE 1 = 0"
         # UNION ALL drops an IDENTITY property the plain SELECT .. INTO would copy to the stage.
-        cur.execute(f"SELECT {cols} INTO {stage} FROM {self._table} WHERE 1 = 0 UNION ALL {empty}")
-        fill(stage)
-        if mode == "merge":
-            cur.execute(self._merge_sql(stage, columns))
-        else:
-            cur.execute(f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}")
-        rows = int(cur.rowcount)
-        if self.options.checksum:
-            read = f"SELECT {_columns_sql(hashed)} FROM {stage}"
-            if mode == "merge":  # the target's rows whose keys the stage carries
-                on = " AND ".join(
-                    f"[s].{quote(k, 'key')} = [t].{quote(k, 'key')}" for k in self.spec.keys
-                )
-                read = (
-                    f"SELECT {_columns_sql(hashed, '[t].')} FROM {self._table} AS [t] "
-                    f"WHERE EXISTS (SELECT 1 FROM {stage} AS [s] WHERE {on})"
-                )
-            checksum = self._read_checksum(cur, hashed, read, ())
-        cur.execute(f"DROP TABLE {stage}")
-        return ChunkWrite(rows, checksum, method)
+        handle.execute(
+            f"SELECT {cols} INTO {stage} FROM {self._table} WHERE 1 = 0 UNION ALL {empty}"
+        )
+        return stage
+
+    def _from_stage_sql(self, stage: str, columns: Sequence[str]) -> str:
+        if self.spec.inner_mode == "merge":
+            return self._merge_sql(stage, columns)
+        cols = _columns_sql(columns)
+        return f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
+
+    def _drop_stage(self, handle: Any, stage: str, done: bool) -> None:
+        if done:  # else XACT_ABORT doomed the transaction: the rollback drops the stage
+            handle.execute(f"DROP TABLE {stage}")
 
     def _merge_sql(self, stage: str, columns: Sequence[str]) -> str:
         keys = self.spec.keys
@@ -595,27 +448,3 @@ class MssqlSink(Sink):
             f"{matched} WHEN NOT MATCHED BY TARGET THEN INSERT ({_columns_sql(columns)})"
             f" VALUES ({_columns_sql(columns, '[s].')});"
         )
-
-    @staticmethod
-    def _read_checksum(
-        cur: Any, columns: Sequence[str], query: str, params: Sequence[object]
-    ) -> str:
-        check = RowChecksum(columns)
-        cur.execute(query, *params)
-        while batch := cur.fetchmany(10_000):
-            check.add_many(batch)
-        return check.value()
-
-
-def table_checksum(
-    dsn: str,
-    table: TableRef,
-    window: ChunkWindow | None,
-    columns: Sequence[str] | None = None,
-    driver: Driver | None = None,
-) -> str:
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with MssqlSource(spec, dsn, driver) as source:
-        return source.checksum(window)

@@ -16,7 +16,7 @@ MySQL cannot compute dpone's row hash in SQL, so the checksum is computed in Pyt
 read back inside the chunk's transaction (:class:`dpone.connectors.base.RowChecksum`), which makes
 it equal to every other connector's for the same rows. Sessions run in UTC with a fixed, strict
 ``sql_mode``; the sink takes its lock wait, idle and statement limits and TCP keepalive from
-:mod:`dpone.session_limits`, so a lost pod's transaction and row locks go away in bounded time.
+:mod:`dpone.lifecycle.session_limits`, so a lost pod's transaction and row locks go away in bounded time.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -46,32 +46,31 @@ from pymysql.constants import FIELD_TYPE
 from dpone import errors
 from dpone.connectors.base import (
     FENCE_TABLE,
-    Bound,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
     Row,
-    RowChecksum,
-    Sink,
     SinkOptions,
     SinkSpec,
     Source,
-    SourceSpec,
     TableRef,
     canonical_decimal,
-    check_identifier,
-    check_unique,
     index_warnings,
-    scope_display,
-    sql_text_bound,
     strip_query,
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mysql_column_type
-from dpone.dsn_settings import missing_file
+from dpone.connectors.sql_base import (
+    DriverConnection,
+    SqlDialect,
+    SqlSink,
+    SqlSource,
+    busy_fence,
+    zoneless_utc,
+)
+from dpone.credentials.dsn_settings import missing_file
 from dpone.errors import DponeError
-from dpone.faults import fault_point
-from dpone.session_limits import SessionLimits, session_limits
+from dpone.lifecycle.session_limits import SessionLimits, session_limits
 
 MAX_IDENTIFIER_CHARS = 64  # longer names are refused by the server
 DEFAULT_PORT = 3306
@@ -180,36 +179,31 @@ def dsn_secrets(dsn: str) -> tuple[str, ...]:
 
 
 # --- identifiers, values --------------------------------------------------------------------------
-def quote(name: str, what: str) -> str:
-    """`backticked` with embedded backticks doubled; names over 64 characters are refused."""
-    check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
-    if name.endswith(" "):
-        raise DponeError(errors.IDENTIFIER_INVALID, f"{what}: MySQL names cannot end with a space")
-    return "`" + name.replace("`", "``") + "`"
+class MysqlDialect(SqlDialect):
+    """MySQL names: `backticked` with embedded backticks doubled; ``%s`` markers; timestamps
+    bound as 'YYYY-MM-DD HH:MM:SS' (MySQL rejects the 'Z'); no parameters at all without a
+    window (PyMySQL then leaves a trusted query's '%' alone)."""
+
+    alias = "`dpone_src`"
+    marker = "%s"
+    schema_word = "database"
+    opening = closing = "`"
+    max_chars = MAX_IDENTIFIER_CHARS
+    no_params = None
+
+    @classmethod
+    def quote(cls, name: str, what: str) -> str:
+        """Names over 64 characters, or ending with a space, are refused."""
+        quoted = super().quote(name, what)
+        if name.endswith(" "):
+            raise DponeError(
+                errors.IDENTIFIER_INVALID, f"{what}: MySQL names cannot end with a space"
+            )
+        return quoted
 
 
-def table_sql(table: TableRef) -> str:
-    name = quote(table.name, "table")
-    return name if table.schema is None else f"{quote(table.schema, 'database')}.{name}"
-
-
-def _columns_sql(columns: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(prefix + quote(c, "column") for c in columns)
-
-
-def _where(window: ChunkWindow | None) -> str:
-    """`` WHERE <chunk predicate>`` on the ``dpone_src`` alias; nothing without a window."""
-    if window is None:
-        return ""
-    col = "`dpone_src`." + quote(window.column, "chunk column")
-    return f" WHERE {col} >= %s AND {col} < %s"
-
-
-def _params(window: ChunkWindow | None) -> tuple[Bound, ...] | None:
-    """Bounds as parameters; timestamps as 'YYYY-MM-DD HH:MM:SS' (MySQL rejects the 'Z')."""
-    if window is None:
-        return None
-    return (sql_text_bound(window, window.lower), sql_text_bound(window, window.upper))
+quote = MysqlDialect.quote
+_columns_sql = MysqlDialect.columns_sql
 
 
 def _time_value(raw: bytes | str) -> object:
@@ -229,13 +223,8 @@ def _decoders() -> dict[Any, Any]:
 
 def to_mysql(value: object) -> object:
     """A value from another database as PyMySQL binds it (DATETIME is zone-less UTC)."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return value
+    value = zoneless_utc(value)
+    return str(value) if isinstance(value, uuid.UUID) else value
 
 
 class BinaryValue(Exception):
@@ -328,11 +317,11 @@ def _keepalive(conn: Any, limits: SessionLimits) -> None:
                 sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
-class MysqlConnection:
+class MysqlConnection(DriverConnection["pymysql.connections.Connection[Any]"]):
     """A lazily (re)opened PyMySQL connection with dpone's session settings."""
 
     def __init__(self, dsn: str, label: str, *, sink: bool) -> None:
-        self._label = label
+        super().__init__(label)
         self._sink = sink
         self.local_infile = sink  # LOAD DATA LOCAL, for sinks
         limits = session_limits()
@@ -346,10 +335,10 @@ class MysqlConnection:
         for key, value in self.dsn.options:
             if key in _FILE_OPTIONS and not os.path.isfile(value):
                 raise missing_file(label, f"option {key!r}")
-        self.current: pymysql.connections.Connection[Any] | None = None
         self._used = 0.0
 
     def get(self) -> pymysql.connections.Connection[Any]:
+        """The connection, pinged first when it sat idle (a dead one is reopened)."""
         conn = self.current
         ping_after = min(_PING_AFTER_S, self.idle_timeout_s / 2) if self._sink else _PING_AFTER_S
         if conn is not None and time.monotonic() - self._used > ping_after:
@@ -357,37 +346,43 @@ class MysqlConnection:
                 conn.ping(reconnect=False)
             except pymysql.err.Error:
                 self.discard()
-                conn = None
-        if conn is None:
-            args = self.dsn.connect_args()
-            try:
-                conn = pymysql.connect(
-                    **args,
-                    charset="utf8mb4",
-                    autocommit=True,
-                    local_infile=self.local_infile,
-                    conv=_decoders(),
-                )
-                _keepalive(conn, self._limits)
-                with conn.cursor() as cur:
-                    cur.execute(SESSION_SQL)
-                    if self._sink:
-                        cur.execute(
-                            SINK_SESSION_SQL.format(
-                                lock=int(self.lock_timeout_s), idle=int(self.idle_timeout_s)
-                            )
-                        )
-                    if "mariadb" in conn.get_server_info().lower():
-                        seconds = max(0.0, self._limits.statement_s)
-                        cur.execute(MARIADB_STATEMENT_SQL.format(seconds=f"{seconds:g}"))
-            except pymysql.err.Error as exc:
-                raise DponeError(
-                    errors.CONNECTION_FAILED,
-                    f"{self._label}: could not connect to the database ({_connect_reason(exc)})",
-                ) from None
-            self.current = conn
+        conn = super().get()
         self._used = time.monotonic()
         return conn
+
+    def open(self) -> pymysql.connections.Connection[Any]:
+        args = self.dsn.connect_args()
+        try:
+            conn = pymysql.connect(
+                **args,
+                charset="utf8mb4",
+                autocommit=True,
+                local_infile=self.local_infile,
+                conv=_decoders(),
+            )
+            _keepalive(conn, self._limits)
+            with conn.cursor() as cur:
+                cur.execute(SESSION_SQL)
+                if self._sink:
+                    cur.execute(
+                        SINK_SESSION_SQL.format(
+                            lock=int(self.lock_timeout_s), idle=int(self.idle_timeout_s)
+                        )
+                    )
+                if "mariadb" in conn.get_server_info().lower():
+                    seconds = max(0.0, self._limits.statement_s)
+                    cur.execute(MARIADB_STATEMENT_SQL.format(seconds=f"{seconds:g}"))
+        except pymysql.err.Error as exc:
+            raise self.unreachable(_connect_reason(exc)) from None
+        return conn
+
+    @property
+    def driver_error(self) -> type[BaseException]:
+        error: type[BaseException] = pymysql.err.Error
+        return error
+
+    describe = staticmethod(describe_error)
+    connection_lost = staticmethod(_is_connection_loss)
 
     def interrupt(self) -> None:
         """KILL QUERY the statement in flight from a second connection (thread-safe); the writing
@@ -406,78 +401,45 @@ class MysqlConnection:
             finally:
                 killer.close()
 
-    def translate(self, exc: BaseException, code: str, what: str) -> DponeError:
-        if isinstance(exc, DponeError):
-            return exc
-        if isinstance(exc, pymysql.err.Error):
-            if _is_connection_loss(exc):
-                self.discard()
-                return DponeError(
-                    errors.CONNECTION_FAILED,
-                    f"{what}: lost the connection to the database ({describe_error(exc)})",
-                )
-            return DponeError(code, f"{what} failed: {describe_error(exc)}")
-        return DponeError(code, f"{what} failed: {type(exc).__name__}")
-
-    def discard(self) -> None:
-        conn, self.current = self.current, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
-
 
 # --- source ---------------------------------------------------------------------------------------
-class MysqlSource(Source):
+class MysqlSource(SqlSource["pymysql.connections.Connection[Any]"]):
     """A table or trusted query in MySQL/MariaDB, streamed chunk by chunk (autocommit reads)."""
 
     kind = "mysql"
+    dialect = MysqlDialect
+    db: MysqlConnection
 
-    def __init__(self, spec: SourceSpec, dsn: str) -> None:
-        super().__init__(spec, dsn)
-        if spec.table is not None:
-            table_sql(spec.table)
-        for col in spec.columns or ():
-            quote(col, "source column")
-        self.db = MysqlConnection(dsn, spec.display(), sink=False)
-        self._columns: tuple[str, ...] | None = None
+    def connection(self, dsn: str, label: str) -> MysqlConnection:
+        return MysqlConnection(dsn, label, sink=False)
+
+    def probe_sql(self, select: str) -> str:
+        return f"SELECT {select} FROM {self.relation(False)} LIMIT 0"
+
+    def cursor(self, conn: pymysql.connections.Connection[Any]) -> Any:
+        return conn.cursor(pymysql.cursors.SSCursor)  # streamed: a chunk never sits in memory
 
     def relation(self, parameters: bool = True) -> str:
         """The FROM item aliased dpone_src; a trusted query's '%' are doubled when parameters are
         sent (PyMySQL formats the statement with '%' placeholders)."""
         if self.spec.table is not None:
-            return table_sql(self.spec.table) + " AS `dpone_src`"
+            return MysqlDialect.table_sql(self.spec.table) + " AS `dpone_src`"
         query = strip_query(self.spec.query or "")
         if parameters:
             query = query.replace("%", "%%")
         return f"({query}) AS `dpone_src`"
 
-    def columns(self) -> tuple[str, ...]:
-        if self._columns is None:
-            select = _columns_sql(self.spec.columns) if self.spec.columns else "`dpone_src`.*"
-            conn = self.db.get()
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(f"SELECT {select} FROM {self.relation(False)} LIMIT 0")
-                    names = tuple(str(d[0]) for d in cur.description or ())
-            except Exception as exc:
-                raise self._fail(exc, "describing the columns") from None
-            for name in names:
-                quote(name, f"{self.spec.display()} column")
-            check_unique(names, f"{self.spec.display()} columns")
-            self._columns = names
-        return self._columns
-
     def select_sql(
         self, window: ChunkWindow | None, columns: Sequence[str], qualified: bool = False
     ) -> str:
-        """SELECT of the chunk (every row without a window), to run with ``_params(window)``;
+        """SELECT of the chunk (every row without a window), to run with ``MysqlDialect.params(window)``;
         ``qualified`` names the table's database, for a statement on another connection."""
         relation = self.relation(window is not None)
         if qualified:
             assert self.spec.table is not None and self.db.dsn.database is not None
             table = TableRef(self.spec.table.schema or self.db.dsn.database, self.spec.table.name)
-            relation = table_sql(table) + " AS `dpone_src`"
-        return f"SELECT {_columns_sql(columns)} FROM {relation}{_where(window)}"
+            relation = MysqlDialect.table_sql(table) + " AS `dpone_src`"
+        return f"SELECT {_columns_sql(columns)} FROM {relation}{MysqlDialect.where(window)}"
 
     def same_server(self, dsn: MysqlDsn) -> bool:
         """True when a sink on ``dsn`` can read this source's table itself (INSERT .. SELECT):
@@ -493,46 +455,15 @@ class MysqlSource(Source):
             dsn.options,
         )
 
-    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
-        query = self.select_sql(window, self.columns())
-        conn = self.db.get()
-        try:
-            cur = conn.cursor(pymysql.cursors.SSCursor)
-            try:
-                cur.execute(query, _params(window))
-                while batch := cur.fetchmany(batch_rows):
-                    yield list(batch)
-            finally:
-                cur.close()
-        except Exception as exc:
-            raise self._fail(exc, f"reading {scope_display(window)}") from None
-
-    def checksum(self, window: ChunkWindow | None) -> str:
-        total = RowChecksum(self.columns())
-        for batch in self.rows(window, 10_000):
-            total.add_many(batch)
-        return total.value()
-
-    def _fail(self, exc: BaseException, doing: str) -> DponeError:
-        self._columns = None
-        return self.db.translate(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
-
-    def interrupt(self) -> None:
-        self.db.interrupt()
-
-    def close(self) -> None:
-        self.db.discard()
-
     def column_types(self) -> dict[str, ColumnType | None]:
         """The moved columns' types from ``information_schema.COLUMNS``: a column the SELECT
         takes from a table (every column of a table source) by that table's definition, a
         computed one by the result's metadata (type, length, scale, flags)."""
-        select = _columns_sql(self.spec.columns) if self.spec.columns else "`dpone_src`.*"
         conn = self.db.get()
         out: dict[str, ColumnType | None] = {}
         try:
             with conn.cursor() as cur:
-                cur.execute(f"SELECT {select} FROM {self.relation(False)} LIMIT 0")
+                cur.execute(self.probe_sql(self.select_list()))
                 fields = list(cur._result.fields if cur._result else ())
                 for item in fields:
                     found = None
@@ -622,86 +553,58 @@ class _WarningCounter(pymysql.cursors.Cursor):  # type: ignore[misc]  # untyped 
 
 
 # --- sink -----------------------------------------------------------------------------------------
-class MysqlSink(Sink):
-    """Writes chunks into one MySQL/MariaDB table (InnoDB), one transaction per chunk."""
+class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
+    """Writes chunks into one MySQL/MariaDB table (InnoDB), one transaction per chunk; with a
+    fence the chunk's row in ``dpone_chunk_fence`` is claimed first (see docs/connectors.md,
+    MySQL and MariaDB)."""
 
     kind = "mysql"
+    dialect = MysqlDialect
+    db: MysqlConnection
 
     def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
         super().__init__(spec, dsn, options)
-        self._table = table_sql(spec.table)
-        for key in spec.keys:
-            quote(key, "merge key")
         schema = spec.table.schema
-        self._fence_table = table_sql(TableRef(schema, FENCE_TABLE))
         self._stage_prefix = "" if schema is None else quote(schema, "database") + "."
-        self.db = MysqlConnection(dsn, spec.display(), sink=True)
-        self._fence_ready = False
         self._load_data = True  # until the server refuses LOAD DATA LOCAL
         self.deadlocks_retried = 0  # chunk transactions run again after a deadlock
 
-    def _transfer(
-        self,
-        source: Source,
-        window: ChunkWindow | None,
-        connection: object | None,
-        fence: ChunkFence | None,
-        isolated: bool = True,
-    ) -> ChunkWrite:
-        """The chunk's transaction; with ``fence`` the chunk's row in ``dpone_chunk_fence`` is
-        claimed first (see docs/connectors.md, MySQL and MariaDB)."""
-        self._no_external_connection(connection)
-        return self._write_fenced(source, window, fence)
+    def connection(self, dsn: str, label: str) -> MysqlConnection:
+        return MysqlConnection(dsn, label, sink=True)
 
-    def _write_fenced(
-        self, source: Source, window: ChunkWindow | None, fence: ChunkFence | None
-    ) -> ChunkWrite:
-        """One transaction; a deadlock (InnoDB rolled the transaction back: adjacent chunks' gap
-        locks, or two first claims of one fence row) is retried from the start a few times."""
-        columns = self._moved_columns(source, window)
-        if fence is not None:
-            self._ensure_fence_table()
-        what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
-        for attempt in range(1, DEADLOCK_RETRIES + 1):
-            conn = self.db.get()
-            try:
-                try:
-                    conn.begin()
-                    with conn.cursor() as cur, self._read_back(source, window) as gate:
-                        if fence is not None:
-                            self._claim(cur, fence)
-                        result = gate.check(self._write(cur, source, window, columns))
-                        if fence is not None:
-                            fault_point("sink_written")
-                    conn.commit()
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        conn.rollback()
-                    raise
-                return result
-            except pymysql.err.OperationalError as exc:
-                number = _errno(exc)
-                if number == _DEADLOCK and attempt < DEADLOCK_RETRIES:
-                    self.deadlocks_retried += 1
-                    time.sleep(random.uniform(0.05, 0.25) * attempt)
-                    continue
-                if number in (_DEADLOCK, _LOCK_WAIT_TIMEOUT):
-                    raise DponeError(
-                        errors.CHUNK_BUSY,
-                        f"{what}: {describe_error(exc)} (after {attempt} attempt(s)); "
-                        "nothing was written",
-                    ) from None
-                raise self.db.translate(exc, errors.SINK_FAILED, what) from None
-            except Exception as exc:
-                raise self.db.translate(exc, errors.SINK_FAILED, what) from None
-        raise AssertionError("unreachable: the last attempt returns or raises")
+    def _begin(self, conn: pymysql.connections.Connection[Any]) -> Any:
+        conn.begin()
+        return conn.cursor()
+
+    def _commit(self, conn: pymysql.connections.Connection[Any], handle: Any) -> None:
+        handle.close()
+        conn.commit()
+
+    def _retry(self, exc: BaseException, attempt: int) -> bool:
+        """A deadlock (InnoDB rolled the transaction back: adjacent chunks' gap locks, or two
+        first claims of one fence row) is retried from the start a few times."""
+        if not isinstance(exc, pymysql.err.OperationalError) or _errno(exc) != _DEADLOCK:
+            return False
+        if attempt >= DEADLOCK_RETRIES:
+            return False
+        self.deadlocks_retried += 1
+        time.sleep(random.uniform(0.05, 0.25) * attempt)
+        return True
+
+    def _failure(self, exc: BaseException, what: str, attempt: int) -> DponeError:
+        if isinstance(exc, pymysql.err.OperationalError) and _errno(exc) in (
+            _DEADLOCK,
+            _LOCK_WAIT_TIMEOUT,
+        ):
+            return DponeError(
+                errors.CHUNK_BUSY,
+                f"{what}: {describe_error(exc)} (after {attempt} attempt(s)); nothing was written",
+            )
+        return super()._failure(exc, what, attempt)
 
     # fence --------------------------------------------------------------------------------------
-    def _ensure_fence_table(self) -> None:
+    def _ensure_fence_table(self, conn: pymysql.connections.Connection[Any]) -> None:
         """CREATE TABLE IF NOT EXISTS, in autocommit (DDL commits implicitly in MySQL)."""
-        if self._fence_ready:
-            return
-        conn = self.db.get()
         try:
             with conn.cursor() as cur:
                 cur.execute(
@@ -713,11 +616,11 @@ class MysqlSink(Sink):
         except Exception as exc:
             what = f"{self.spec.display()}: creating {FENCE_TABLE}"
             raise self.db.translate(exc, errors.SINK_FAILED, what) from None
-        self._fence_ready = True
 
-    def _claim(self, cur: Any, fence: ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: ChunkFence) -> None:
         """Upsert the fence row (attempt only grows) = the chunk's row lock until commit; then
         refuse when a newer attempt already claimed the chunk."""
+        cur = handle
         key = (fence.campaign, fence.chunk_index)
         try:
             cur.execute(
@@ -735,21 +638,11 @@ class MysqlSink(Sink):
             found = cur.fetchone()
         except pymysql.err.OperationalError as exc:
             if _errno(exc) == _LOCK_WAIT_TIMEOUT:
-                raise DponeError(
-                    errors.CHUNK_BUSY,
-                    f"{self.spec.display()}: chunk {fence.chunk_index}: another transaction "
-                    f"holds the chunk's fence row past {self.db.lock_timeout_s}s "
-                    "(DPONE_FENCE_LOCK_TIMEOUT); nothing was written",
-                ) from None
+                raise busy_fence(self.spec.display(), fence, str(self.db.lock_timeout_s)) from None
             raise
-        stored = int(found[0]) if found else fence.attempt
-        if stored > fence.attempt:
-            raise fence.superseded(self.spec.display(), stored)
+        self._refuse_superseded(fence, int(found[0]) if found else fence.attempt)
 
     # preflight ----------------------------------------------------------------------------------
-    def interrupt(self) -> None:
-        self.db.interrupt()
-
     def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self.db.get()
         shown = self.spec.table.display()
@@ -778,19 +671,14 @@ class MysqlSink(Sink):
                     entry = grouped.setdefault(str(name), ([], not int(non_unique)))
                     entry[0].append(str(column))
         except Exception as exc:
-            raise self.db.translate(
-                exc, errors.SINK_FAILED, f"{self.spec.display()}: preflight"
-            ) from None
+            raise self._preflight_failed(exc) from None
         return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
-
-    def close(self) -> None:
-        self._close_read_back()
-        self.db.discard()
 
     # paths --------------------------------------------------------------------------------------
     def _write(
-        self, cur: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
+        self, handle: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
     ) -> ChunkWrite:
+        cur = handle
         cols = _columns_sql(columns)
         if isinstance(source, MysqlSource) and (
             source.same_dsn(self._dsn) or source.same_server(self.db.dsn)
@@ -798,7 +686,7 @@ class MysqlSink(Sink):
             select = source.select_sql(window, columns, qualified=not source.same_dsn(self._dsn))
 
             def fill_select(rel: str) -> int:
-                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", _params(window))
+                cur.execute(f"INSERT INTO {rel} ({cols}) {select}", MysqlDialect.params(window))
                 self._no_warnings(int(cur.warning_count), "INSERT .. SELECT")
                 return int(cur.rowcount)
 
@@ -877,87 +765,32 @@ class MysqlSink(Sink):
                 "decimal places than the column keeps); the chunk was rolled back",
             )
 
-    def _modes(
-        self,
-        cur: Any,
-        window: ChunkWindow | None,
-        columns: tuple[str, ...],
-        fill: Callable[[str], int],
-        method: str,
-    ) -> ChunkWrite:
-        """The inner mode around a ``fill(relation)``.
+    # inner modes: InnoDB's next-key locks keep concurrent writers out of a replaced range until
+    # commit; DELETE, not TRUNCATE (which would commit implicitly); stages are TEMPORARY tables.
+    def _query(self, handle: Any, query: str, params: Any) -> Any:
+        handle.execute(query, params)
+        return handle
 
-        replace deletes the window's rows (InnoDB's next-key locks keep concurrent writers out of
-        the range until commit); full_refresh deletes every row of the target (DELETE, not
-        TRUNCATE, which would commit implicitly). Merge and a checksummed append stage the rows in
-        a TEMPORARY table first.
-        """
-        mode = self.spec.inner_mode
-        cols = _columns_sql(columns)
-        hashed = self._hashed(columns)
-        checksum: str | None = None
-        if mode in ("replace", "full_refresh"):
-            replaced = window if mode == "replace" else None  # None: every row of the target
-            where = _where(replaced)
-            cur.execute(
-                f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{where}", _params(replaced)
-            )
-            rows = fill(self._table)
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS `dpone_src`{where}"
-                checksum = self._read_checksum(cur, hashed, read, _params(replaced))
-            return ChunkWrite(rows, checksum, method)
-        if mode == "append" and not self.options.checksum:
-            return ChunkWrite(fill(self._table), None, method)
+    def _delete_sql(self, window: ChunkWindow | None) -> str:
+        return f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{MysqlDialect.where(window)}"
+
+    def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         stage = self._stage_prefix + quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
-        cur.execute(
-            f"CREATE TEMPORARY TABLE {stage} ENGINE=InnoDB AS SELECT {cols} FROM {self._table} "
-            "WHERE 1 = 0"
+        handle.execute(
+            f"CREATE TEMPORARY TABLE {stage} ENGINE=InnoDB AS SELECT {_columns_sql(columns)} "
+            f"FROM {self._table} WHERE 1 = 0"
         )
-        try:
-            rows = fill(stage)
-            insert = f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM {stage}"
-            if mode == "merge":
-                insert += " " + self._on_duplicate(columns)
-            cur.execute(insert)
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM {stage}"
-                if mode == "merge":  # the target's rows whose keys the stage carries
-                    on = " AND ".join(
-                        f"`s`.{quote(k, 'key')} = `t`.{quote(k, 'key')}" for k in self.spec.keys
-                    )
-                    read = (
-                        f"SELECT {_columns_sql(hashed, '`t`.')} FROM {self._table} AS `t` "
-                        f"WHERE EXISTS (SELECT 1 FROM {stage} AS `s` WHERE {on})"
-                    )
-                checksum = self._read_checksum(cur, hashed, read, None)
-        finally:
-            with contextlib.suppress(pymysql.err.Error):
-                cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
-        return ChunkWrite(rows, checksum, method)
+        return stage
 
-    def _on_duplicate(self, columns: Sequence[str]) -> str:
-        keys = self.spec.keys
-        updated = [c for c in columns if c not in keys] or [keys[0]]
-        sets = ", ".join(f"{quote(c, 'column')} = VALUES({quote(c, 'column')})" for c in updated)
+    def _moved_rows(self, cur: Any, filled: int) -> int:
+        return filled  # ON DUPLICATE KEY UPDATE counts an updated row twice
+
+    def _drop_stage(self, handle: Any, stage: str, done: bool) -> None:
+        with contextlib.suppress(pymysql.err.Error):
+            handle.execute(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
+
+    def _upsert(self, columns: Sequence[str]) -> str:
+        sets = ", ".join(
+            f"{quote(c, 'column')} = VALUES({quote(c, 'column')})" for c in self._updated(columns)
+        )
         return f"ON DUPLICATE KEY UPDATE {sets}"
-
-    @staticmethod
-    def _read_checksum(
-        cur: Any, columns: Sequence[str], query: str, params: Sequence[object] | None
-    ) -> str:
-        check = RowChecksum(columns)
-        cur.execute(query, params)
-        while batch := cur.fetchmany(10_000):
-            check.add_many(batch)
-        return check.value()
-
-
-def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
-) -> str:
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with MysqlSource(spec, dsn) as source:
-        return source.checksum(window)

@@ -50,16 +50,16 @@ from dpone.connectors.base import (
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import pg_column_type
-from dpone.dsn_settings import (
+from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
     postgres_missing_file,
     postgres_setting_problem,
 )
 from dpone.errors import DponeError
-from dpone.faults import fault_point
-from dpone.read_ahead import ReadAhead, read_ahead_budget
-from dpone.session_limits import (
+from dpone.lifecycle.faults import fault_point
+from dpone.lifecycle.read_ahead import ReadAhead, read_ahead_budget
+from dpone.lifecycle.session_limits import (
     TEXT_FORM_SETTINGS,
     has_text_forms,
     mark_text_forms,
@@ -84,7 +84,7 @@ _QUOTE_FREE |= {_TIMESTAMP, _TIMESTAMPTZ}
 _NATIVE = _QUOTE_FREE | {25, 1043, 1042, 19}
 
 _CONNECT_DEFAULTS = {"fallback_application_name": "dpone", "connect_timeout": "30"}
-"""Plus the client keepalives of :mod:`dpone.session_limits`; the DSN's own values win."""
+"""Plus the client keepalives of :mod:`dpone.lifecycle.session_limits`; the DSN's own values win."""
 #: SQLSTATE classes whose primary message names objects, never row values.
 _SAFE_MESSAGE_CLASSES = frozenset(
     {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
@@ -497,7 +497,7 @@ class PostgresSource(Source):
 
     def expect(self, window: ChunkWindow | None) -> None:
         """The window this worker reads next: after the current chunk's COPY, it is read ahead
-        (see dpone.read_ahead) unless the budget is 0 or a chunk outgrew it."""
+        (see dpone.lifecycle.read_ahead) unless the budget is 0 or a chunk outgrew it."""
         self._next = window if self._read_ahead_budget > 0 else None
 
     def _settle(self, key: Hashable | None = None) -> ReadAhead | None:
@@ -1310,18 +1310,6 @@ def _set_local(cur: Cursor, values: Sequence[object]) -> None:
             for v in (name, value)
         ],
     )
-
-
-def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
-) -> str:
-    """Checksum of ``table``'s rows in ``window`` (every row without one), for comparing a
-    source with its target."""
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with PostgresSource(spec, dsn) as source:
-        return source.checksum(window)
 
 
 # --- set-based groups (ADR 0022) ------------------------------------------------------------------

@@ -17,39 +17,30 @@ import pathlib
 import re
 import sqlite3
 import uuid
-from collections.abc import Callable, Generator, Sequence
-from typing import Self
+from collections.abc import Sequence
+from typing import Any, Self
 
 from dpone import errors
-from dpone.connections import sqlite_path
 from dpone.connectors.base import (
-    FENCE_TABLE,
-    Bound,
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
-    Row,
-    RowChecksum,
-    Sink,
-    SinkOptions,
-    SinkSpec,
     Source,
-    SourceSpec,
-    TableRef,
     canonical_datetime,
     canonical_decimal,
     canonical_text,
-    check_identifier,
-    check_unique,
     index_warnings,
-    scope_display,
-    sql_text_bound,
-    strip_query,
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import sqlite_column_type
+from dpone.connectors.sql_base import (
+    DriverConnection,
+    SqlDialect,
+    SqlSink,
+    SqlSource,
+)
+from dpone.credentials.connections import sqlite_path
 from dpone.errors import DponeError
-from dpone.faults import fault_point
 
 MAX_IDENTIFIER_CHARS = 1024
 _SAFE_MESSAGE = re.compile(
@@ -65,33 +56,14 @@ _SAFE_MESSAGE = re.compile(
 )
 
 
-def quote(name: str, what: str) -> str:
-    """ "double-quoted" with embedded quotes doubled."""
-    check_identifier(name, what, max_chars=MAX_IDENTIFIER_CHARS)
-    return '"' + name.replace('"', '""') + '"'
+class SqliteDialect(SqlDialect):
+    """SQLite names: "double-quoted" with embedded quotes doubled; ``?`` markers."""
+
+    max_chars = MAX_IDENTIFIER_CHARS
 
 
-def table_sql(table: TableRef) -> str:
-    name = quote(table.name, "table")
-    return name if table.schema is None else f"{quote(table.schema, 'schema')}.{name}"
-
-
-def _columns_sql(columns: Sequence[str]) -> str:
-    return ", ".join(quote(c, "column") for c in columns)
-
-
-def _where(window: ChunkWindow | None) -> str:
-    """`` WHERE <chunk predicate>`` on the ``dpone_src`` alias; nothing without a window."""
-    if window is None:
-        return ""
-    col = "dpone_src." + quote(window.column, "chunk column")
-    return f" WHERE {col} >= ? AND {col} < ?"
-
-
-def _params(window: ChunkWindow | None) -> tuple[Bound, ...]:
-    if window is None:
-        return ()
-    return (sql_text_bound(window, window.lower), sql_text_bound(window, window.upper))
+quote = SqliteDialect.quote
+_columns_sql = SqliteDialect.columns_sql
 
 
 def to_sqlite(value: object) -> object:
@@ -115,117 +87,67 @@ def describe_error(exc: sqlite3.Error) -> str:
     return f"{name}: {text}" if _SAFE_MESSAGE.match(text) else name
 
 
-def translate_error(exc: BaseException, code: str, what: str) -> DponeError:
-    if isinstance(exc, DponeError):
-        return exc
-    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
-        return DponeError(errors.CONNECTION_FAILED, f"{what}: the database connection is closed")
-    if isinstance(exc, sqlite3.Error):
-        return DponeError(code, f"{what} failed: {describe_error(exc)}")
-    return DponeError(code, f"{what} failed: {type(exc).__name__}")
-
-
-class SqliteConnection:
+class SqliteConnection(DriverConnection[sqlite3.Connection]):
     """A lazily opened connection to an existing database file, in autocommit mode."""
 
     def __init__(self, dsn: str, label: str) -> None:
+        super().__init__(label)
         self.path = os.path.realpath(sqlite_path(dsn))
-        self._label = label
-        self.current: sqlite3.Connection | None = None
         self.read_only = False
 
-    def get(self) -> sqlite3.Connection:
-        if self.current is None:
-            uri = pathlib.Path(self.path).as_uri() + ("?mode=ro" if self.read_only else "?mode=rw")
-            try:
-                self.current = sqlite3.connect(
-                    uri, uri=True, isolation_level=None, timeout=30, check_same_thread=False
-                )
-            except sqlite3.Error:
-                raise DponeError(
-                    errors.CONNECTION_FAILED,
-                    f"{self._label}: could not open the SQLite database file",
-                ) from None
-        return self.current
+    def open(self) -> sqlite3.Connection:
+        uri = pathlib.Path(self.path).as_uri() + ("?mode=ro" if self.read_only else "?mode=rw")
+        try:
+            return sqlite3.connect(
+                uri, uri=True, isolation_level=None, timeout=30, check_same_thread=False
+            )
+        except sqlite3.Error:
+            raise DponeError(
+                errors.CONNECTION_FAILED,
+                f"{self._label}: could not open the SQLite database file",
+            ) from None
 
-    def close(self) -> None:
-        conn, self.current = self.current, None
+    @property
+    def driver_error(self) -> type[BaseException]:
+        return sqlite3.Error
+
+    describe = staticmethod(describe_error)
+
+    def lost(self, exc: sqlite3.Error) -> str | None:
+        if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
+            return "the database connection is closed"
+        return None
+
+    def after_loss(self) -> None:
+        """A closed connection stays closed: the caller closed it on purpose."""
+
+    def interrupt(self) -> None:
+        conn = self.current
         if conn is not None:
-            conn.close()
+            with contextlib.suppress(Exception):
+                conn.interrupt()
 
 
-class SqliteSource(Source):
+class SqliteSource(SqlSource[sqlite3.Connection]):
     """A table or trusted query in a SQLite file."""
 
     kind = "sqlite"
+    dialect = SqliteDialect
+    db: SqliteConnection
 
-    def __init__(self, spec: SourceSpec, dsn: str) -> None:
-        super().__init__(spec, dsn)
-        if spec.table is not None:
-            table_sql(spec.table)
-        for col in spec.columns or ():
-            quote(col, "source column")
-        self.db = SqliteConnection(dsn, spec.display())
-        self._columns: tuple[str, ...] | None = None
+    def connection(self, dsn: str, label: str) -> SqliteConnection:
+        return SqliteConnection(dsn, label)
 
-    def relation(self) -> str:
-        if self.spec.table is not None:
-            return table_sql(self.spec.table) + " AS dpone_src"
-        return f"({strip_query(self.spec.query or '')}) AS dpone_src"
-
-    def columns(self) -> tuple[str, ...]:
-        if self._columns is None:
-            select = _columns_sql(self.spec.columns) if self.spec.columns else "dpone_src.*"
-            try:
-                cur = self.db.get().execute(f"SELECT {select} FROM {self.relation()} LIMIT 0")
-                names = tuple(str(d[0]) for d in cur.description or ())
-                cur.close()
-            except sqlite3.Error as exc:
-                raise self._fail(exc, "describing the columns") from None
-            for name in names:
-                check_identifier(
-                    name, f"{self.spec.display()} column", max_chars=MAX_IDENTIFIER_CHARS
-                )
-            check_unique(names, f"{self.spec.display()} columns")
-            self._columns = names
-        return self._columns
-
-    def select_sql(self, window: ChunkWindow | None, columns: Sequence[str]) -> str:
-        """SELECT of the chunk (every row without a window), to run with ``_params(window)``."""
-        return f"SELECT {_columns_sql(columns)} FROM {self.relation()}{_where(window)}"
-
-    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
-        query = self.select_sql(window, self.columns())
-        try:
-            cur = self.db.get().execute(query, _params(window))
-            try:
-                while batch := cur.fetchmany(batch_rows):
-                    yield batch
-            finally:
-                cur.close()
-        except sqlite3.Error as exc:
-            raise self._fail(exc, f"reading {scope_display(window)}") from None
-
-    def checksum(self, window: ChunkWindow | None) -> str:
-        total = RowChecksum(self.columns())
-        for batch in self.rows(window, 10_000):
-            total.add_many(batch)
-        return total.value()
+    def probe_sql(self, select: str) -> str:
+        return f"SELECT {select} FROM {self.relation()} LIMIT 0"
 
     def read_only(self) -> Self:
-        self.db.close()
+        self.db.discard()
         self.db.read_only = True
         return self
 
     def same_file(self, path: str) -> bool:
         return self.db.path == path
-
-    def _fail(self, exc: BaseException, doing: str) -> DponeError:
-        self._columns = None
-        return translate_error(exc, self.spec.failure_code, f"{self.spec.display()}: {doing}")
-
-    def close(self) -> None:
-        self.db.close()
 
     def column_types(self) -> dict[str, ColumnType | None]:
         """A table's declared types (``PRAGMA table_info``) by SQLite's affinity rules; a
@@ -244,53 +166,34 @@ class SqliteSource(Source):
         return {name: sqlite_column_type(declared.get(name.casefold(), "")) for name in names}
 
 
-class SqliteSink(Sink):
-    """Writes chunks into one SQLite table."""
+class SqliteSink(SqlSink[sqlite3.Connection]):
+    """Writes chunks into one SQLite table; BEGIN IMMEDIATE holds the file's write lock, which is
+    the per-chunk (and fence) lock here."""
 
     kind = "sqlite"
+    dialect = SqliteDialect
+    db: SqliteConnection
 
-    def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
-        super().__init__(spec, dsn, options)
-        self._table = table_sql(spec.table)
-        for key in spec.keys:
-            quote(key, "merge key")
-        self.db = SqliteConnection(dsn, spec.display())
+    def connection(self, dsn: str, label: str) -> SqliteConnection:
+        return SqliteConnection(dsn, label)
 
-    def _transfer(
-        self,
-        source: Source,
-        window: ChunkWindow | None,
-        connection: object | None,
-        fence: ChunkFence | None,
-        isolated: bool = True,
-    ) -> ChunkWrite:
-        self._no_external_connection(connection)
-        columns = self._moved_columns(source, window)
-        conn = self.db.get()
-        try:
-            if fence is not None:
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._fence_table()} (campaign TEXT NOT NULL, "
-                    "chunk_index INTEGER NOT NULL, attempt INTEGER NOT NULL, claimed_at TEXT, "
-                    "PRIMARY KEY (campaign, chunk_index))"
-                )
-            with self._read_back(source, window) as gate:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    if fence is not None:
-                        self._claim_fence(conn, fence)
-                    result = gate.check(self._write(conn, source, window, columns))
-                    if fence is not None:
-                        fault_point("sink_written")
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-            return result
-        except Exception as exc:
-            what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
-            raise translate_error(exc, errors.SINK_FAILED, what) from None
+    def _begin(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        conn.execute("BEGIN IMMEDIATE")
+        return conn
+
+    def _commit(self, conn: sqlite3.Connection, handle: object) -> None:
+        conn.execute("COMMIT")
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+    def _ensure_fence_table(self, conn: sqlite3.Connection) -> None:
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {self._fence_table} (campaign TEXT NOT NULL, "
+            "chunk_index INTEGER NOT NULL, attempt INTEGER NOT NULL, claimed_at TEXT, "
+            "PRIMARY KEY (campaign, chunk_index))"
+        )
 
     def preflight(self, window_column: str | None = None) -> list[str]:
         conn = self.db.get()
@@ -312,29 +215,11 @@ class SqliteSink(Sink):
                 names = [str(k[2] or "") for k in sorted(keys, key=lambda k: int(k[0]))]
                 indexes.append((names, bool(row[2]) and not bool(row[4])))
         except sqlite3.Error as exc:
-            raise translate_error(
-                exc, errors.SINK_FAILED, f"{self.spec.display()}: preflight"
-            ) from None
+            raise self._preflight_failed(exc) from None
         return index_warnings(shown, self.spec, window_column, columns, indexes)
 
-    def interrupt(self) -> None:
-        conn = self.db.current
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.interrupt()
-
-    def close(self) -> None:
-        self._close_read_back()
-        self.db.close()
-
-    # fence: BEGIN IMMEDIATE holds the file's write lock, which is the per-chunk lock here -------
-    def _fence_table(self) -> str:
-        table = quote(FENCE_TABLE, "fence table")
-        schema = self.spec.table.schema
-        return table if schema is None else f"{quote(schema, 'schema')}.{table}"
-
     def _claim_fence(self, conn: sqlite3.Connection, fence: ChunkFence) -> None:
-        table = self._fence_table()
+        table = self._fence_table
         key = (fence.campaign, fence.chunk_index)
         conn.execute(
             f"INSERT INTO {table} (campaign, chunk_index, attempt, claimed_at) "
@@ -346,9 +231,7 @@ class SqliteSink(Sink):
         row = conn.execute(
             f"SELECT attempt FROM {table} WHERE campaign = ? AND chunk_index = ?", key
         ).fetchone()
-        stored = int(row[0]) if row else fence.attempt
-        if stored > fence.attempt:
-            raise fence.superseded(self.spec.display(), stored)
+        self._refuse_superseded(fence, int(row[0]) if row else fence.attempt)
 
     # paths --------------------------------------------------------------------------------------
     def _write(
@@ -364,8 +247,8 @@ class SqliteSink(Sink):
             def fill_select(rel: str) -> int:
                 insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) {select}"
                 if self.spec.inner_mode == "merge" and rel == self._table:
-                    insert += " " + self._on_conflict(columns)
-                return conn.execute(insert, _params(window)).rowcount
+                    insert += " " + self._upsert(columns)
+                return conn.execute(insert, SqliteDialect.params(window) or ()).rowcount
 
             return self._modes(conn, window, columns, fill_select, "insert-select")
 
@@ -375,7 +258,7 @@ class SqliteSink(Sink):
             marks = ", ".join("?" for _ in columns)
             insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) VALUES ({marks})"
             if self.spec.inner_mode == "merge" and rel == self._table:
-                insert += " " + self._on_conflict(columns)
+                insert += " " + self._upsert(columns)
             count = 0
             with contextlib.closing(source.rows(window, self.options.batch_rows)) as batches:
                 for batch in batches:
@@ -386,77 +269,32 @@ class SqliteSink(Sink):
 
         return self._modes(conn, window, columns, fill_rows, "executemany")
 
-    def _modes(
-        self,
-        conn: sqlite3.Connection,
-        window: ChunkWindow | None,
-        columns: tuple[str, ...],
-        fill: Callable[[str], int],
-        method: str,
-    ) -> ChunkWrite:
-        """The inner mode around a ``fill(relation)``; full_refresh deletes every row of the target
-        (BEGIN IMMEDIATE already keeps other writers out of the file until commit)."""
-        mode = self.spec.inner_mode
-        cols = _columns_sql(columns)
-        hashed = self._hashed(columns)
-        if mode in ("replace", "full_refresh"):
-            replaced = window if mode == "replace" else None  # None: every row of the target
-            where = _where(replaced)
-            conn.execute(f"DELETE FROM {self._table} AS dpone_src{where}", _params(replaced))
-            rows = fill(self._table)
-            checksum = None
-            if self.options.checksum:
-                check = RowChecksum(hashed)
-                read = f"SELECT {_columns_sql(hashed)} FROM {self._table} AS dpone_src{where}"
-                cur = conn.execute(read, _params(replaced))
-                while batch := cur.fetchmany(10_000):
-                    check.add_many(batch)
-                cur.close()
-                checksum = check.value()
-            return ChunkWrite(rows, checksum, method)
-        if not self.options.checksum:
-            return ChunkWrite(fill(self._table), None, method)
+    # inner modes: merge without a checksum upserts straight into the target -------------------
+    def _query(self, handle: sqlite3.Connection, query: str, params: Any) -> sqlite3.Cursor:
+        return handle.execute(query, params or ())
+
+    def _stages(self) -> bool:
+        return self.options.checksum
+
+    def _delete_sql(self, window: ChunkWindow | None) -> str:
+        """BEGIN IMMEDIATE already keeps other writers out of the file until commit."""
+        return f"DELETE FROM {self._table} AS dpone_src{SqliteDialect.where(window)}"
+
+    def _create_stage(self, handle: sqlite3.Connection, columns: Sequence[str]) -> str:
         stage = quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
-        conn.execute(f"CREATE TEMP TABLE {stage} AS SELECT {cols} FROM {self._table} WHERE 0")
-        try:
-            fill(f"temp.{stage}")
-            insert = (
-                f"INSERT INTO {self._table} ({cols}) SELECT {cols} FROM temp.{stage} WHERE true"
-            )
-            if mode == "merge":
-                insert += " " + self._on_conflict(columns)
-            rows = conn.execute(insert).rowcount
-            checksum = None
-            if self.options.checksum:
-                read = f"SELECT {_columns_sql(hashed)} FROM temp.{stage}"
-                if mode == "merge":  # the target's rows whose keys the stage carries
-                    on = " AND ".join(
-                        f"s.{quote(k, 'key')} = t.{quote(k, 'key')}" for k in self.spec.keys
-                    )
-                    read = (
-                        f"SELECT {', '.join('t.' + quote(c, 'column') for c in hashed)} "
-                        f"FROM {self._table} AS t "
-                        f"WHERE EXISTS (SELECT 1 FROM temp.{stage} AS s WHERE {on})"
-                    )
-                check = RowChecksum(hashed)
-                check.add_many(conn.execute(read).fetchall())
-                checksum = check.value()
-        finally:
-            conn.execute(f"DROP TABLE IF EXISTS temp.{stage}")
-        return ChunkWrite(rows, checksum, method)
+        handle.execute(
+            f"CREATE TEMP TABLE {stage} AS SELECT {_columns_sql(columns)} FROM {self._table} "
+            "WHERE 0"
+        )
+        return f"temp.{stage}"
 
-    def _on_conflict(self, columns: Sequence[str]) -> str:
-        keys = self.spec.keys
-        updated = [c for c in columns if c not in keys] or [keys[0]]
-        sets = ", ".join(f"{quote(c, 'column')} = excluded.{quote(c, 'column')}" for c in updated)
-        return f"ON CONFLICT ({_columns_sql(keys)}) DO UPDATE SET {sets}"
+    _stage_filter = " WHERE true"  # else ON CONFLICT would parse as a join constraint
 
+    def _drop_stage(self, handle: sqlite3.Connection, stage: str, done: bool) -> None:
+        handle.execute(f"DROP TABLE IF EXISTS {stage}")
 
-def table_checksum(
-    dsn: str, table: TableRef, window: ChunkWindow | None, columns: Sequence[str] | None = None
-) -> str:
-    spec = SourceSpec(
-        connection="checksum", table=table, columns=tuple(columns) if columns else None
-    )
-    with SqliteSource(spec, dsn) as source:
-        return source.checksum(window)
+    def _upsert(self, columns: Sequence[str]) -> str:
+        sets = ", ".join(
+            f"{quote(c, 'column')} = excluded.{quote(c, 'column')}" for c in self._updated(columns)
+        )
+        return f"ON CONFLICT ({_columns_sql(self.spec.keys)}) DO UPDATE SET {sets}"

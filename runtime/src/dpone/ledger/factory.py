@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 from dpone import errors
-from dpone.connections import dsn_kind
+from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
 from dpone.ledger.port import LedgerStore
 

@@ -66,7 +66,6 @@ from dpone.ledger.sql import (
     restatement_of,
     running_record,
     shape_from_rows,
-    stored_text,
     validate_transition,
     verify_shape,
 )
@@ -495,18 +494,8 @@ class LocalFileLedger:
         with self._locked(lock_timeout_s):
             existing = self._campaigns.get(shape.run_key)
             if existing is None:
-                head = CampaignHead(
-                    run_key=shape.run_key,
-                    workload=shape.workload,
-                    process=shape.process,
-                    plan_hash=shape.plan_hash,
-                    config_hash=shape.config_hash,
-                    chunk_count=shape.chunk_count,
-                    cancelled=False,
-                    cancel_reason=None,
-                    created_by=owner,
-                    seq=self._last_seq + 1,
-                    created_at=self._clock(),
+                head = replace(
+                    CampaignHead.new(shape, owner), seq=self._last_seq + 1, created_at=self._clock()
                 )
                 rows = [ShapeRow.of(chunk) for chunk in shape.chunks]
                 self._append(_campaign_json(head.seq, head, rows))
@@ -698,18 +687,8 @@ class LocalFileLedger:
             if campaign is None:
                 raise DponeError(errors.USAGE, f"no campaign {run_key!r} in {self.path}")
             head = campaign.head
-            updated = CampaignHead(
-                run_key=head.run_key,
-                workload=head.workload,
-                process=head.process,
-                plan_hash=head.plan_hash,
-                config_hash=head.config_hash,
-                chunk_count=head.chunk_count,
-                cancelled=not undo,
-                cancel_reason=stored_text(reason),
-                created_by=head.created_by,
-                seq=self._last_seq + 1,
-                created_at=self._clock(),
+            updated = replace(
+                head.cancelling(reason, undo), seq=self._last_seq + 1, created_at=self._clock()
             )
             self._append(_campaign_json(updated.seq, updated, None))
 

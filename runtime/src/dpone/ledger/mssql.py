@@ -20,17 +20,16 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
-from dpone.connections import redact
+from dpone.credentials.connections import redact
 from dpone.errors import DponeError
 from dpone.ledger.port import Amendment, ChunkState, Restatement
 from dpone.ledger.sql import (
-    AMENDMENT_COLUMNS,
-    CAMPAIGN_COLUMNS,
-    INSERT_CAMPAIGN_COLUMNS,
+    AMENDMENTS,
+    CAMPAIGNS,
     INSERT_TRANSITION_COLUMNS,
-    RESTATEMENT_COLUMNS,
+    RESTATEMENTS,
     SCHEMA_VERSION,
-    TRANSITION_COLUMNS,
+    TRANSITIONS,
     CampaignHead,
     ChunkLockTimeout,
     ChunkView,
@@ -41,16 +40,9 @@ from dpone.ledger.sql import (
     TxMode,
     ViewThenAppend,
     WriteFailed,
-    amendment_from_row,
-    amendment_params,
-    campaign_from_row,
-    campaign_params,
     first_line,
     lock_resource,
-    restatement_from_row,
-    restatement_params,
     rows_as_shape,
-    transition_from_row,
     transition_params,
     utc,
     view_from_row,
@@ -250,8 +242,10 @@ class MssqlStatements:
         self.create_schema = f"CREATE SCHEMA {s}"
         self.version = f"SELECT MAX(version) FROM {s}.[schema_version]"
         self.record_version = f"INSERT INTO {s}.[schema_version] (version) VALUES (?)"
-        self.campaign_head = f"SELECT TOP 1 {CAMPAIGN_COLUMNS} FROM {s}.[campaign] WHERE run_key = ? ORDER BY seq DESC"
-        self.insert_campaign = f"INSERT INTO {s}.[campaign] ({INSERT_CAMPAIGN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        self.campaign_head = f"SELECT TOP 1 {CAMPAIGNS.selected} FROM {s}.[campaign] WHERE run_key = ? ORDER BY seq DESC"
+        self.insert_campaign = (
+            f"INSERT INTO {s}.[campaign] ({CAMPAIGNS.inserted}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         self.insert_shape = (
             f"INSERT INTO {s}.[campaign_chunk] (run_key, chunk_index, chunk_start, chunk_end, "
             "idempotency_key) VALUES (?, ?, ?, ?, ?)"
@@ -260,7 +254,7 @@ class MssqlStatements:
             f"SELECT chunk_index, chunk_start, chunk_end, idempotency_key FROM {s}.[campaign_chunk] "
             "WHERE run_key = ? ORDER BY chunk_index"
         )
-        columns = TRANSITION_COLUMNS.replace("transition,", "[transition],")
+        columns = TRANSITIONS.selected.replace("transition,", "[transition],")
         self.chunk_view = (
             "SELECT SYSUTCDATETIME(), c.cancelled, c.cancel_reason, "
             "sh.chunk_index, sh.chunk_start, sh.chunk_end, sh.idempotency_key, t.* "
@@ -286,14 +280,12 @@ class MssqlStatements:
             f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) VALUES (?, ?)"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.[committed_chunk] WHERE run_key = ?"
-        self.insert_amendment = (
-            f"INSERT INTO {s}.[campaign_amendment] ({AMENDMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
-        )
+        self.insert_amendment = f"INSERT INTO {s}.[campaign_amendment] ({AMENDMENTS.inserted}) VALUES (?, ?, ?, ?, ?, ?)"
         self.amendments = (
-            f"SELECT {AMENDMENT_COLUMNS}, amended_at FROM {s}.[campaign_amendment] "
+            f"SELECT {AMENDMENTS.inserted}, amended_at FROM {s}.[campaign_amendment] "
             "WHERE run_key = ? ORDER BY seq"
         )
-        restatement_columns = RESTATEMENT_COLUMNS.replace("transition,", "[transition],")
+        restatement_columns = RESTATEMENTS.inserted.replace("transition,", "[transition],")
         self.insert_restatement = (
             f"INSERT INTO {s}.[chunk_restatement] ({restatement_columns}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -364,10 +356,10 @@ class MssqlTx(ViewThenAppend):
 
     def campaign_head(self, run_key: str) -> CampaignHead | None:
         row = self._one(self.sql.campaign_head, run_key)
-        return None if row is None else campaign_from_row(row)
+        return None if row is None else CAMPAIGNS.decode(row)
 
     def insert_campaign(self, head: CampaignHead) -> None:
-        self.cursor.execute(self.sql.insert_campaign, *campaign_params(head))
+        self.cursor.execute(self.sql.insert_campaign, *CAMPAIGNS.params(head))
 
     def insert_shape(self, run_key: str, rows: Sequence[ShapeRow]) -> None:
         self.cursor.fast_executemany = True
@@ -395,22 +387,22 @@ class MssqlTx(ViewThenAppend):
         return rows_as_shape(self._all(self.sql.shape_rows, run_key))
 
     def latest_transitions(self, run_key: str) -> list[StoredTransition]:
-        return [transition_from_row(row) for row in self._all(self.sql.latest_transitions, run_key)]
+        return [TRANSITIONS.decode(row) for row in self._all(self.sql.latest_transitions, run_key)]
 
     def insert_amendment(self, amendment: Amendment) -> None:
-        self.cursor.execute(self.sql.insert_amendment, *amendment_params(amendment))
+        self.cursor.execute(self.sql.insert_amendment, *AMENDMENTS.params(amendment))
 
     def amendments(self, run_key: str) -> list[Amendment]:
-        return [amendment_from_row(row) for row in self._all(self.sql.amendments, run_key)]
+        return [AMENDMENTS.decode(row) for row in self._all(self.sql.amendments, run_key)]
 
     def insert_restatement(self, restatement: Restatement) -> None:
-        self.cursor.execute(self.sql.insert_restatement, *restatement_params(restatement))
+        self.cursor.execute(self.sql.insert_restatement, *RESTATEMENTS.params(restatement))
 
     def unmark_committed(self, run_key: str, chunk_index: int) -> None:
         self.cursor.execute(self.sql.unmark_committed, run_key, chunk_index)
 
     def restatements(self, run_key: str) -> list[Restatement]:
-        return [restatement_from_row(r) for r in self._all(self.sql.restatements, run_key)]
+        return [RESTATEMENTS.decode(r) for r in self._all(self.sql.restatements, run_key)]
 
     def db_now(self) -> dt.datetime:
         return utc(self._one(self.sql.now)[0])
@@ -458,10 +450,7 @@ class MssqlLedger(SqlLedger):
         try:
             self._conn = self.driver.connect(self._connection_string, autocommit=False)
         except self.driver.Error as exc:
-            raise DponeError(
-                errors.CONNECTION_FAILED,
-                f"cannot connect to the ledger database {redact(self._dsn)}: {self._message(exc)}",
-            ) from exc
+            raise self._unreachable(self._message(exc)) from exc
         return self._conn
 
     def close(self) -> None:
@@ -471,12 +460,6 @@ class MssqlLedger(SqlLedger):
             except self.driver.Error:
                 pass
             self._conn = None
-
-    def __enter__(self) -> MssqlLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @staticmethod
     def _sqlstate(exc: BaseException) -> str:
@@ -490,20 +473,13 @@ class MssqlLedger(SqlLedger):
         state = self._sqlstate(exc)
         if state.startswith("08") or isinstance(exc, self.driver.OperationalError):
             self.close()  # the next call reconnects
-            return DponeError(
-                errors.CONNECTION_FAILED,
-                f"the ledger database connection failed during {op} ({redact(self._dsn)}): "
-                f"{state} {self._message(exc)}; the outcome of this call is unknown, retry the task",
-            )
+            return self._lost_during(op, f"{state} {self._message(exc)}")
         if state.startswith("23") and mode in (TxMode.CHUNK, TxMode.WRITE):
             return DponeError(
                 errors.CHUNK_LEASE_LOST,
                 f"{op}: a concurrent writer appended the same chunk transition first ({state})",
             )
-        return DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"ledger database error during {op} in schema {self.schema!r}: {state} {self._message(exc)}",
-        )
+        return self._database_error(op, f"{state} {self._message(exc)}")
 
     @contextmanager
     def _transaction(self, op: str, mode: TxMode) -> Iterator[MssqlTx]:
@@ -554,14 +530,7 @@ class MssqlLedger(SqlLedger):
         """Read the audit schema without creating or migrating anything (`dpone ledger list`)."""
         with self._transaction("reading the schema version", TxMode.READ) as tx:
             version = self._stored_version(tx)
-        self._check_version(version)
-        self.absent = version is None
-        if version is not None and version < SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version} of {SCHEMA_VERSION}: the "
-                "next `dpone run` on it migrates it; listing never changes a ledger",
-            )
+        self._inspected(version)
 
     def _stored_version(self, tx: MssqlTx) -> int | None:
         found = tx._one(self.statements.object_id, f"{self.statements.schema}.[schema_version]")
@@ -572,17 +541,4 @@ class MssqlLedger(SqlLedger):
             return None
         if isinstance(row[0], int):
             return int(row[0])
-        raise DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"schema {self.schema!r} holds a schema_version table that is not a dpone audit "
-            "schema's (another tool's?): give the ledger a schema of its own (state.schema, "
-            "or --schema)",
-        )
-
-    def _check_version(self, version: int | None) -> None:
-        if version is not None and version > SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version}; this dpone knows versions "
-                f"up to {SCHEMA_VERSION}: upgrade dpone",
-            )
+        raise self._foreign_version_table()

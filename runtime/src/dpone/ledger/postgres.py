@@ -15,23 +15,22 @@ from contextlib import contextmanager
 from typing import Any
 
 from dpone import errors
-from dpone.connections import redact
-from dpone.dsn_settings import (
+from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
     postgres_missing_file,
     postgres_setting_problem,
 )
+from dpone.credentials.redaction import mask_quoted
 from dpone.errors import DponeError
 from dpone.ledger.port import Amendment, ChunkResult, ChunkState, Lease, Restatement
 from dpone.ledger.sql import (
-    AMENDMENT_COLUMNS,
-    CAMPAIGN_COLUMNS,
-    INSERT_CAMPAIGN_COLUMNS,
+    AMENDMENTS,
+    CAMPAIGNS,
     INSERT_TRANSITION_COLUMNS,
-    RESTATEMENT_COLUMNS,
+    RESTATEMENTS,
     SCHEMA_VERSION,
-    TRANSITION_COLUMNS,
+    TRANSITIONS,
     Appended,
     CampaignHead,
     ChunkLockTimeout,
@@ -42,26 +41,18 @@ from dpone.ledger.sql import (
     StoredTransition,
     TxMode,
     WriteFailed,
-    amendment_from_row,
-    amendment_params,
-    campaign_from_row,
     campaign_lock_key,
-    campaign_params,
     chunk_lock_class,
     first_line,
-    restatement_from_row,
-    restatement_params,
     rows_as_shape,
     schema_lock_key,
     stored_text,
-    transition_from_row,
     transition_params,
     utc,
     view_from_row,
 )
+from dpone.lifecycle.session_limits import TEXT_FORM_SETTINGS, mark_text_forms, session_limits
 from dpone.plan.chunks import Chunk
-from dpone.redaction import mask_quoted
-from dpone.session_limits import TEXT_FORM_SETTINGS, mark_text_forms, session_limits
 
 try:
     import psycopg
@@ -74,7 +65,7 @@ except ImportError as missing:  # pragma: no cover - exercised by the factory gu
     ) from missing
 
 CONNECTION_DEFAULTS = {"connect_timeout": "10"}
-"""Applied unless the DSN sets them, with the client keepalives of dpone.session_limits: a lost
+"""Applied unless the DSN sets them, with the client keepalives of dpone.lifecycle.session_limits: a lost
 node is noticed in about a minute, not two hours."""
 
 # SQLSTATE classes that mean the session is gone (connection exception, admin shutdown).
@@ -153,7 +144,7 @@ def _chunk_view_sql(s: str) -> str:
         "WHERE cc.run_key = p_run_key ORDER BY cc.seq DESC LIMIT 1) AS c ON true "
         f"LEFT JOIN {s}.campaign_chunk AS sh ON sh.run_key = p_run_key "
         "AND sh.chunk_index = p_chunk_index "
-        f"LEFT JOIN (SELECT {TRANSITION_COLUMNS.replace(', ', ', tt.').replace('seq,', 'tt.seq,', 1)} "
+        f"LEFT JOIN (SELECT {TRANSITIONS.selected.replace(', ', ', tt.').replace('seq,', 'tt.seq,', 1)} "
         f"FROM {s}.chunk_transition AS tt WHERE tt.run_key = p_run_key "
         "AND tt.chunk_index = p_chunk_index ORDER BY tt.transition DESC LIMIT 1) AS t ON true"
     )
@@ -299,9 +290,9 @@ class PostgresStatements:
         s = '"' + schema + '"'
         self.schema = s
         # clock_timestamp() rides along: a load's "now" without a statement of its own
-        self.campaign_head = f"SELECT {CAMPAIGN_COLUMNS}, clock_timestamp() FROM {s}.campaign WHERE run_key = %s ORDER BY seq DESC LIMIT 1"
+        self.campaign_head = f"SELECT {CAMPAIGNS.selected}, clock_timestamp() FROM {s}.campaign WHERE run_key = %s ORDER BY seq DESC LIMIT 1"
         self.insert_campaign = (
-            f"INSERT INTO {s}.campaign ({INSERT_CAMPAIGN_COLUMNS}) "
+            f"INSERT INTO {s}.campaign ({CAMPAIGNS.inserted}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
         )
         self.copy_shape = (
@@ -319,7 +310,7 @@ class PostgresStatements:
             f"LEFT JOIN (SELECT cancelled, cancel_reason FROM {s}.campaign WHERE run_key = %(rk)s "
             "ORDER BY seq DESC LIMIT 1) AS c ON true "
             f"LEFT JOIN {s}.campaign_chunk AS sh ON sh.run_key = %(rk)s AND sh.chunk_index = %(ix)s "
-            f"LEFT JOIN (SELECT {TRANSITION_COLUMNS} FROM {s}.chunk_transition "
+            f"LEFT JOIN (SELECT {TRANSITIONS.selected} FROM {s}.chunk_transition "
             "WHERE run_key = %(rk)s AND chunk_index = %(ix)s ORDER BY transition DESC LIMIT 1) AS t ON true"
         )
         self.lease_append = (
@@ -336,27 +327,27 @@ class PostgresStatements:
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
         )
         self.latest_transitions = (
-            f"SELECT DISTINCT ON (chunk_index) {TRANSITION_COLUMNS} FROM {s}.chunk_transition "
+            f"SELECT DISTINCT ON (chunk_index) {TRANSITIONS.selected} FROM {s}.chunk_transition "
             "WHERE run_key = %s ORDER BY chunk_index, transition DESC"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.committed_chunk WHERE run_key = %s"
         self.insert_amendment = (
-            f"INSERT INTO {s}.campaign_amendment ({AMENDMENT_COLUMNS}) "
+            f"INSERT INTO {s}.campaign_amendment ({AMENDMENTS.inserted}) "
             "VALUES (%s, %s, %s, %s, %s, %s)"
         )
         self.amendments = (
-            f"SELECT {AMENDMENT_COLUMNS}, amended_at FROM {s}.campaign_amendment "
+            f"SELECT {AMENDMENTS.inserted}, amended_at FROM {s}.campaign_amendment "
             "WHERE run_key = %s ORDER BY seq"
         )
         self.insert_restatement = (
-            f"INSERT INTO {s}.chunk_restatement ({RESTATEMENT_COLUMNS}) "
+            f"INSERT INTO {s}.chunk_restatement ({RESTATEMENTS.inserted}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s)"
         )
         self.unmark_committed = (
             f"DELETE FROM {s}.committed_chunk WHERE run_key = %s AND chunk_index = %s"
         )
         self.restatements = (
-            f"SELECT {RESTATEMENT_COLUMNS}, requested_at FROM {s}.chunk_restatement "
+            f"SELECT {RESTATEMENTS.inserted}, requested_at FROM {s}.chunk_restatement "
             "WHERE run_key = %s ORDER BY seq"
         )
         self.run_keys = f"SELECT DISTINCT run_key FROM {s}.campaign ORDER BY run_key"
@@ -458,10 +449,10 @@ class PostgresTx:
         if row is None:
             return None
         self.head_read_at = utc(row[-1])
-        return campaign_from_row(row)
+        return CAMPAIGNS.decode(row)
 
     def insert_campaign(self, head: CampaignHead) -> None:
-        self.connection.execute(self.sql.insert_campaign, campaign_params(head))
+        self.connection.execute(self.sql.insert_campaign, CAMPAIGNS.params(head))
 
     def insert_shape(self, run_key: str, rows: Sequence[ShapeRow]) -> None:
         with self.connection.cursor().copy(self.sql.copy_shape) as copy:
@@ -540,28 +531,28 @@ class PostgresTx:
 
     def latest_transitions(self, run_key: str) -> list[StoredTransition]:
         rows = self.connection.execute(self.sql.latest_transitions, (run_key,)).fetchall()
-        return [transition_from_row(row) for row in rows]
+        return [TRANSITIONS.decode(row) for row in rows]
 
     def committed_marks(self, run_key: str) -> set[int]:
         rows = self.connection.execute(self.sql.committed_marks, (run_key,)).fetchall()
         return {int(row[0]) for row in rows}
 
     def insert_amendment(self, amendment: Amendment) -> None:
-        self.connection.execute(self.sql.insert_amendment, amendment_params(amendment))
+        self.connection.execute(self.sql.insert_amendment, AMENDMENTS.params(amendment))
 
     def amendments(self, run_key: str) -> list[Amendment]:
         rows = self.connection.execute(self.sql.amendments, (run_key,)).fetchall()
-        return [amendment_from_row(row) for row in rows]
+        return [AMENDMENTS.decode(row) for row in rows]
 
     def insert_restatement(self, restatement: Restatement) -> None:
-        self.connection.execute(self.sql.insert_restatement, restatement_params(restatement))
+        self.connection.execute(self.sql.insert_restatement, RESTATEMENTS.params(restatement))
 
     def unmark_committed(self, run_key: str, chunk_index: int) -> None:
         self.connection.execute(self.sql.unmark_committed, (run_key, chunk_index))
 
     def restatements(self, run_key: str) -> list[Restatement]:
         rows = self.connection.execute(self.sql.restatements, (run_key,)).fetchall()
-        return [restatement_from_row(row) for row in rows]
+        return [RESTATEMENTS.decode(row) for row in rows]
 
     def db_now(self) -> dt.datetime:
         """The database clock: the time the campaign head was just read, once (no round trip),
@@ -638,10 +629,7 @@ class PostgresLedger(SqlLedger):
             setting = postgres_setting_problem(str(exc))
             if setting is not None:
                 raise invalid_setting("the ledger database", setting) from None
-            raise DponeError(
-                errors.CONNECTION_FAILED,
-                f"cannot connect to the ledger database {redact(self._dsn)}: {first_line(str(exc))}",
-            ) from exc
+            raise self._unreachable(first_line(str(exc))) from exc
         return self._conn
 
     def close(self) -> None:
@@ -658,12 +646,6 @@ class PostgresLedger(SqlLedger):
             except Exception:
                 pass
 
-    def __enter__(self) -> PostgresLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _translate(self, exc: psycopg.Error, op: str) -> DponeError:
         state = exc.sqlstate or ""
         conn = self._conn
@@ -674,16 +656,8 @@ class PostgresLedger(SqlLedger):
             run_key, index = self.pending_chunk_lock
             return ChunkLockTimeout(run_key, index, self.chunk_lock_timeout_s)
         if lost or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            return DponeError(
-                errors.CONNECTION_FAILED,
-                f"the ledger database connection failed during {op} ({redact(self._dsn)}): "
-                f"{first_line(str(exc))}; the outcome of this call is unknown, retry the task",
-            )
-        return DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"ledger database error during {op} in schema {self.schema!r}: "
-            f"{state} {first_line(str(exc))}",
-        )
+            return self._lost_during(op, first_line(str(exc)))
+        return self._database_error(op, f"{state} {first_line(str(exc))}")
 
     @contextmanager
     def _transaction(self, op: str, mode: TxMode) -> Iterator[PostgresTx]:
@@ -771,14 +745,7 @@ class PostgresLedger(SqlLedger):
                 version = self._stored_version(conn)
         except psycopg.Error as exc:
             raise self._translate(exc, "reading the schema version") from exc
-        self._check_version(version)
-        self.absent = version is None
-        if version is not None and version < SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version} of {SCHEMA_VERSION}: the "
-                "next `dpone run` on it migrates it; listing never changes a ledger",
-            )
+        self._inspected(version)
 
     def _stored_version(self, conn: psycopg.Connection[Any]) -> int | None:
         """The audit schema's version, None when it has no schema_version table yet. A table of
@@ -799,17 +766,4 @@ class PostgresLedger(SqlLedger):
             present = conn.execute("SELECT to_regclass(%s)", (campaign,)).fetchone()
             if version is None or (present is not None and present[0] is not None):
                 return version
-        raise DponeError(
-            errors.LEDGER_UNAVAILABLE,
-            f"schema {self.schema!r} holds a schema_version table that is not a dpone audit "
-            "schema's (another tool's?): give the ledger a schema of its own (state.schema, "
-            "or --schema)",
-        )
-
-    def _check_version(self, version: int | None) -> None:
-        if version is not None and version > SCHEMA_VERSION:
-            raise DponeError(
-                errors.LEDGER_UNAVAILABLE,
-                f"audit schema {self.schema!r} is at version {version}; this dpone knows versions "
-                f"up to {SCHEMA_VERSION}: upgrade dpone",
-            )
+        raise self._foreign_version_table()

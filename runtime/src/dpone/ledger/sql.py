@@ -16,17 +16,19 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import operator
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from enum import Enum, StrEnum
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from dpone import errors
+from dpone.credentials.connections import redact
+from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError
-from dpone.faults import fault_point
 from dpone.ledger.amend import check_extension
 from dpone.ledger.port import (
     Amendment,
@@ -42,9 +44,9 @@ from dpone.ledger.port import (
     Ledger,
     Restatement,
 )
+from dpone.lifecycle.faults import fault_point
 from dpone.plan.canonical import json_scalar
 from dpone.plan.chunks import Bound, Chunk, plan_hash
-from dpone.redaction import redact_text
 
 SCHEMA_VERSION = 4
 """The audit-schema version this release writes; a newer stored version is refused.
@@ -148,6 +150,55 @@ def optional_utc(value: Any) -> dt.datetime | None:
     return None if value is None else utc(value)
 
 
+def optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def as_stored(value: Any) -> Any:
+    return value
+
+
+R = TypeVar("R")
+
+
+class RowCodec(Generic[R]):
+    """One record type's stored row, said once: ``spec`` lists its columns in the order of the
+    dataclass's fields as ``column[:type][=field]`` (type ``int``, ``bool``, ``utc``, or none for
+    text; a trailing ``?`` for nullable; a bare ``:?`` keeps the stored value as it is; ``=field``
+    where the attribute is named otherwise); ``generated`` columns are filled in by the database
+    on insert."""
+
+    _DECODERS: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "": str,
+        "int": int,
+        "bool": bool,
+        "utc": utc,
+        "?": as_stored,
+        "int?": optional_int,
+        "utc?": optional_utc,
+    }
+
+    def __init__(self, make: Callable[..., R], spec: str, *, generated: str = "") -> None:
+        self._make = make
+        parsed = [re.fullmatch(r"(\w+)(?::([\w?]*))?(?:=(\w+))?", item) for item in spec.split()]
+        columns = [(m[1], self._DECODERS[m[2] or ""], m[3] or m[1]) for m in parsed if m]
+        assert len(columns) == len(spec.split()), spec
+        self._decoders = tuple(decode for _, decode, _ in columns)
+        written = [(name, field) for name, _, field in columns if name not in generated.split()]
+        #: the select list, in the order :meth:`decode` reads
+        self.selected = ", ".join(name for name, _, _ in columns)
+        #: the insert list, in the order :meth:`params` gives
+        self.inserted = ", ".join(name for name, _ in written)
+        self._written = tuple(field for _, field in written)
+
+    def decode(self, row: Sequence[Any]) -> R:
+        return self._make(*map(operator.call, self._decoders, row))
+
+    def params(self, record: object) -> tuple[Any, ...]:
+        values = (getattr(record, name) for name in self._written)
+        return tuple(v.value if isinstance(v, Enum) else v for v in values)
+
+
 def first_line(text: str, limit: int = ERROR_MESSAGE_LIMIT) -> str:
     """Driver messages put row values in DETAIL lines; keep only the primary line."""
     line = text.strip().splitlines()[0] if text.strip() else ""
@@ -182,6 +233,25 @@ class CampaignHead:
     created_by: str
     seq: int = 0
     created_at: dt.datetime | None = None
+
+    @classmethod
+    def new(cls, shape: CampaignShape, owner: str) -> CampaignHead:
+        """The first snapshot of the campaign ``shape`` plans (seq and created_at: the store's)."""
+        return cls(
+            shape.run_key,
+            shape.workload,
+            shape.process,
+            shape.plan_hash,
+            shape.config_hash,
+            shape.chunk_count,
+            cancelled=False,
+            cancel_reason=None,
+            created_by=owner,
+        )
+
+    def cancelling(self, reason: str, undo: bool) -> CampaignHead:
+        """The snapshot with the cancelled flag set (``undo``: cleared) for ``reason``."""
+        return replace(self, cancelled=not undo, cancel_reason=stored_text(reason))
 
 
 @dataclass(frozen=True)
@@ -426,47 +496,22 @@ def merge_ledger(
 
 def extended_head(head: CampaignHead, shape: CampaignShape) -> CampaignHead:
     """The snapshot of an extended campaign: the new plan, the rest (cancel flag too) kept."""
-    return CampaignHead(
-        run_key=head.run_key,
-        workload=head.workload,
-        process=head.process,
+    return replace(
+        head,
         plan_hash=shape.plan_hash,
         config_hash=shape.config_hash,
         chunk_count=shape.chunk_count,
-        cancelled=head.cancelled,
-        cancel_reason=head.cancel_reason,
-        created_by=head.created_by,
+        seq=0,
+        created_at=None,
     )
 
 
-AMENDMENT_COLUMNS = (
-    "run_key, old_plan_hash, new_plan_hash, old_chunk_count, new_chunk_count, amended_by"
+AMENDMENTS: RowCodec[Amendment] = RowCodec(
+    Amendment,
+    "run_key old_plan_hash new_plan_hash old_chunk_count:int new_chunk_count:int "
+    "amended_by amended_at:utc?",
+    generated="amended_at",
 )
-"""The columns an amendment is inserted with (amended_at and seq come from the database); a
-read selects them and then amended_at."""
-
-
-def amendment_params(amendment: Amendment) -> tuple[Any, ...]:
-    return (
-        amendment.run_key,
-        amendment.old_plan_hash,
-        amendment.new_plan_hash,
-        amendment.old_chunk_count,
-        amendment.new_chunk_count,
-        amendment.amended_by,
-    )
-
-
-def amendment_from_row(row: Sequence[Any]) -> Amendment:
-    return Amendment(
-        run_key=str(row[0]),
-        old_plan_hash=str(row[1]),
-        new_plan_hash=str(row[2]),
-        old_chunk_count=int(row[3]),
-        new_chunk_count=int(row[4]),
-        amended_by=str(row[5]),
-        amended_at=optional_utc(row[6]),
-    )
 
 
 def restate_selection(shape: CampaignShape, indexes: Sequence[int]) -> list[Chunk]:
@@ -545,35 +590,12 @@ def restatement_of(
     )
 
 
-RESTATEMENT_COLUMNS = (
-    "run_key, chunk_index, transition, reason, requested_by, prior_rows, prior_checksum"
+RESTATEMENTS: RowCodec[Restatement] = RowCodec(
+    Restatement,
+    "run_key chunk_index:int transition:int reason requested_by prior_rows:int? "
+    "prior_checksum:? requested_at:utc?",
+    generated="requested_at",
 )
-"""The columns a restatement is inserted with; a read selects them and then requested_at."""
-
-
-def restatement_params(r: Restatement) -> tuple[Any, ...]:
-    return (
-        r.run_key,
-        r.chunk_index,
-        r.transition,
-        r.reason,
-        r.requested_by,
-        r.prior_rows,
-        r.prior_checksum,
-    )
-
-
-def restatement_from_row(row: Sequence[Any]) -> Restatement:
-    return Restatement(
-        run_key=str(row[0]),
-        chunk_index=int(row[1]),
-        transition=int(row[2]),
-        reason=str(row[3]),
-        requested_by=str(row[4]),
-        prior_rows=None if row[5] is None else int(row[5]),
-        prior_checksum=row[6],
-        requested_at=optional_utc(row[7]),
-    )
 
 
 def verify_shape(stored: CampaignHead, shape: CampaignShape) -> None:
@@ -917,6 +939,65 @@ class SqlLedger(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- driver failures, with the DSN redacted and the driver's first line only ---------------
+    _dsn: str = ""
+
+    def _unreachable(self, reason: str) -> DponeError:
+        return DponeError(
+            errors.CONNECTION_FAILED,
+            f"cannot connect to the ledger database {redact(self._dsn)}: {reason}",
+        )
+
+    def _lost_during(self, op: str, detail: str) -> DponeError:
+        return DponeError(
+            errors.CONNECTION_FAILED,
+            f"the ledger database connection failed during {op} ({redact(self._dsn)}): "
+            f"{detail}; the outcome of this call is unknown, retry the task",
+        )
+
+    def _database_error(self, op: str, detail: str) -> DponeError:
+        return DponeError(
+            errors.LEDGER_UNAVAILABLE,
+            f"ledger database error during {op} in schema {self.schema!r}: {detail}",
+        )
+
+    # --- the audit schema's version -------------------------------------------------------------
+    def _check_version(self, version: int | None) -> None:
+        """Refuse a schema a newer dpone migrated."""
+        if version is not None and version > SCHEMA_VERSION:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"audit schema {self.schema!r} is at version {version}; this dpone knows versions "
+                f"up to {SCHEMA_VERSION}: upgrade dpone",
+            )
+
+    def _foreign_version_table(self) -> DponeError:
+        """A schema_version table that is not dpone's (another tool's migrations)."""
+        return DponeError(
+            errors.LEDGER_UNAVAILABLE,
+            f"schema {self.schema!r} holds a schema_version table that is not a dpone audit "
+            "schema's (another tool's?): give the ledger a schema of its own (state.schema, "
+            "or --schema)",
+        )
+
+    def _inspected(self, version: int | None) -> None:
+        """What reading (never migrating) a schema at ``version`` allows: none is an empty
+        ledger; an older one is refused, since reading it needs the migration a run applies."""
+        self._check_version(version)
+        self.absent = version is None
+        if version is not None and version < SCHEMA_VERSION:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"audit schema {self.schema!r} is at version {version} of {SCHEMA_VERSION}: the "
+                "next `dpone run` on it migrates it; listing never changes a ledger",
+            )
+
     # --- campaign -------------------------------------------------------------------------------
     def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger:
         """Create or verify the campaign under the campaign lock; merge-load outside of it, so
@@ -927,19 +1008,7 @@ class SqlLedger(ABC):
             fault_point("campaign_locked")
             stored = tx.campaign_head(shape.run_key)
             if stored is None:
-                tx.insert_campaign(
-                    CampaignHead(
-                        run_key=shape.run_key,
-                        workload=shape.workload,
-                        process=shape.process,
-                        plan_hash=shape.plan_hash,
-                        config_hash=shape.config_hash,
-                        chunk_count=shape.chunk_count,
-                        cancelled=False,
-                        cancel_reason=None,
-                        created_by=owner,
-                    )
-                )
+                tx.insert_campaign(CampaignHead.new(shape, owner))
                 tx.insert_shape(shape.run_key, [ShapeRow.of(chunk) for chunk in shape.chunks])
             else:
                 verify_shape(stored, shape)
@@ -1044,19 +1113,7 @@ class SqlLedger(ABC):
                 raise DponeError(
                     errors.USAGE, f"no campaign {run_key!r} in audit schema {self.schema!r}"
                 )
-            tx.insert_campaign(
-                CampaignHead(
-                    run_key=head.run_key,
-                    workload=head.workload,
-                    process=head.process,
-                    plan_hash=head.plan_hash,
-                    config_hash=head.config_hash,
-                    chunk_count=head.chunk_count,
-                    cancelled=not undo,
-                    cancel_reason=stored_text(reason),
-                    created_by=head.created_by,
-                )
-            )
+            tx.insert_campaign(head.cancelling(reason, undo))
 
     def list_campaigns(self, workload: str | None = None) -> list[str]:
         if self.absent:
@@ -1433,102 +1490,28 @@ def rows_as_shape(rows: Iterator[Sequence[Any]] | Sequence[Sequence[Any]]) -> li
     return [ShapeRow(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
 
-TRANSITION_COLUMNS = (
-    "seq, chunk_index, transition, state, attempt, idempotency_key, chunk_start, chunk_end, "
-    "lease_owner, lease_expires_at, started_at, rows_moved, checksum, error_code, error_message, "
-    "recorded_at, source_checksum"
+TRANSITIONS: RowCodec[StoredTransition] = RowCodec(
+    StoredTransition,
+    "seq:int chunk_index:int transition:int state attempt:int idempotency_key chunk_start "
+    "chunk_end lease_owner:? lease_expires_at:utc? started_at:utc? rows_moved:int?=rows "
+    "checksum:? error_code:? error_message:? recorded_at:utc? source_checksum:?",
+    generated="seq recorded_at",
 )
-"""The transition columns every dialect selects, in the order ``transition_from_row`` reads."""
-
-INSERT_TRANSITION_COLUMNS = (
-    "run_key, chunk_index, transition, state, attempt, idempotency_key, chunk_start, chunk_end, "
-    "lease_owner, lease_expires_at, started_at, rows_moved, checksum, error_code, error_message, "
-    "source_checksum"
-)
+#: A transition is inserted with its campaign's run_key first.
+INSERT_TRANSITION_COLUMNS = "run_key, " + TRANSITIONS.inserted
 
 
 def transition_params(run_key: str, record: NewTransition) -> tuple[Any, ...]:
     """Parameters for INSERT_TRANSITION_COLUMNS, in order."""
-    return (
-        run_key,
-        record.chunk_index,
-        record.transition,
-        record.state.value,
-        record.attempt,
-        record.idempotency_key,
-        record.chunk_start,
-        record.chunk_end,
-        record.lease_owner,
-        record.lease_expires_at,
-        record.started_at,
-        record.rows,
-        record.checksum,
-        record.error_code,
-        record.error_message,
-        record.source_checksum,
-    )
+    return (run_key, *TRANSITIONS.params(record))
 
 
-def transition_from_row(row: Sequence[Any]) -> StoredTransition:
-    return StoredTransition(
-        seq=int(row[0]),
-        chunk_index=int(row[1]),
-        transition=int(row[2]),
-        state=str(row[3]),
-        attempt=int(row[4]),
-        idempotency_key=str(row[5]),
-        chunk_start=str(row[6]),
-        chunk_end=str(row[7]),
-        lease_owner=row[8],
-        lease_expires_at=optional_utc(row[9]),
-        started_at=optional_utc(row[10]),
-        rows=None if row[11] is None else int(row[11]),
-        checksum=row[12],
-        error_code=row[13],
-        error_message=row[14],
-        recorded_at=optional_utc(row[15]),
-        source_checksum=row[16],
-    )
-
-
-CAMPAIGN_COLUMNS = (
-    "run_key, workload, process, plan_hash, config_hash, chunk_count, cancelled, cancel_reason, "
-    "created_by, seq, created_at"
+CAMPAIGNS: RowCodec[CampaignHead] = RowCodec(
+    CampaignHead,
+    "run_key workload process plan_hash config_hash chunk_count:int cancelled:bool "
+    "cancel_reason:? created_by seq:int created_at:utc?",
+    generated="seq created_at",
 )
-INSERT_CAMPAIGN_COLUMNS = (
-    "run_key, workload, process, plan_hash, config_hash, chunk_count, cancelled, cancel_reason, "
-    "created_by"
-)
-
-
-def campaign_params(head: CampaignHead) -> tuple[Any, ...]:
-    return (
-        head.run_key,
-        head.workload,
-        head.process,
-        head.plan_hash,
-        head.config_hash,
-        head.chunk_count,
-        head.cancelled,
-        head.cancel_reason,
-        head.created_by,
-    )
-
-
-def campaign_from_row(row: Sequence[Any]) -> CampaignHead:
-    return CampaignHead(
-        run_key=str(row[0]),
-        workload=str(row[1]),
-        process=str(row[2]),
-        plan_hash=str(row[3]),
-        config_hash=str(row[4]),
-        chunk_count=int(row[5]),
-        cancelled=bool(row[6]),
-        cancel_reason=row[7],
-        created_by=str(row[8]),
-        seq=int(row[9]),
-        created_at=optional_utc(row[10]),
-    )
 
 
 def view_from_row(row: Sequence[Any]) -> ChunkView:
@@ -1536,7 +1519,7 @@ def view_from_row(row: Sequence[Any]) -> ChunkView:
     shape = None
     if row[4] is not None:
         shape = ShapeRow(int(row[3]), str(row[4]), str(row[5]), str(row[6]))
-    latest = None if row[7] is None else transition_from_row(row[7:24])
+    latest = None if row[7] is None else TRANSITIONS.decode(row[7:24])
     return ChunkView(
         now=utc(row[0]),
         campaign_found=row[1] is not None,

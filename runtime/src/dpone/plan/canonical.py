@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -96,3 +97,46 @@ def is_fingerprint(value: object) -> bool:
     if not isinstance(value, str) or len(value) != 71 or not value.startswith("sha256:"):
         return False
     return all(c in "0123456789abcdef" for c in value[7:])
+
+
+class _Refused(Exception):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+
+def strict_json_object(
+    raw: str, max_bytes: int, fields: Sequence[str], fail: Callable[[str], Exception]
+) -> dict[str, Any]:
+    """``raw`` (an environment value dpone itself wrote) as one JSON object, parsed strictly:
+    at most ``max_bytes``, no duplicate keys, no NaN/Infinity, no field outside ``fields``.
+    Refusals are ``fail(message)``; a message never echoes the raw value or an unknown key's name
+    (a pasted secret?): it counts them."""
+    if len(raw.encode("utf-8", errors="surrogatepass")) > max_bytes:
+        raise fail(f"value exceeds {max_bytes} bytes")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                # Name only our own field names: anything else is part of the raw value.
+                shown = f"duplicate key {key!r}" if key in fields else "a duplicate key"
+                raise _Refused(fail(shown))
+            seen[key] = value
+        return seen
+
+    def reject_constant(name: str) -> Any:
+        raise _Refused(fail(f"non-standard number {name}"))
+
+    try:
+        doc = json.loads(raw, object_pairs_hook=no_duplicates, parse_constant=reject_constant)
+    except _Refused as refused:
+        raise refused.error from None
+    except (ValueError, RecursionError) as exc:
+        raise fail(f"not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(doc, dict):
+        raise fail(f"must be a JSON object, got {type(doc).__name__}")
+    unknown = sorted(set(doc) - set(fields))
+    if unknown:
+        raise fail(f"{len(unknown)} unknown field(s); allowed: {', '.join(fields)}")
+    return doc

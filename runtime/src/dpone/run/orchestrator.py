@@ -23,11 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from dpone import errors
-from dpone.connections import dsn_kind, resolve_dsn
+from dpone.credentials.connections import dsn_kind, resolve_dsn
 from dpone.errors import DponeError, ErrorRecord
-from dpone.exporting import RunObserver
-from dpone.faults import fault_point
-from dpone.interrupt import STOP
 from dpone.ledger.port import (
     CampaignShape,
     ChunkResult,
@@ -37,11 +34,14 @@ from dpone.ledger.port import (
     Ledger,
     LedgerStore,
 )
-from dpone.pack import ProcessPlan, WorkloadPack, config_hash_at
+from dpone.lifecycle.faults import fault_point
+from dpone.lifecycle.interrupt import STOP
+from dpone.observability.exporting import RunObserver
+from dpone.observability.progress import NoProgressSink
+from dpone.observability.result import ChunkTiming, RunOutcome
+from dpone.packing.pack import ProcessPlan, WorkloadPack, config_hash_at
+from dpone.packing.verify import Selection
 from dpone.plan.chunks import Chunk
-from dpone.progress import NoProgressSink
-from dpone.result import ChunkTiming, RunOutcome
-from dpone.verify import Selection
 
 
 class ProgressSink(Protocol):
@@ -991,7 +991,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         if pending:
             # imported here: a run with nothing to do (a cleared task, a retry) needs no
             # connector code (about 9 ms of a no-op's start-up)
-            from dpone.preflight import require_tables
+            from dpone.run.preflight import require_tables
 
             require_tables(plan, *connector_specs(plan), ctx.dsn)  # refuse before any lease
             for warning in movers[0].preflight():
@@ -1122,7 +1122,7 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     try:
         source = open_source(source_spec, ctx.dsn(cfg.source.connection))
         sink = open_sink(sink_spec, ctx.dsn(cfg.sink.connection), sink_options(plan))
-        from dpone.preflight import require_types
+        from dpone.run.preflight import require_types
 
         require_types(plan, source_spec, sink_spec, ctx.dsn)  # refuse a narrowing before I/O
         for warning in sink.preflight():
@@ -1171,7 +1171,7 @@ def _reload_if_complete(store: LedgerStore, shape: CampaignShape) -> Ledger | No
 
 def _write_verification(ledger: Any) -> None:
     """The campaign verification export, written atomically by whoever sees completion."""
-    from dpone.result import verification_document, write_json_atomic
+    from dpone.observability.result import verification_document, write_json_atomic
 
     target = os.environ.get("DPONE_EVIDENCE_DIR")
     if not target:

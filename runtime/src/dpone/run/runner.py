@@ -16,18 +16,15 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from dpone import errors, refusal
-from dpone.airflow_context import (
-    AirflowContext,
-    airflow_section,
-    lineage_env,
-    owner_prefix,
-    parse_airflow_context,
-)
-from dpone.connections import env_key, require_connections
-from dpone.credential_parts import dsn_file_env
+from dpone import errors
+from dpone.credentials.connections import env_key, require_connections
+from dpone.credentials.credential_parts import dsn_file_env
+from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError, ErrorRecord, error_json_line
-from dpone.exporting import (
+from dpone.lifecycle.interrupt import STOP, install_handlers
+from dpone.lifecycle.read_ahead import read_ahead_budget
+from dpone.lifecycle.session_limits import session_limits
+from dpone.observability.exporting import (
     ExportWorker,
     RunLineage,
     RunObserver,
@@ -36,31 +33,41 @@ from dpone.exporting import (
     metrics_requested,
     take_over_library_output,
 )
-from dpone.identity import RunIdentity, parse_run_identity
-from dpone.interrupt import STOP, install_handlers
-from dpone.item import ENV_CONTEXT, ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
-from dpone.orchestrator import (
-    RunContext,
-    RunSettings,
-    new_owner,
-    run_backfill,
-    run_full_refresh,
-)
-from dpone.pack import WorkloadPack, load_workload_pack, select_process
-from dpone.progress import (
+from dpone.observability.progress import (
     ENV_LOG_FORMAT,
     PROGRESS_EVENT_SCHEMA,
     NoProgressSink,
     choose_progress,
     log_format,
 )
-from dpone.read_ahead import read_ahead_budget
-from dpone.redaction import redact_text
-from dpone.reporting import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, exit_code_for, report_error
-from dpone.result import RunOutcome, write_json_atomic, xcom_path
-from dpone.session_limits import session_limits
-from dpone.task_env import Env, mapped_item_env, runtime_env, secret_file_env
-from dpone.verify import select_chunks, verify_identity
+from dpone.observability.reporting import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_OK,
+    exit_code_for,
+    report_error,
+)
+from dpone.observability.result import RunOutcome, write_json_atomic, xcom_path
+from dpone.packing.pack import WorkloadPack, load_workload_pack, select_process
+from dpone.packing.task_env import Env, mapped_item_env, runtime_env, secret_file_env
+from dpone.packing.verify import select_chunks, verify_identity
+from dpone.run import refusal
+from dpone.run.orchestrator import (
+    RunContext,
+    RunSettings,
+    new_owner,
+    run_backfill,
+    run_full_refresh,
+)
+from dpone.task.airflow_context import (
+    AirflowContext,
+    airflow_section,
+    lineage_env,
+    owner_prefix,
+    parse_airflow_context,
+)
+from dpone.task.identity import RunIdentity, parse_run_identity
+from dpone.task.item import ENV_CONTEXT, ENV_ITEM, ENV_RUN_IDENTITY, ParsedItem, parse_mapping_item
 
 
 def read_env_inputs() -> tuple[ParsedItem | None, RunIdentity | None]:
@@ -390,8 +397,10 @@ def run_plans(
             NoProgressSink() if args.no_progress else choose_progress(ranges, sys.stderr, fmt)
         )
         observer = RunObserver()
-        if metrics_requested(os.environ):  # dpone.metrics and its SDK only when asked for
-            from dpone.metrics import RunLabels, open_run_observer
+        if metrics_requested(
+            os.environ
+        ):  # dpone.observability.metrics and its SDK only when asked for
+            from dpone.observability.metrics import RunLabels, open_run_observer
 
             labels = RunLabels(
                 workload=pack.workload.name,
@@ -422,8 +431,10 @@ def run_plans(
         owner = new_owner()
         run = run_full_refresh if full_refresh else run_backfill
         lineage = RunLineage()
-        if lineage_requested(os.environ):  # dpone.lineage and its client only when asked for
-            from dpone.lineage import describe_run, open_run_lineage
+        if lineage_requested(
+            os.environ
+        ):  # dpone.observability.lineage and its client only when asked for
+            from dpone.observability.lineage import describe_run, open_run_lineage
 
             dag_id = identity.dag_id if identity else None
             environ = {**os.environ, **lineage_env(airflow)}

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
-from dpone.connections import require_connections, resolve_dsn
 from dpone.connectors.base import ChunkWindow, Source, SourceSpec, checksum_rows
+from dpone.credentials.connections import require_connections, resolve_dsn
 from dpone.errors import DponeError, ErrorRecord
-from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack, select_process
+from dpone.observability.reporting import EXIT_FAILED, EXIT_OK, report_error
+from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack, select_process
 from dpone.plan.chunks import Bound
-from dpone.reporting import EXIT_FAILED, EXIT_OK, report_error
 
 REPORT_SCHEMA = "dpone.verify-report.v1"
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
@@ -144,7 +144,7 @@ OpenSource = Callable[[SourceSpec, str], Source]
 def _sides(plan: ProcessPlan, open_source: OpenSource) -> tuple[Source, Source]:
     """The source as the process reads it, and the target table read through the same connector
     interface over the source's columns; both read-only."""
-    from dpone.orchestrator import connector_specs
+    from dpone.run.orchestrator import connector_specs
 
     source_spec, sink_spec = connector_specs(plan)
     cfg = plan.config

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dpone.pack import ProcessPlan
+from dpone.packing.pack import ProcessPlan
 from dpone.plan.chunks import plan_hash
 
 LINE_PREFIX = "# campaign "

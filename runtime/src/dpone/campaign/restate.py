@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from dpone import errors
+from dpone.campaign.reconcile import format_chunk_ranges, parse_chunk_ranges
 from dpone.errors import DponeError
 from dpone.ledger.port import CampaignShape, ChunkState, Ledger, LedgerStore
-from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.packing.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Bound, ChunkPlanError, canonical_bound
-from dpone.reconcile import format_chunk_ranges, parse_chunk_ranges
 
 RESTATE_SCHEMA = "dpone.ledger-restate.v1"
 EXACT_MODES = {

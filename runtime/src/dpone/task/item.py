@@ -6,20 +6,25 @@ or connector built, and everything in it is checked against the re-derived plan 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.plan.canonical import is_fingerprint
+from dpone.plan.canonical import is_fingerprint, strict_json_object
 from dpone.plan.chunks import MAX_CHUNKS
-from dpone.plan.mapping import HARD_MAX_ITEMS, ITEM_MAX_BYTES, ITEM_SCHEMA, MAPPED_MODES
+from dpone.plan.mapping import (
+    HARD_MAX_ITEMS,
+    ITEM_MAX_BYTES,
+    ITEM_SCHEMA,
+    MAPPED_MODES,
+    MappingItem,
+)
 
 ENV_ITEM = "DPONE_AIRFLOW_MAPPING_ITEM"
 ENV_RUN_IDENTITY = "DPONE_AIRFLOW_RUN_IDENTITY"
 ENV_LABEL = "DPONE_AIRFLOW_MAPPING_LABEL"
-ENV_CONTEXT = "DPONE_AIRFLOW_CONTEXT"  # parsed by dpone.airflow_context
+ENV_CONTEXT = "DPONE_AIRFLOW_CONTEXT"  # parsed by dpone.task.airflow_context
 PROVIDER_OWNED_ENV = (ENV_ITEM, ENV_RUN_IDENTITY, ENV_LABEL, ENV_CONTEXT)
 ITEM_FIELDS = (
     "schema",
@@ -34,46 +39,25 @@ ITEM_FIELDS = (
 
 
 @dataclass(frozen=True)
-class ParsedItem:
+class ParsedItem(MappingItem):
+    """A mapped task's item as its environment carries it: the chunk range, plus the plan it
+    was cut from."""
+
     mode: str
     mapping_plan_fingerprint: str
     backfill_plan_hash: str
-    item_index: int
-    first_chunk_index: int
-    last_chunk_index: int
-
-    @property
-    def chunks_count(self) -> int:
-        return self.last_chunk_index - self.first_chunk_index + 1
 
     def to_mapping_section(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "plan_fingerprint": self.mapping_plan_fingerprint,
             "backfill_plan_hash": self.backfill_plan_hash,
-            "item_index": self.item_index,
-            "first_chunk_index": self.first_chunk_index,
-            "last_chunk_index": self.last_chunk_index,
-            "chunks_count": self.chunks_count,
+            **self.canonical(),
         }
 
 
 def _fail(message: str) -> DponeError:
     return DponeError(errors.MAPPING_ITEM_INVALID, f"{ENV_ITEM}: {message}")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            # Name only our own field names: anything else is part of the raw value.
-            raise _fail(f"duplicate key {key!r}" if key in ITEM_FIELDS else "a duplicate key")
-        seen[key] = value
-    return seen
-
-
-def _reject_constant(name: str) -> Any:
-    raise _fail(f"non-standard number {name}")
 
 
 def _strict_int(doc: dict[str, Any], key: str, low: int, high: int) -> int:
@@ -90,20 +74,7 @@ def parse_mapping_item(raw: str) -> ParsedItem:
 
     Messages never echo the raw value: it may hold something secret-like that was pasted in.
     """
-    if len(raw.encode("utf-8", errors="surrogatepass")) > ITEM_MAX_BYTES:
-        raise _fail(f"value exceeds {ITEM_MAX_BYTES} bytes")
-    try:
-        doc = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except DponeError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise _fail(f"not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(doc, dict):
-        raise _fail(f"must be a JSON object, got {type(doc).__name__}")
-    unknown = sorted(set(doc) - set(ITEM_FIELDS))
-    if unknown:
-        # Unknown key names are part of the raw value (a pasted secret?): count, never echo.
-        raise _fail(f"{len(unknown)} unknown field(s); allowed: {', '.join(ITEM_FIELDS)}")
+    doc = strict_json_object(raw, ITEM_MAX_BYTES, ITEM_FIELDS, _fail)
     missing = [key for key in ITEM_FIELDS if key not in doc]
     if missing:
         raise _fail(f"missing field(s) {', '.join(missing)}")

@@ -5,7 +5,7 @@ parser: libpq reads a URL's userinfo up to the first ``@`` and its host up to th
 ``postgresql://u:p@ss@host/db`` connects to the host ``ss@host`` and the driver's error quotes that
 "host". Redaction therefore registers what the driver itself parsed (libpq's own parser,
 ``psycopg.conninfo.conninfo_to_dict``, for Postgres; the URL parser PyMySQL's and the ODBC
-connection's DSNs are built with for MySQL and MSSQL) besides the forms ``dpone.redaction`` reads,
+connection's DSNs are built with for MySQL and MSSQL) besides the forms ``dpone.credentials.redaction`` reads,
 and names (OpenLineage namespaces) are built only from parts that parse and validate: a host, a
 port number, a database name. Anything else gives a neutral name, never DSN text.
 """
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from dpone import redaction
+from dpone.credentials import redaction
 
 #: a password fragment shorter than this is registered only when a driver parsed it as a part
 MIN_FRAGMENT = 3

@@ -11,9 +11,10 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from dpone import errors, redaction
-from dpone.credential_parts import has_any, resolve_parts
-from dpone.dsn_parts import register_driver_secrets
+from dpone import errors
+from dpone.credentials import redaction
+from dpone.credentials.credential_parts import has_any, resolve_parts
+from dpone.credentials.dsn_parts import register_driver_secrets
 from dpone.errors import DponeError, ErrorRecord
 
 CONNECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
@@ -32,7 +33,7 @@ def register_dsn(dsn: str) -> None:
 
 def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
     """The DSN of ``name``, read now from its variable, its file or its separate parts
-    (dpone.credential_parts), so a rotated file is seen by the next connection."""
+    (dpone.credentials.credential_parts), so a rotated file is seen by the next connection."""
     env = os.environ if environ is None else environ
     key = env_key(name)
     value = resolve_parts(name, env)

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from dpone import errors
+from dpone.credentials.redaction import redact_text
 from dpone.errors import ErrorRecord, error_json_line
-from dpone.redaction import redact_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_TRANSIENT, EXIT_CANCELLED = 0, 1, 2, 3, 4, 5
 #: the reader of stdout went away (``dpone preview | head``): the shell's status for SIGPIPE
 EXIT_BROKEN_PIPE = 141
-#: stopped by SIGTERM / SIGINT: the shell's 128 + the signal number (dpone.interrupt)
+#: stopped by SIGTERM / SIGINT: the shell's 128 + the signal number (dpone.lifecycle.interrupt)
 EXIT_SIGTERM, EXIT_SIGINT = 143, 130
 TRANSIENT_CODES = {
     errors.CONNECTION_FAILED,

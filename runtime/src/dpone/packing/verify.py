@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.identity import RunIdentity
-from dpone.item import ParsedItem
-from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.packing.pack import ProcessPlan, WorkloadPack
+from dpone.packing.task_env import run_identity
 from dpone.plan.chunks import Chunk
 from dpone.plan.mapping import MappingItem
-from dpone.task_env import run_identity
+from dpone.task.identity import RunIdentity
+from dpone.task.item import ParsedItem
 
 
 @dataclass(frozen=True)

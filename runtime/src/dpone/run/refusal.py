@@ -23,7 +23,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import REGISTRY, DponeError, ErrorRecord
-from dpone.result import MESSAGE_MAX, RESULT_SCHEMA, write_json_atomic, xcom_path
+from dpone.observability.result import MESSAGE_MAX, RESULT_SCHEMA, write_json_atomic, xcom_path
 
 NAME_MAX = 100  # the run-result schema's bound on workload and process
 

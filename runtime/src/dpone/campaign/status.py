@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
-from dpone.airflow_context import attribution, describe_attribution
+from dpone.credentials.redaction import redact_document
 from dpone.errors import DponeError
 from dpone.ledger.port import Amendment, ChunkState, Ledger, LedgerStore, Restatement
-from dpone.pack import ProcessPlan, WorkloadPack, load_workload_pack
+from dpone.observability.reporting import use_colour
+from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack
+from dpone.packing.task_env import runtime_task_id
 from dpone.plan.mapping import MappingItem
-from dpone.redaction import redact_document
-from dpone.reporting import use_colour
 from dpone.suggest import not_in
-from dpone.task_env import runtime_task_id
+from dpone.task.airflow_context import attribution, describe_attribution
 
 STATUS_SCHEMA = "dpone.ledger-status.v1"
 STATE_COLOURS = {
@@ -554,7 +554,7 @@ def render_html(doc: dict[str, Any]) -> str:
 
 
 def _open_store(plan: ProcessPlan) -> LedgerStore:
-    from dpone.connections import resolve_dsn
+    from dpone.credentials.connections import resolve_dsn
     from dpone.ledger.factory import open_store
 
     state = plan.config.state
@@ -623,9 +623,9 @@ LEDGER_ACTIONS = (
 
 
 def _list_campaigns(args: argparse.Namespace) -> int:
-    from dpone.campaigns import list_document
-    from dpone.campaigns import render_text as render_list
-    from dpone.connections import resolve_dsn
+    from dpone.campaign.campaigns import list_document
+    from dpone.campaign.campaigns import render_text as render_list
+    from dpone.credentials.connections import resolve_dsn
     from dpone.ledger.factory import DEFAULT_SCHEMA, open_store
 
     if (args.connection is None) == (args.path is None):
@@ -636,7 +636,7 @@ def _list_campaigns(args: argparse.Namespace) -> int:
         )
     modes: dict[str, str] = {}
     if args.catalog is not None:
-        from dpone.pack import load_and_compile
+        from dpone.packing.pack import load_and_compile
 
         _, packs, problems = load_and_compile(args.catalog)
         if problems:
@@ -757,7 +757,7 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
     pack = load_workload_pack(args.catalog, args.workload)
     plans = _plans(pack, args.process)
     if args.action == "restate":
-        from dpone.restate import restate_command
+        from dpone.campaign.restate import restate_command
 
         return restate_command(args, pack, plans, _open_store)
     if args.action == "cancel":

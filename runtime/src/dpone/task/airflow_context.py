@@ -8,14 +8,14 @@ widens or narrows what runs. A run without it ran outside Airflow and says so.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.item import ENV_CONTEXT
+from dpone.plan.canonical import strict_json_object
+from dpone.task.item import ENV_CONTEXT
 
 CONTEXT_SCHEMA = "dpone.airflow-context.v1"
 CONTEXT_MAX_BYTES = 4096
@@ -84,7 +84,7 @@ def owner_prefix(context: AirflowContext | None) -> str:
 
 
 def lineage_env(context: AirflowContext | None) -> dict[str, str]:
-    """The Airflow task env names the lineage parent facet reads (dpone.lineage.parent_of): a pod
+    """The Airflow task env names the lineage parent facet reads (dpone.observability.lineage.parent_of): a pod
     gets no AIRFLOW_CTX_* variables, so the context supplies the task and DAG run."""
     if context is None:
         return {}
@@ -125,19 +125,6 @@ def _fail(message: str) -> DponeError:
     return DponeError(errors.AIRFLOW_CONTEXT_INVALID, f"{ENV_CONTEXT}: {message}")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _fail(f"duplicate key {key!r}" if key in _FIELDS else "a duplicate key")
-        seen[key] = value
-    return seen
-
-
-def _reject_constant(name: str) -> Any:
-    raise _fail(f"non-standard number {name}")
-
-
 def _identifier(doc: dict[str, Any], key: str) -> str:
     value = doc.get(key)
     if not isinstance(value, str) or not value:
@@ -166,19 +153,7 @@ def _date(doc: dict[str, Any], key: str) -> str | None:
 def parse_airflow_context(raw: str) -> AirflowContext:
     """Parse the context as strictly as the run identity: bounded, no duplicate keys, no unknown
     fields, typed; messages never echo the raw value."""
-    if len(raw.encode("utf-8", errors="surrogatepass")) > CONTEXT_MAX_BYTES:
-        raise _fail(f"value exceeds {CONTEXT_MAX_BYTES} bytes")
-    try:
-        doc = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except DponeError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise _fail(f"not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(doc, dict):
-        raise _fail(f"must be a JSON object, got {type(doc).__name__}")
-    unknown = sorted(set(doc) - set(_FIELDS))
-    if unknown:
-        raise _fail(f"{len(unknown)} unknown field(s); allowed: {', '.join(_FIELDS)}")
+    doc = strict_json_object(raw, CONTEXT_MAX_BYTES, _FIELDS, _fail)
     if doc.get("schema") != CONTEXT_SCHEMA:
         raise _fail(f"schema must be {CONTEXT_SCHEMA!r}")
     return AirflowContext(

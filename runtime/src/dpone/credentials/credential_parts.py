@@ -22,8 +22,9 @@ import os
 from collections.abc import Mapping
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from dpone import errors, redaction
-from dpone.dsn_parts import _url_view, libpq_view, register_driver_secrets
+from dpone import errors
+from dpone.credentials import redaction
+from dpone.credentials.dsn_parts import _url_view, libpq_view, register_driver_secrets
 from dpone.errors import DponeError
 
 #: the parts a connection may take from its own variable or file, in DSN order

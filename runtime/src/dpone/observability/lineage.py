@@ -9,9 +9,9 @@ name, as a local file: ``file`` + ``/path/to/db.sqlite/table``). Only host, port
 object names leave a DSN, never a user or password. The chunk range rides in the custom run facet
 ``dpone_chunks``; a run started by an Airflow task carries the parent run facet (the DAG as the
 parent job). The ``openlineage-python`` client (the ``lineage`` extra) is imported only when
-lineage is on. Events are sent on the export worker (dpone.exporting), never on the data path; a
+lineage is on. Events are sent on the export worker (dpone.observability.exporting), never on the data path; a
 bad setting or a failed send is one warning and never fails a backfill. Dataset names come from
-the DSN's parts as its driver parses them, validated (dpone.dsn_parts). See docs/observability.md.
+the DSN's parts as its driver parses them, validated (dpone.credentials.dsn_parts). See docs/observability.md.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dpone.connections import dsn_kind, sqlite_path
-from dpone.dsn_parts import server_parts
-from dpone.exporting import (
+from dpone.credentials.connections import dsn_kind, sqlite_path
+from dpone.credentials.dsn_parts import server_parts
+from dpone.credentials.redaction import redact_text
+from dpone.observability.exporting import (
     DEFAULT_BUDGET_S,
     ExportWorker,
     RunLineage,
@@ -36,7 +37,6 @@ from dpone.exporting import (
     lineage_requested,
     one_line,
 )
-from dpone.redaction import redact_text
 
 DEFAULT_JOB_NAMESPACE = "dpone"
 FACET_NAME = "dpone_chunks"
@@ -442,7 +442,7 @@ def describe_run(
     pack: Any, plan: Any, selection: Any, dag_id: str | None, environ: Mapping[str, str]
 ) -> LineageRun:
     """The LineageRun of one process run (a WorkloadPack, ProcessPlan and Selection)."""
-    from dpone.connections import resolve_dsn
+    from dpone.credentials.connections import resolve_dsn
     from dpone.errors import DponeError
 
     cfg = plan.config

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from dpone.exporting import (
+from dpone.credentials.redaction import redact_text
+from dpone.observability.exporting import (
     DEFAULT_BUDGET_S,
     ENDPOINT_VARIABLES,
     ExportWorker,
@@ -27,8 +28,7 @@ from dpone.exporting import (
     metrics_requested,
     one_line,
 )
-from dpone.redaction import redact_text
-from dpone.result import ChunkTiming
+from dpone.observability.result import ChunkTiming
 
 METER_NAME = "dpone"
 #: ChunkTiming statuses that moved (or tried to move) data: their duration is measured.

@@ -15,7 +15,7 @@ become at most one ``dpone: warning:`` line per exporter (redacted, one line), t
 that failed. See docs/observability.md.
 
 Whether lineage or metrics are asked for, and the silent lineage and observer a run uses when they
-are not, live here too: a run without exporters never imports dpone.lineage nor dpone.metrics
+are not, live here too: a run without exporters never imports dpone.observability.lineage nor dpone.observability.metrics
 (nor their libraries).
 """
 
@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpone.interrupt import STOP
-from dpone.redaction import redact_text
+from dpone.credentials.redaction import redact_text
+from dpone.lifecycle.interrupt import STOP
 
 if TYPE_CHECKING:
-    from dpone.result import ChunkTiming
+    from dpone.observability.result import ChunkTiming
 
 BUDGET_VARIABLE = "DPONE_EXPORT_BUDGET_S"
 DEFAULT_BUDGET_S = 3.0
@@ -53,7 +53,7 @@ LIBRARY_LOGGERS: dict[str, str | None] = {
     "requests": None,
 }
 _MESSAGE_LIMIT = 200
-#: the OpenTelemetry variables whose value turns metrics on (dpone.metrics)
+#: the OpenTelemetry variables whose value turns metrics on (dpone.observability.metrics)
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 #: thread id -> the library messages collected on that thread (see collected_library_records)
 _COLLECTING: dict[int, list[str]] = {}

@@ -16,8 +16,8 @@ from typing import Any, TextIO
 
 from dpone import errors
 from dpone.errors import DponeError
+from dpone.observability.result import ChunkTiming
 from dpone.plan.chunks import Bound
-from dpone.result import ChunkTiming
 
 ENV_LOG_FORMAT = "DPONE_LOG_FORMAT"
 LOG_FORMATS = ("text", "json")

@@ -9,11 +9,11 @@ task and map indexes in the `airflow tasks clear` commands it prints.
 from __future__ import annotations
 
 from dpone.authoring.models import AirflowConfig
-from dpone.credential_parts import dsn_file_env, field_env
-from dpone.identity import RunIdentity
-from dpone.item import ENV_ITEM, ENV_LABEL, ENV_RUN_IDENTITY
-from dpone.pack import ProcessPlan, WorkloadPack
+from dpone.credentials.credential_parts import dsn_file_env, field_env
+from dpone.packing.pack import ProcessPlan, WorkloadPack
 from dpone.plan.mapping import MappingItem, MappingPlan
+from dpone.task.identity import RunIdentity
+from dpone.task.item import ENV_ITEM, ENV_LABEL, ENV_RUN_IDENTITY
 
 Env = tuple[tuple[str, str], ...]
 LABEL_MAX_CHARS = 250  # Airflow's rendered_map_index column

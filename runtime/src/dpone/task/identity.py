@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.plan.canonical import canonical_text, is_fingerprint
+from dpone.plan.canonical import canonical_text, is_fingerprint, strict_json_object
 
 RUN_IDENTITY_SCHEMA = "dpone.airflow-run-identity.v1"
 IDENTITY_MAX_BYTES = 4096
@@ -43,37 +42,10 @@ def _fail(message: str) -> DponeError:
     return DponeError(errors.RUN_IDENTITY_INVALID, f"DPONE_AIRFLOW_RUN_IDENTITY: {message}")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            # Name only our own field names: anything else is part of the raw value.
-            raise _fail(f"duplicate key {key!r}" if key in _FIELDS else "a duplicate key")
-        seen[key] = value
-    return seen
-
-
-def _reject_constant(name: str) -> Any:
-    raise _fail(f"non-standard number {name}")
-
-
 def parse_run_identity(raw: str) -> RunIdentity:
-    """Parse the identity as strictly as the mapping item (dpone.item): no duplicate keys, no
+    """Parse the identity as strictly as the mapping item (dpone.task.item): no duplicate keys, no
     NaN/Infinity, and messages that never echo the raw value or its unknown key names."""
-    if len(raw.encode("utf-8", errors="surrogatepass")) > IDENTITY_MAX_BYTES:
-        raise _fail(f"value exceeds {IDENTITY_MAX_BYTES} bytes")
-    try:
-        doc = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except DponeError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise _fail(f"not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(doc, dict):
-        raise _fail(f"must be a JSON object, got {type(doc).__name__}")
-    unknown = sorted(set(doc) - set(_FIELDS))
-    if unknown:
-        # Unknown key names are part of the raw value (a pasted secret?): count, never echo.
-        raise _fail(f"{len(unknown)} unknown field(s); allowed: {', '.join(_FIELDS)}")
+    doc = strict_json_object(raw, IDENTITY_MAX_BYTES, _FIELDS, _fail)
     if doc.get("schema") != RUN_IDENTITY_SCHEMA:
         raise _fail(f"schema must be {RUN_IDENTITY_SCHEMA!r}")
     for key in ("dag_id", "workload", "process", "flavour"):

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from dpone import errors
-from dpone.connections import dsn_kind
 from dpone.connectors.base import SinkSpec, Source, SourceSpec
 from dpone.connectors.column_types import ColumnType, narrowing
+from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
-from dpone.pack import ProcessPlan
+from dpone.packing.pack import ProcessPlan
 
 OpenSource = Callable[[SourceSpec, str], Source]
 Types = Mapping[str, ColumnType | None]

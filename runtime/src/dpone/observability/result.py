@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpone.credentials.redaction import redact_document
 from dpone.errors import REGISTRY, ErrorRecord
 from dpone.ledger.port import ChunkRecord, Ledger
-from dpone.redaction import redact_document
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 EVIDENCE_SCHEMA = "dpone.backfill-evidence.v1"
@@ -79,7 +79,7 @@ class RunOutcome:
     cancelled: bool = False
     error: ErrorRecord | None = None
     mapping: dict[str, Any] | None = None
-    airflow: dict[str, Any] | None = None  # dpone.airflow_context.airflow_section
+    airflow: dict[str, Any] | None = None  # dpone.task.airflow_context.airflow_section
     timings: list[ChunkTiming] = field(default_factory=list)
     campaign_complete: bool | None = None
     #: "backfill" or "full_refresh" (one unit, no ledger: run_key and campaign_complete stay None)

@@ -5,7 +5,7 @@ imports it only when the variable is set. On, :func:`install` wraps a fixed list
 (``PHASES``) with a timer and counts psycopg's ``Connection.wait`` calls, one per request/response
 exchange with the server (a round trip), charging each to the innermost running phase of its
 thread. A phase's time excludes the phases nested in it, so the phases of a chunk add up to its
-wall time, except ``copy_out`` of a chunk read ahead (dpone.read_ahead), which runs on its own
+wall time, except ``copy_out`` of a chunk read ahead (dpone.lifecycle.read_ahead), which runs on its own
 thread beside them. At exit the process appends one JSON line to the file: per phase the calls, the
 exclusive and inclusive nanoseconds and the round trips. It measures; it never changes a result.
 """
@@ -22,21 +22,21 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from dpone.read_ahead import THREAD_NAME as READ_AHEAD_THREAD
+from dpone.lifecycle.read_ahead import THREAD_NAME as READ_AHEAD_THREAD
 
 ENV_TIMING = "DPONE_TIMING"
 
 #: phase name -> (module, attribute path) of the function timed as that phase.
 PHASES: tuple[tuple[str, str, str], ...] = (
-    ("pack", "dpone.runner", "load_workload_pack"),
-    ("ledger_open", "dpone.orchestrator", "RunContext.open_store"),
+    ("pack", "dpone.run.runner", "load_workload_pack"),
+    ("ledger_open", "dpone.run.orchestrator", "RunContext.open_store"),
     ("initialize", "dpone.ledger.sql", "SqlLedger.initialize"),
     ("load", "dpone.ledger.sql", "SqlLedger._load"),
-    ("preflight", "dpone.orchestrator", "ChunkMover.preflight"),
+    ("preflight", "dpone.run.orchestrator", "ChunkMover.preflight"),
     ("connect", "dpone.connectors.postgres", "PgConnection.get"),
-    ("chunk", "dpone.orchestrator", "_run_chunk"),
-    ("group", "dpone.orchestrator", "_run_group"),  # coalesced chunks: + the group's commit
-    ("group", "dpone.orchestrator", "_run_set"),  # a set-based group: + its commit
+    ("chunk", "dpone.run.orchestrator", "_run_chunk"),
+    ("group", "dpone.run.orchestrator", "_run_group"),  # coalesced chunks: + the group's commit
+    ("group", "dpone.run.orchestrator", "_run_set"),  # a set-based group: + its commit
     ("lease", "dpone.ledger.sql", "SqlLedger.acquire_lease"),
     ("lease", "dpone.ledger.sql", "SqlLedger.lease_and_complete"),  # one commit: + the commit
     ("lease", "dpone.ledger.sql", "SqlLedger._lease_member"),  # a coalesced chunk's lease
