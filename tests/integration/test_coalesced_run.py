@@ -159,9 +159,10 @@ def _committed_alone(history: dict[int, list[tuple[str, int, str | None]]]) -> N
 @pytest.mark.parametrize(
     ("coalesce", "groups"),
     [
-        ("", [[1, 2, 3, 4, 5, 6]]),  # the default budget: every chunk in one transaction
-        ("{max_rows: 20}", [[1, 2], [3, 4], [5, 6]]),  # a group ends once it moved 20 rows
-        ("{max_chunks: 4}", [[1, 2, 3, 4], [5, 6]]),  # ... or once it holds 4 chunk locks
+        # a worker's first group is one chunk (it measures the rows a chunk holds), then:
+        ("", [[1], [2, 3, 4, 5, 6]]),  # the default budget: every other chunk in one group
+        ("{max_rows: 20}", [[1], [2, 3], [4, 5], [6]]),  # as many chunks as fit in 20 rows
+        ("{max_chunks: 4}", [[1], [2, 3, 4, 5], [6]]),  # ... or in 4 chunk locks
         ("false", [[1], [2], [3], [4], [5], [6]]),  # off: one transaction per chunk
     ],
 )
@@ -201,15 +202,15 @@ def test_a_bad_chunk_fails_alone_and_the_others_commit(
         1,
     )
     history = project.history()
-    # the group 1-2-3 rolled back (nothing recorded), then 1, 2 and 3 moved alone: 3 failed
-    # with its own record and code; 4-5-6 were the next group
+    # chunk 1 committed alone (a worker's first group); the group 2-6 rolled back (nothing
+    # recorded), then 2 to 6 moved alone: 3 failed with its own record and code
     failed = history.pop(3)
     assert [(state, attempt) for state, attempt, _ in failed] == [("running", 1), ("failed", 1)]
     assert failed[1][2] == errors.SINK_FAILED
     assert result["error"]["code"] == errors.SINK_FAILED  # the run's error is chunk 3's own
     assert result["error"]["message"].startswith("chunk 3 ")
     _committed_alone(history)
-    assert _groups(project.commit_of_chunk()) == [[1], [2], [4, 5, 6]]
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [4], [5], [6]]
     # the next run moves the repaired chunk as attempt 2
     project.sql("UPDATE {s}.src SET n = 25 WHERE id = 25")
     code, result = project.run(project.write(), capsys)
@@ -247,9 +248,10 @@ def test_a_chunk_held_by_another_session_ends_the_group_before_it(
     code, result = project.run(catalog, capsys)
     holder.join(60)
     assert code == 0 and result["backfill"]["chunks_committed"] == DAYS
-    # 1 and 2 committed while chunk 3 was held: the group stopped there and did not wait
+    # 1 and 2 committed while chunk 3 was held (1 alone, a worker's first group; the group
+    # 2-6 stopped before 3 and did not wait)
     assert seen["committed_while_held"] == [1, 2]
-    assert _groups(project.commit_of_chunk()) == [[1, 2], [3, 4, 5, 6]]
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [3, 4, 5, 6]]
     _committed_alone(project.history())
 
 
@@ -274,7 +276,7 @@ def test_sigterm_mid_group_rolls_back_and_releases_every_chunk(project: Any, pg_
         ):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        time.sleep(1.0)  # chunk 2 written in the group; chunk 3 waits for the sleeping read
+        time.sleep(1.0)  # the group 2-6's copy waits for the sleeping read of chunk 3
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -283,27 +285,28 @@ def test_sigterm_mid_group_rolls_back_and_releases_every_chunk(project: Any, pg_
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     result = json.loads((project.tmp / "xcom.json").read_text())
     history = project.history()
-    # nothing committed; every chunk the group leased is released: RUNNING, then FAILED with
-    # DPONE_RUN_INTERRUPTED; the others never started
-    assert project.sql("SELECT count(*) FROM {s}.dst") == [(0,)]
-    assert {1, 2} <= set(history) and set(history) <= {1, 2, 3}
+    # chunk 1 committed alone (the worker's first group); the group 2-6 committed nothing and
+    # every chunk it leased is released: RUNNING, then FAILED with DPONE_RUN_INTERRUPTED
+    assert project.sql("SELECT count(*) FROM {s}.dst") == [(ROWS_PER_DAY,)]
+    assert history.pop(1) == [("running", 1, None), ("committed", 1, None)]
+    assert set(history) == {2, 3, 4, 5, 6}
     for index, records in history.items():
         assert records == [
             ("running", 1, None),
             ("failed", 1, errors.RUN_INTERRUPTED),
         ], (index, records)
     assert result["backfill"]["chunks_interrupted"] == len(history)
-    assert result["backfill"]["chunks_not_started"] == DAYS - len(history)
+    assert result["backfill"]["chunks_not_started"] == 0
     assert result["error"]["code"] == errors.RUN_INTERRUPTED
     assert not project.sql(
         "SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
         "WHERE l.locktype = 'advisory' AND d.datname = current_database()"
     )
-    # the next run moves them all, the released ones as attempt 2, in one group
+    # the next run moves the released ones as attempt 2 (2 alone, then 3-6 in one group)
     project.sql("DELETE FROM {s}.slow_flag")
     code = main(["run", "--catalog", catalog, "--workload", "events", "--no-progress"])
     assert code == 0
-    assert _groups(project.commit_of_chunk()) == [[1, 2, 3, 4, 5, 6]]
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [3, 4, 5, 6]]
     for index, records in project.history().items():
         attempt = 2 if index in history else 1
         assert records[-2:] == [("running", attempt, None), ("committed", attempt, None)]
@@ -319,3 +322,122 @@ def test_a_bad_budget_is_refused_before_anything_moves(
     assert code != 0 and errors.MANIFEST_INVALID in err and "events.yaml:" in err, err
     assert "coalesce" in err and "Traceback" not in err
     assert not project.sql("SELECT to_regnamespace('{s}_audit')")[0][0]  # no ledger created
+
+
+def test_set_based_checksums_are_the_single_chunk_ones(project: Any) -> None:
+    """The grouped checksum statements give each window exactly what the per-chunk gate
+    computes for it alone, on the source and on the target (NULLs, empty windows included)."""
+    from dpone.connectors.base import ChunkWindow, SinkOptions, SinkSpec, SourceSpec, TableRef
+    from dpone.connectors.postgres import PostgresSink, PostgresSource
+
+    project.sql("UPDATE {s}.src SET n = NULL WHERE id % 7 = 0")
+    project.sql("DELETE FROM {s}.src WHERE d = date '2024-01-04'")  # an empty window
+    days = [f"2024-01-0{day}" for day in range(1, DAYS + 2)]
+    windows = [ChunkWindow("d", "date", days[i], days[i + 1]) for i in range(DAYS)]
+    spec = SourceSpec(connection="wh", table=TableRef(project.s, "src"))
+    with PostgresSource(spec, project.dsn) as source:
+        alone = [source.checksum(window) for window in windows]
+        assert source.window_checksums(windows) == alone
+        assert source.window_checksums(windows[2:5]) == alone[2:5]
+        assert source.window_checksums(windows[:1]) == alone[:1]
+    sink_spec = SinkSpec("wh", TableRef(project.s, "dst"), "replace")
+    with (
+        PostgresSource(spec, project.dsn) as source,
+        PostgresSink(sink_spec, project.dsn, SinkOptions()) as sink,
+        psycopg.connect(project.dsn) as conn,
+    ):
+        conn.execute("SELECT 1")  # the caller's transaction is open
+        writes = sink.write_group(source, windows, conn)
+        assert [w.checksum for w in writes] == alone
+        assert [w.source_checksum for w in writes] == alone
+        assert [w.rows for w in writes] == [0 if i == 3 else ROWS_PER_DAY for i in range(DAYS)]
+        one = [sink.write_chunk(source, w, connection=conn, isolated=False) for w in windows]
+        assert [w.checksum for w in one] == alone
+        conn.rollback()
+
+
+def test_a_chunk_whose_target_differs_fails_alone_after_the_set_rolls_back(
+    project: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the target changes one value of chunk 4 as it is written: same count, other content
+    project.sql(
+        "CREATE FUNCTION {s}.bump() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.id = 35 THEN NEW.n := NEW.n + 1000; END IF; RETURN NEW; END $$"
+    )
+    project.sql(
+        "CREATE TRIGGER bump BEFORE INSERT ON {s}.dst FOR EACH ROW EXECUTE FUNCTION {s}.bump()"
+    )
+    code, result = project.run(project.write(), capsys)
+    assert code != 0 and result["status"] != "passed"
+    assert (result["backfill"]["chunks_committed"], result["backfill"]["chunks_failed"]) == (
+        DAYS - 1,
+        1,
+    )
+    history = project.history()
+    failed = history.pop(4)
+    assert failed == [("running", 1, None), ("failed", 1, errors.READ_BACK_MISMATCH)]
+    assert result["error"]["code"] == errors.READ_BACK_MISMATCH
+    assert result["error"]["message"].startswith("chunk 4 ")
+    _committed_alone(history)
+    # 1 alone (the first group), the set 2-6 rolled back, then each moved alone
+    assert _groups(project.commit_of_chunk()) == [[1], [2], [3], [5], [6]]
+    assert project.sql("SELECT count(*) FROM {s}.dst WHERE d = date '2024-01-04'") == [(0,)]
+
+
+HOURLY_MANIFEST = """\
+schema: dpone.pipeline.v1
+processes:
+  - name: events
+    source: {{connection: wh, table: {{schema: {s}, name: hsrc}}}}
+    sink:
+      connection: wh
+      table: {{schema: {s}, name: hdst}}
+      strategy: {{mode: backfill}}
+    backfill:
+      chunk: {{column: ts, type: timestamp, start: "2024-01-01T00:00:00Z", end: "2024-01-11T00:00:00Z", unit: hour}}
+      inner_mode: replace
+      parallel_workers: 4
+      backfill_id: hourly_set
+    state: {{backend: audit_schema, connection: wh, schema: {s}_audit}}
+"""
+
+
+def test_the_hourly_shape_with_four_workers_equals_the_source(
+    project: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """240 hourly chunks, 4 workers, set-based groups: the target equals the source, compared
+    outside dpone; every chunk has its own COMMITTED record and checksum; groups did form."""
+    project.sql(
+        "CREATE TABLE {s}.hsrc (id bigint PRIMARY KEY, ts timestamp NOT NULL, amount numeric, "
+        "note text)"
+    )
+    project.sql(
+        "CREATE TABLE {s}.hdst (id bigint PRIMARY KEY, ts timestamp NOT NULL, amount numeric, "
+        "note text)"
+    )
+    project.sql(
+        "INSERT INTO {s}.hsrc SELECT g, timestamp '2024-01-01' + g * interval '31 seconds', "
+        "round((g * 1.37)::numeric, 2), CASE WHEN g % 11 = 0 THEN NULL ELSE 'n\"' || g END "
+        "FROM generate_series(0, 27863) g"  # 240 hours of about 116 rows
+    )
+    (project.tmp / "workloads.yaml").write_text(CATALOG)
+    (project.tmp / "events.yaml").write_text(HOURLY_MANIFEST.format(s=project.s))
+    code, result = project.run(str(project.tmp / "workloads.yaml"), capsys)
+    assert code == 0 and result["status"] == "passed", project.output
+    assert result["backfill"]["chunks_committed"] == 240
+    assert result["backfill"]["rows_written"] == 27864
+
+    def digest(table: str) -> list[tuple[Any, ...]]:
+        return project.sql(
+            "SELECT count(*), md5(string_agg(concat_ws('|', id, ts, amount, note), ',' "
+            f"ORDER BY id)) FROM {{s}}.{table}"
+        )
+
+    assert digest("hdst") == digest("hsrc")
+    records = project.sql(
+        "SELECT chunk_index, checksum, source_checksum, xmin::text FROM "
+        "{s}_audit.chunk_transition WHERE run_key = 'hourly_set' AND state = 'committed'"
+    )
+    assert len(records) == 240 and all(c == sc for _, c, sc, _ in records)
+    assert len({c for _, c, _, _ in records}) == 240
+    assert len({x for _, _, _, x in records}) < 60  # chunks shared transactions

@@ -454,13 +454,30 @@ class Sink(ABC):
         """The read-back gate around one write transaction: entered before the write starts
         (the source's checksum then runs beside it), ``gate.check(written)`` called by the
         dialect after its read-back and before its commit."""
-        sibling = None
+        level, sibling = self._gate_side(source)
+        gate = self._gate = ReadBackGate(self.spec, level, window, sibling)
+        try:
+            yield gate
+        finally:
+            self._gate = None
+            gate.close()
+
+    def _gate_level(self, source: Source) -> str:
+        """The read-back gate's level for ``source``: ``sink.read_back``, but count when the
+        manifest accepts the narrowing of every moved column (nothing left to hash)."""
         level = self.options.read_back
         if level == "checksum" and self.options.accept_narrowing:
             columns = source.columns()
             hashed = self._hashed(columns)
             if hashed == columns and set(columns) <= set(self.options.accept_narrowing):
-                level = "count"  # every moved column accepted: nothing left to hash
+                level = "count"
+        return level
+
+    def _gate_side(self, source: Source) -> tuple[str, Source | None]:
+        """The gate's level for ``source`` and, at level checksum, its sibling source (kept
+        open for the next write)."""
+        sibling = None
+        level = self._gate_level(source)
         if level == "checksum":
             if self._twin is None or self._twin[0] is not source:
                 self._close_read_back()
@@ -469,7 +486,17 @@ class Sink(ABC):
                 only = None if hashed == columns else hashed
                 self._twin = (source, source.sibling(only).read_only())
             sibling = self._twin[1]
-        gate = self._gate = ReadBackGate(self.spec, level, window, sibling)
+        return level, sibling
+
+    @contextmanager
+    def _read_back_group(
+        self, source: Source, windows: Sequence[ChunkWindow]
+    ) -> Iterator[GroupReadBackGate]:
+        """_read_back for a set-based group (ADR 0022): the source's side checksums every
+        window in one grouped statement beside the write; ``gate.check_all`` gates each."""
+        level, sibling = self._gate_side(source)
+        gate = GroupReadBackGate(self.spec, level, windows, sibling)
+        self._gate = gate
         try:
             yield gate
         finally:
@@ -603,6 +630,60 @@ class ReadBackGate:
         if thread is not None and thread.is_alive():
             self.interrupt()
             thread.join()
+
+
+class _KnownSourceGate(ReadBackGate):
+    """A chunk's gate whose source side is already computed (a set-based group's)."""
+
+    def __init__(
+        self, spec: SinkSpec, level: str, window: ChunkWindow, source_checksum: str | None
+    ) -> None:
+        super().__init__(spec, level, window, None)
+        self._source_checksum = source_checksum
+
+    def _source_side(self) -> str:
+        assert self._source_checksum is not None
+        return self._source_checksum
+
+
+class GroupReadBackGate(ReadBackGate):
+    """The read-back gate of a set-based group: the source's side is the checksum of each
+    window (``Source.window_checksums``, one grouped statement on the sibling, in a thread
+    while the sink writes); ``check_all`` compares each window as its own gate would."""
+
+    def __init__(
+        self,
+        spec: SinkSpec,
+        level: str,
+        windows: Sequence[ChunkWindow],
+        sibling: Source | None,
+    ) -> None:
+        self._windows = list(windows)
+        self._sums: list[str] | None = None
+        super().__init__(spec, level, windows[0], sibling)
+
+    def _run(self) -> None:
+        assert self._sibling is not None
+        try:
+            self._sums = self._sibling.window_checksums(self._windows)  # type: ignore[attr-defined]
+        except BaseException as exc:  # re-raised in check_all(), on the writing thread
+            self._error = exc
+
+    def check_all(self, writes: Sequence[ChunkWrite]) -> list[ChunkWrite]:
+        """Each window's write with its source checksum, or DponeError(READ_BACK_MISMATCH)
+        for the first window that differs."""
+        sums: list[str | None] = [None] * len(self._windows)
+        if self.level == "checksum":
+            assert self._thread is not None
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+            assert self._sums is not None
+            sums = list(self._sums)
+        return [
+            _KnownSourceGate(self._spec, self.level, window, known).check(written)
+            for window, known, written in zip(self._windows, sums, writes, strict=True)
+        ]
 
 
 def checksum_rows(checksum: str) -> int:

@@ -17,6 +17,7 @@ import selectors
 import uuid
 import weakref
 from collections.abc import Callable, Collection, Generator, Hashable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, Self
 
 import psycopg
@@ -40,6 +41,7 @@ from dpone.connectors.base import (
     TableRef,
     check_identifier,
     check_unique,
+    checksum_rows,
     format_checksum,
     index_warnings,
     pg_hash64,
@@ -693,6 +695,23 @@ class PostgresSource(Source):
             self._start_read_ahead(conn, key, stmt, block_bytes)
         return dst.rowcount
 
+    def window_checksums(self, windows: Sequence[ChunkWindow]) -> list[str]:
+        """Source.checksum of each of the contiguous ``windows``, in one grouped statement."""
+        described = self.describe()
+        self._settle()
+        conn = self._conn.get()
+        names = [name for name, _ in described]
+        try:
+            with conn.cursor() as cur:
+
+                def each(window: ChunkWindow) -> str:
+                    inner = sql.SQL("({}) AS s").format(self.select_sql(window, names))
+                    return relation_checksum(cur, inner, described, _params(window))
+
+                return window_checksums(cur, self.relation(True), described, windows, each)
+        except psycopg.Error as exc:
+            raise self._fail(exc, f"checksumming {scope_display(span_of(windows))}") from None
+
     def _fail(self, exc: BaseException, doing: str) -> DponeError:
         err = translate_error(
             exc, self.spec.failure_code, f"{self.spec.display()}: {doing}", self._conn.current
@@ -870,6 +889,88 @@ class PostgresSink(Sink):
     def close(self) -> None:
         self._close_read_back()
         self._conn.discard()
+
+    def can_write_group(self, source: Source) -> bool:
+        """True when write_group can move contiguous windows from ``source`` set-based: inner
+        mode replace, a Postgres source (its grouped checksum) and the gate at level checksum
+        (levels count and off compare what each chunk's own write read, which one copy of the
+        group's span does not tell apart: those groups keep one write a chunk)."""
+        return (
+            self.spec.inner_mode == "replace"
+            and isinstance(source, PostgresSource)
+            and self.options.checksum
+            and self._gate_level(source) == "checksum"
+        )
+
+    def write_group(
+        self, source: Source, windows: Sequence[ChunkWindow], connection: object
+    ) -> list[ChunkWrite]:
+        """A set-based group (ADR 0022) inside the caller's transaction (``connection``, as
+        write_chunk with ``isolated=False``): ONE delete and ONE copy of the span of the
+        contiguous ``windows``, then each window's read-back in one grouped checksum statement
+        on each side, each window gated as write_chunk gates it. Returns each window's write;
+        raises (the caller rolls back) when any window's gate refuses, or the rows copied are
+        not the rows the windows hold."""
+        conn = self._external(connection)
+        assert conn is not None and self.can_write_group(source)
+        span = span_of(windows)
+        try:
+            columns = self._moved_columns(source, span)
+            if not has_text_forms(conn):
+                with conn.cursor() as cur:
+                    _set_local(cur, [value for _, value in TEXT_FORM_SETTINGS])
+            with self._read_back_group(source, windows) as gate:
+                options, self.options = self.options, replace(
+                    self.options, checksum=False, read_back="off"
+                )
+                try:
+                    copied = self._write(conn, source, span, columns)
+                finally:
+                    self.options = options
+                writes = self._window_read_back(conn, columns, windows, copied)
+                return gate.check_all(writes)
+        except Exception as exc:
+            self._target.clear()
+            self._not_null = None
+            raise translate_error(
+                exc,
+                errors.SINK_FAILED,
+                f"{self.spec.display()}: writing {scope_display(span)} (rolled back)",
+                conn,
+            ) from None
+
+    def _window_read_back(
+        self,
+        conn: Connection,
+        columns: tuple[str, ...],
+        windows: Sequence[ChunkWindow],
+        copied: ChunkWrite,
+    ) -> list[ChunkWrite]:
+        """Each window's read-back checksum (the target's rows in its range, as _apply_mode
+        computes it for one window) from one grouped statement."""
+        hashed = self._hashed(columns)
+        with conn.cursor() as cur:
+            types = self._target_types(cur, columns)
+            typed = [(c, types[c]) for c in hashed]
+            not_null = self._not_null_columns(cur)
+            relation = sql.SQL("{} AS dpone_src").format(self._table)
+
+            def each(window: ChunkWindow) -> str:
+                inner = sql.SQL("(SELECT {} FROM {} AS dpone_src{}) AS s").format(
+                    _columns_sql(hashed), self._table, _where(window)
+                )
+                return relation_checksum(cur, inner, typed, _params(window), None, not_null)
+
+            sums = window_checksums(cur, relation, typed, windows, each, not_null)
+        held = sum(checksum_rows(value) for value in sums)
+        if held != copied.rows:
+            raise DponeError(
+                errors.READ_BACK_MISMATCH,
+                f"{self.spec.display()}: read-back of {scope_display(span_of(windows))} differs "
+                f"from the source: the write copied {copied.rows} row(s), the target holds "
+                f"{held}; the chunk group's transaction was rolled back",
+            )
+        return [ChunkWrite(checksum_rows(value), value, copied.method) for value in sums]
 
     # fence --------------------------------------------------------------------------------------
     def _fence_table(self) -> sql.Identifier:
@@ -1209,3 +1310,62 @@ def _set_local(cur: Cursor, values: Sequence[object]) -> None:
             for v in (name, value)
         ],
     )
+
+
+# --- set-based groups (ADR 0022) ------------------------------------------------------------------
+def _slot_sql(
+    column: sql.Composable, lowers: Sequence[object]
+) -> tuple[sql.Composable, list[object]]:
+    """The 0-based index of the window a row falls in, given the windows' lower bounds in order
+    (the rows are already inside the span): a binary tree of CASE, log2(n) comparisons a row,
+    each the per-chunk predicate's ``>=`` with the bound as an untyped parameter, so a row lands
+    in exactly the chunk whose own predicate selects it. Returns the expression and its
+    parameters in the order they appear in it."""
+
+    def build(lo: int, hi: int) -> tuple[sql.Composable, list[object]]:
+        if lo == hi:
+            return sql.Literal(lo), []
+        mid = (lo + hi + 1) // 2
+        upper, up = build(mid, hi)
+        lower, low = build(lo, mid - 1)
+        expr = sql.SQL("CASE WHEN {} >= %s THEN {} ELSE {} END").format(column, upper, lower)
+        return expr, [lowers[mid], *up, *low]
+
+    return build(0, len(lowers) - 1)
+
+
+def span_of(windows: Sequence[ChunkWindow]) -> ChunkWindow:
+    """The window covering contiguous ``windows`` (each one's upper bound the next's lower)."""
+    first, last = windows[0], windows[-1]
+    return ChunkWindow(first.column, first.type, first.lower, last.upper)
+
+
+def window_checksums(
+    cur: Cursor,
+    relation: sql.Composable,
+    columns: Sequence[tuple[str, int]],
+    windows: Sequence[ChunkWindow],
+    each: Callable[[ChunkWindow], str],
+    not_null: Collection[str] = (),
+) -> list[str]:
+    """The checksum of each of the contiguous ``windows`` over ``relation`` (a FROM item aliased
+    dpone_src), in ONE grouped statement: each value is what relation_checksum gives for that
+    window alone (same row hash, same sum, same format). Without the server-side hash, ``each``
+    computes them one window at a time."""
+    if not sql_checksum_supported(cur):
+        return [each(window) for window in windows]
+    span = span_of(windows)
+    slot, slot_params = _slot_sql(
+        sql.Identifier("dpone_src", windows[0].column), [w.lower for w in windows]
+    )
+    inner = sql.SQL("(SELECT {}, {} AS dpone_window_slot FROM {}{}) AS s").format(
+        _columns_sql([name for name, _ in columns]), slot, relation, _where(span)
+    )
+    cur.execute(
+        sql.SQL("SELECT dpone_window_slot, count(*), sum({}) FROM {} GROUP BY 1").format(
+            row_hash_sql(columns, not_null), inner
+        ),
+        [*slot_params, span.lower, span.upper],
+    )
+    found = {int(row[0]): checksum_value(row[1:])[1] for row in cur.fetchall()}
+    return [found.get(i, format_checksum(0, 0)) for i in range(len(windows))]

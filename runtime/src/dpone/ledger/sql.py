@@ -1277,6 +1277,75 @@ class SqlLedger(ABC):
             recorded = self._record_failed_attempt(shape, first, owner, lease_seconds, failed)
             return GroupMove([(first, *recorded)])
 
+    def lease_and_complete_set(
+        self,
+        shape: CampaignShape,
+        chunks: list[Chunk],
+        owner: str,
+        lease_seconds: float,
+        write_set: Callable[[Any, list[tuple[Chunk, Lease]]], list[ChunkResult]],
+    ) -> GroupMove:
+        """A set-based group (ADR 0022): ``chunks`` (contiguous) in ONE transaction, each
+        with its own lease statement, then ONE ``write_set(connection, leases)`` that writes
+        and gates them all and returns each one's result, then each one's compare-and-set
+        completion. The same rules as :meth:`lease_and_complete_group`: only the first chunk
+        waits for its lock; a chunk whose lock is taken ends the leasing before it (``left``);
+        a refused lease ends it as the last member; a group of one fails as
+        ``lease_and_complete`` records it; a failure of a group of several rolls it back and
+        records nothing. Chunks after the last member, ``left`` or the rolled-back ones were
+        not touched: the caller moves them next."""
+        members: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]] = []
+        outcomes: list[LeaseOutcome] = []
+        leased: list[tuple[Chunk, Lease]] = []
+        refused: tuple[Chunk, LeaseOutcome, ChunkResult | None] | None = None
+        left: Chunk | None = None
+        try:
+            with self._transaction("lease_and_complete_group", TxMode.WRITE) as tx:
+                for chunk in chunks:
+                    if leased and not self._try_lock(tx, shape.run_key, chunk):
+                        left = chunk
+                        break
+                    try:
+                        outcome = self._lease_member(tx, shape, chunk, owner, lease_seconds)
+                    except DponeError as exc:
+                        if not leased:
+                            raise
+                        left = chunk  # moved alone next, where its own error is recorded
+                        raise WriteFailed(exc) from exc
+                    if outcome.lease is None:
+                        refused = (chunk, outcome, None)
+                        break
+                    outcomes.append(outcome)
+                    leased.append((chunk, outcome.lease))
+                if leased:
+                    try:
+                        results = write_set(tx.connection, leased)
+                    except Exception as exc:
+                        raise WriteFailed(exc) from exc
+                    for (chunk, lease), outcome, result in zip(
+                        leased, outcomes, results, strict=True
+                    ):
+                        if not result.committed:
+                            raise WriteFailed(None, result)
+                        try:
+                            self._close_in(tx, lease, chunk, result)
+                        except DponeError as exc:
+                            if len(leased) == 1:
+                                raise  # as lease_and_complete: rolled back, not recorded
+                            raise WriteFailed(exc) from exc
+                        members.append((chunk, outcome, result))
+                if refused is not None:
+                    members.append(refused)
+                fault_point("group_closed")
+            return GroupMove(members, left)
+        except ChunkLockTimeout:  # only the first chunk's lock is waited for
+            return GroupMove([(chunks[0], LeaseOutcome(LeaseStatus.BUSY), None)])
+        except WriteFailed as failed:
+            if len(leased) > 1 or left is not None:
+                return GroupMove([], left, leased, failed.cause)
+            recorded = self._record_failed_attempt(shape, chunks[0], owner, lease_seconds, failed)
+            return GroupMove([(chunks[0], *recorded)])
+
     @staticmethod
     def _try_lock(tx: LedgerTx, run_key: str, chunk: Chunk) -> bool:
         """Take a group's next chunk lock only if it is free now (False without try-locks)."""

@@ -36,6 +36,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("connect", "dpone.connectors.postgres", "PgConnection.get"),
     ("chunk", "dpone.run.orchestrator", "_run_chunk"),
     ("group", "dpone.run.orchestrator", "_run_group"),  # coalesced chunks: + the group's commit
+    ("group", "dpone.run.orchestrator", "_run_set"),  # a set-based group: + its commit
     ("lease", "dpone.ledger.sql", "SqlLedger.acquire_lease"),
     ("lease", "dpone.ledger.sql", "SqlLedger.lease_and_complete"),  # one commit: + the commit
     ("lease", "dpone.ledger.sql", "SqlLedger._lease_member"),  # a coalesced chunk's lease
@@ -48,7 +49,10 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("copy_in", "dpone.connectors.postgres", "PostgresSource.copy_into"),
     ("copy_out", "dpone.connectors.postgres", "raw_copy_blocks"),
     ("checksum", "dpone.connectors.postgres", "relation_checksum"),  # sink's and source's
+    ("checksum", "dpone.connectors.postgres", "window_checksums"),  # a set-based group's
+    ("sink_other", "dpone.connectors.postgres", "PostgresSink.write_group"),
     ("read_back", "dpone.connectors.base", "ReadBackGate.check"),  # the wait for the source's
+    ("read_back", "dpone.connectors.base", "GroupReadBackGate.check_all"),
 )
 
 _local = threading.local()

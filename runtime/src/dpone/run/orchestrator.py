@@ -335,6 +335,62 @@ class ChunkMover:
                     self._release_after_stop(leases[-1][1], leases[-1][0])
                 raise
 
+    @functools.cached_property
+    def set_based(self) -> bool:
+        """Coalesced groups are moved set-based (ADR 0022): one delete, one copy and one grouped
+        checksum a side for a run of contiguous chunks; needs a sink and a source that can
+        (a Postgres sink in inner mode replace, a Postgres source)."""
+        if self.coalesce is None:
+            return False
+        source, sink = self._connectors()
+        can = getattr(sink, "can_write_group", None)
+        return bool(can is not None and can(source) and hasattr(source, "window_checksums"))
+
+    def lease_and_move_set(
+        self,
+        chunks: list[Chunk],
+        owner: str,
+        lease_seconds: float,
+        leases: list[tuple[Chunk, Lease, float]],
+    ) -> Any:
+        """A set-based group (ADR 0022): each chunk's lease statement, then ONE write of the
+        leased chunks' span with each chunk's gate, then each one's COMMITTED record, in ONE
+        transaction; ``leases`` gets (chunk, lease, start) per chunk leased. Returns the
+        ledger's GroupMove; a group of one is written and fails as lease_and_move does."""
+        source, sink = self._connectors()
+
+        def write_set(connection: Any, leased: list[tuple[Chunk, Lease]]) -> list[ChunkResult]:
+            now = time.monotonic()
+            leases.extend((chunk, lease, now) for chunk, lease in leased)
+            source.expect(None)
+            for _ in leased:
+                fault_point("chunk_leased")
+            windows = [self.window(chunk) for chunk, _ in leased]
+            try:
+                if len(windows) == 1:
+                    writes = [
+                        sink.write_chunk(source, windows[0], connection=connection, isolated=False)
+                    ]
+                else:
+                    writes = sink.write_group(source, windows, connection)
+            except DponeError as exc:
+                STOP.settle()  # a stop's last cancel must not land on the rollback or record
+                raise interrupted_or(exc, "the chunk group's transaction was rolled back") from None
+            for _ in leased:
+                fault_point("chunk_written")
+            return [committed(written) for written in writes]
+
+        with STOP.cancellable(self.interrupt):
+            store: Any = self.store
+            try:
+                return store.lease_and_complete_set(
+                    self.ctx.shape(), chunks, owner, lease_seconds, write_set
+                )
+            except DponeError as exc:
+                if STOP.requested and leases and exc.code != errors.CHUNK_LEASE_LOST:
+                    self._release_after_stop(leases[-1][1], leases[-1][0])
+                raise
+
     def release_rolled_back(self, chunk: Chunk, owner: str, lease_seconds: float) -> int | None:
         """Record a stopped group's chunk as released: its attempt's RUNNING and FAILED
         (DPONE_RUN_INTERRUPTED) records, the FAILED one tried again after a stop's cancel.
@@ -555,6 +611,27 @@ class _Feed:
             return None if self.held[0][1] else self.held.pop(0)[0]
         return self._take()
 
+    def next_run(
+        self, first: Chunk, most: int, take_run: Callable[[int], list[Chunk]]
+    ) -> list[Chunk]:
+        """``first`` and up to ``most - 1`` chunks that follow it without a gap (a set-based
+        group's chunks): held ones first (none to be moved alone), else a block taken from the
+        queue at once (``take_run``); a chunk that does not follow is handed back."""
+        run = [first]
+        while len(run) < most and self.held and not self.held[0][1]:
+            if not _follows(run[-1], self.held[0][0]):
+                return run
+            run.append(self.held.pop(0)[0])
+        if self.held or len(run) >= most:
+            return run
+        block = take_run(most - len(run))
+        for position, chunk in enumerate(block):
+            if not _follows(run[-1], chunk):
+                self.hand_back(block[position:], alone=False)
+                break
+            run.append(chunk)
+        return run
+
     def upcoming(self) -> Chunk | None:
         """The chunk this worker moves next, for the source to read ahead (a lone worker)."""
         if not self.read_ahead:
@@ -623,6 +700,85 @@ def _run_group(
             keep_going = _chunk_failed(failed, chunk, outcome.lease.attempt, since, tally)
             continue
         _chunk_committed(result, chunk, outcome.lease.attempt, since, tally, until)
+    return keep_going
+
+
+def _follows(before: Chunk, chunk: Chunk) -> bool:
+    return chunk.index == before.index + 1 and chunk.start == before.end
+
+
+@dataclass
+class _SetPace:
+    """A worker's pace over its set-based groups, to size the next one within the budget."""
+
+    rows_per_chunk: float = 0.0
+    seconds_per_chunk: float = 0.0
+
+    def size(self, budget: Any) -> int:
+        """The next group's chunks: a worker's first group is one chunk (nothing says yet how
+        many rows a chunk holds), then as many as the last group's pace fits in the budget."""
+        if self.seconds_per_chunk <= 0:
+            return 1
+        most = int(budget.max_chunks)
+        if self.rows_per_chunk > 0:
+            most = min(most, int(budget.max_rows / self.rows_per_chunk))
+        if self.seconds_per_chunk > 0:
+            most = min(most, int(budget.max_seconds / self.seconds_per_chunk))
+        return max(1, most)
+
+    def learn(self, chunks: int, rows: int, seconds: float) -> None:
+        if chunks > 0:
+            self.rows_per_chunk = rows / chunks
+            self.seconds_per_chunk = seconds / chunks
+
+
+def _run_set(
+    mover: ChunkMover,
+    chunks: list[Chunk],
+    feed: _Feed,
+    owner: str,
+    tally: _Tally,
+    lease_s: float,
+    pace: _SetPace,
+) -> bool:
+    """A set-based group (ADR 0022): contiguous ``chunks`` in one transaction, written and
+    gated set-based; recorded, rolled back and handed back as _run_group does. Chunks the
+    group did not reach (after a busy or refused one) go back to the feed."""
+    started = time.monotonic()
+    leases: list[tuple[Chunk, Lease, float]] = []
+    try:
+        move = mover.lease_and_move_set(chunks, owner, lease_s, leases)
+    except DponeError as exc:  # a group of one chunk failed (recorded as in _run_chunk)
+        if not leases:
+            feed.hand_back(chunks[1:], alone=False)
+            return _lease_failed(exc, chunks[0], tally)
+        feed.hand_back(chunks[len(leases) :], alone=False)
+        chunk, lease, since = leases[-1]
+        return _chunk_failed(exc, chunk, lease.attempt, since, tally)
+    reached = len(move.members) + len(move.rolled_back) + (move.left is not None)
+    feed.hand_back(chunks[reached:], alone=False)
+    if move.rolled_back:
+        return _group_rolled_back(mover, move, leases, owner, tally, lease_s, feed)
+    if move.left is not None:  # its lock was held elsewhere: it starts the next group
+        feed.hand_back([move.left], alone=False)
+    ended = time.monotonic()
+    span = (ended - started) / max(1, len(move.members))
+    keep_going = True
+    rows = 0
+    for position, (chunk, outcome, result) in enumerate(move.members):
+        refused = _lease_refused(outcome, chunk, tally)
+        if refused is not None:
+            keep_going = keep_going and refused
+            continue
+        assert outcome.lease is not None and result is not None
+        since = started + position * span
+        if not result.committed:  # a group of one: recorded FAILED as in _run_chunk
+            failed = DponeError(result.error_code or errors.INTERNAL, result.error_message or "")
+            keep_going = _chunk_failed(failed, chunk, outcome.lease.attempt, since, tally)
+            continue
+        rows += result.rows or 0
+        _chunk_committed(result, chunk, outcome.lease.attempt, since, tally, since + span)
+    pace.learn(len(move.members), rows, ended - started)
     return keep_going
 
 
@@ -848,11 +1004,26 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
 
         read_ahead = workers == 1
 
+        taking = threading.Lock()  # a block taken at once is a run of consecutive chunks
+
         def take() -> Chunk | None:
-            try:
-                return work.get_nowait()
-            except queue.Empty:
-                return None
+            with taking:
+                try:
+                    return work.get_nowait()
+                except queue.Empty:
+                    return None
+
+        def take_run(most: int) -> list[Chunk]:
+            block: list[Chunk] = []
+            with taking:
+                # the rest shared out between the workers: none waits while another holds it all
+                most = min(most, max(1, -(-work.qsize() // workers)))
+                while len(block) < most:
+                    try:
+                        block.append(work.get_nowait())
+                    except queue.Empty:
+                        break
+            return block
 
         def worker(mover: ChunkMover) -> None:
             # A lone worker (internal or a mapped item) takes its next chunk one ahead, so that
@@ -864,13 +1035,17 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             feed = _Feed(take, read_ahead)
             lease_s = float(bf.lease_seconds)
             budget = mover.coalesce
+            pace = _SetPace()
             try:
                 while not tally.stop.is_set() and not STOP.requested:
                     taken = feed.next()
                     if taken is None:
                         return
                     chunk, alone = taken
-                    if budget is not None and not alone:
+                    if budget is not None and not alone and mover.set_based:
+                        run = feed.next_run(chunk, pace.size(budget), take_run)
+                        keep_going = _run_set(mover, run, feed, owner, tally, lease_s, pace)
+                    elif budget is not None and not alone:
                         keep_going = _run_group(mover, chunk, feed, owner, tally, lease_s, budget)
                     else:
                         upcoming = feed.upcoming()
