@@ -184,8 +184,9 @@ def _notes() -> dict[tuple[str, str], str]:
         ("pipeline.v1", "processes[].backfill.coalesce"): (
             "Default: true. Where the ledger lives in the sink's Postgres database, a worker "
             "moves consecutive chunks in one transaction (each keeps its own ledger records, "
-            "checksum and read-back gate) until the group moved `max_rows` rows, ran "
-            "`max_seconds` or holds `max_chunks` chunks; a failure rolls the group back and its "
+            "checksum and read-back gate) within `max_rows` rows, `max_seconds` and "
+            "`max_chunks` chunks (a set-based group is sized from the worker's previous one to "
+            "fit them); a failure rolls the group back and its "
             "chunks are moved again one by one. `false`: one transaction per chunk. Not part of "
             "the campaign's identity (docs/ledger.md)."
         ),
