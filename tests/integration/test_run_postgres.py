@@ -273,8 +273,8 @@ def test_internal_run_with_workers_and_a_separate_ledger_database_matches_source
         )
     )
     code = main(["run", "--catalog", catalog, "--workload", "orders", "--no-progress"])
-    capsys.readouterr()
-    assert code == 0
+    ran = capsys.readouterr()
+    assert code == 0, ran.err[-4000:]
     s = project["schema"]
     assert _table_digest(project["dsn"], f"{s}.orders") == _table_digest(
         project["dsn"], f"{s}.raw_orders"
