@@ -6,21 +6,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpone.errors import Location
+from dpone.plan.canonical import FieldRecord
 from dpone.plan.chunks import ChunkSpec
 from dpone.plan.mapping import MappingPolicy
 
 
 @dataclass(frozen=True)
-class TableName:
+class TableName(FieldRecord):
     schema: str | None
     name: str
 
     @property
     def dotted(self) -> str:
         return f"{self.schema}.{self.name}" if self.schema else self.name
-
-    def canonical(self) -> dict[str, str | None]:
-        return {"schema": self.schema, "name": self.name}
 
 
 @dataclass(frozen=True)
@@ -118,21 +116,12 @@ class BackfillConfig:
 
 
 @dataclass(frozen=True)
-class StateConfig:
+class StateConfig(FieldRecord):
     backend: str
     connection: str | None
     schema: str
     path: str | None
     require_distributed_lock: bool
-
-    def canonical(self) -> dict[str, object]:
-        return {
-            "backend": self.backend,
-            "connection": self.connection,
-            "schema": self.schema,
-            "path": self.path,
-            "require_distributed_lock": self.require_distributed_lock,
-        }
 
 
 @dataclass(frozen=True)

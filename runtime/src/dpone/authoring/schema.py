@@ -75,22 +75,20 @@ def _any_type_ok(value: Any, types: list[str]) -> bool:
     return any(_type_ok(value, t) for t in types)
 
 
+#: How an error names a value's kind; bool before int (a bool is an int to isinstance).
+_KINDS: tuple[tuple[type, str], ...] = (
+    (type(None), "null"),
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "a mapping"),
+)
+
+
 def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
+    return next((text for kind, text in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _resolve(ref: str, root: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

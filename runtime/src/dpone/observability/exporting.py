@@ -31,7 +31,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from dpone.credentials.redaction import redact_text
 from dpone.lifecycle.interrupt import STOP
@@ -278,3 +278,30 @@ def collected_library_records() -> Iterator[list[str]]:
         yield collected
     finally:
         _COLLECTING.pop(threading.get_ident(), None)
+
+
+Client = TypeVar("Client")
+
+
+def build_client(
+    build: Callable[[], Client],
+    warn: Callable[[str], None],
+    invalid: str,
+    off: str,
+    missing: str | None = None,
+) -> tuple[Client | None, list[str]]:
+    """``build()`` with what the libraries log meanwhile collected: the client and those
+    records, or (None, []) after ONE warning when building fails: ``invalid`` (the settings
+    at fault) with the error's type and first line, then ``off`` (what the run goes without);
+    ``missing`` instead for an ImportError, when the caller did not check the package first."""
+    with collected_library_records() as records:
+        try:
+            return build(), records
+        except Exception as exc:
+            if missing is not None and isinstance(exc, ImportError):
+                warn(missing)
+            else:
+                detail = one_line(str(exc))
+                shown = type(exc).__name__ + (f": {detail}" if detail else "")
+                warn(f"{invalid} ({shown}); {off}")
+            return None, []

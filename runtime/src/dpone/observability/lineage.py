@@ -33,9 +33,8 @@ from dpone.observability.exporting import (
     DEFAULT_BUDGET_S,
     ExportWorker,
     RunLineage,
-    collected_library_records,
+    build_client,
     lineage_requested,
-    one_line,
 )
 
 DEFAULT_JOB_NAMESPACE = "dpone"
@@ -288,18 +287,14 @@ def open_run_lineage(
         warn(f"{problem}; this run emits no lineage")
         return RunLineage()
     worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
-    with collected_library_records() as records:
-        try:
-            emitter = OpenLineageRun(run, worker)
-        except Exception as exc:
-            detail = one_line(str(exc))
-            warn(
-                f"{transport_setting(env)}: the transport's settings are incomplete or invalid "
-                f"({type(exc).__name__}"
-                + (f": {detail}" if detail else "")
-                + "); this run emits no lineage"
-            )
-            return RunLineage()
+    emitter, records = build_client(
+        lambda: OpenLineageRun(run, worker),
+        warn,
+        f"{transport_setting(env)}: the transport's settings are incomplete or invalid",
+        "this run emits no lineage",
+    )
+    if emitter is None:
+        return RunLineage()
     if emitter.prints_to_console and env.get("OPENLINEAGE__TRANSPORT__TYPE") != "console":
         warn(
             "the OpenLineage settings name no transport the client could build (it would print "

@@ -24,15 +24,42 @@ from dpone.observability.exporting import (
     ENDPOINT_VARIABLES,
     ExportWorker,
     RunObserver,
-    collected_library_records,
+    build_client,
     metrics_requested,
-    one_line,
 )
 from dpone.observability.result import ChunkTiming
 
 METER_NAME = "dpone"
 #: ChunkTiming statuses that moved (or tried to move) data: their duration is measured.
 _TIMED = frozenset({"committed", "failed", "lease_lost"})
+#: What a run exports: (instrument kind, name, unit, description).
+INSTRUMENTS: tuple[tuple[str, str, str, str], ...] = (
+    ("counter", "dpone.chunks", "{chunk}", "Chunks by outcome (attribute dpone.outcome)"),
+    ("counter", "dpone.rows", "{row}", "Rows written by committed chunks"),
+    ("histogram", "dpone.chunk.duration", "s", "Time to lease, move and complete one chunk"),
+    (
+        "counter",
+        "dpone.lease.takeovers",
+        "{lease}",
+        "Chunks leased by a later attempt than the first (a retry, or an expired lease taken "
+        "over)",
+    ),
+    (
+        "counter",
+        "dpone.fence.refusals",
+        "{chunk}",
+        "Attempts refused because a newer attempt owns the chunk (lease lost)",
+    ),
+    (
+        "gauge",
+        "dpone.campaign.progress",
+        "1",
+        "Share of this process's selected chunks that are committed",
+    ),
+    ("gauge", "dpone.campaign.chunks_selected", "{chunk}", "Chunks this process was given"),
+)
+#: RunLabels' fields every data point carries as ``dpone.<field>``.
+_DPONE_LABELS = ("workload", "process", "mode", "item")
 
 
 @dataclass(frozen=True)
@@ -52,12 +79,7 @@ class RunLabels:
     task_id: str | None = None  # the Airflow task id, None outside Airflow
 
     def attributes(self) -> dict[str, str]:
-        attributes = {
-            "dpone.workload": self.workload,
-            "dpone.process": self.process,
-            "dpone.mode": self.mode,
-            "dpone.item": self.item,
-        }
+        attributes = {f"dpone.{name}": getattr(self, name) for name in _DPONE_LABELS}
         if self.dag_id is not None:
             attributes["airflow.dag_id"] = self.dag_id
         if self.task_id is not None:
@@ -143,23 +165,16 @@ def open_run_observer(
         warn(f"{problem}; this run exports no metrics")
         return RunObserver()
     worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
-    with collected_library_records() as records:
-        try:
-            observer = OtelRunObserver(labels, env, worker)
-        except ImportError:
-            warn(
-                "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are missing: "
-                "install dpone-runtime[metrics]; this run exports no metrics"
-            )
-            return RunObserver()
-        except Exception as exc:
-            detail = one_line(str(exc))
-            warn(
-                "the OpenTelemetry metrics settings (OTEL_*) are invalid "
-                f"({type(exc).__name__}" + (f": {detail}" if detail else "") + "); this run "
-                "exports no metrics"
-            )
-            return RunObserver()
+    observer, records = build_client(
+        lambda: OtelRunObserver(labels, env, worker),
+        warn,
+        "the OpenTelemetry metrics settings (OTEL_*) are invalid",
+        "this run exports no metrics",
+        missing="OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are missing: "
+        "install dpone-runtime[metrics]; this run exports no metrics",
+    )
+    if observer is None:
+        return RunObserver()
     if records:
         worker.problem("OpenTelemetry metrics", f"the SDK reported: {records[0]}")
     return observer
@@ -195,61 +210,33 @@ class OtelRunObserver(RunObserver):
         self._attrs = {key: redact_text(value) for key, value in labels.attributes().items()}
         self._selected = 0
         self._done = 0
-        self._chunks: Any = meter.create_counter(
-            "dpone.chunks",
-            unit="{chunk}",
-            description="Chunks by outcome (attribute dpone.outcome)",
-        )
-        self._rows: Any = meter.create_counter(
-            "dpone.rows", unit="{row}", description="Rows written by committed chunks"
-        )
-        self._duration: Any = meter.create_histogram(
-            "dpone.chunk.duration",
-            unit="s",
-            description="Time to lease, move and complete one chunk",
-        )
-        self._takeovers: Any = meter.create_counter(
-            "dpone.lease.takeovers",
-            unit="{lease}",
-            description="Chunks leased by a later attempt than the first (a retry, or an expired "
-            "lease taken over)",
-        )
-        self._refusals: Any = meter.create_counter(
-            "dpone.fence.refusals",
-            unit="{chunk}",
-            description="Attempts refused because a newer attempt owns the chunk (lease lost)",
-        )
-        self._progress: Any = meter.create_gauge(
-            "dpone.campaign.progress",
-            unit="1",
-            description="Share of this process's selected chunks that are committed",
-        )
-        self._selected_gauge: Any = meter.create_gauge(
-            "dpone.campaign.chunks_selected",
-            unit="{chunk}",
-            description="Chunks this process was given",
-        )
+        self._metric: dict[str, Any] = {
+            name: getattr(meter, f"create_{kind}")(name, unit=unit, description=description)
+            for kind, name, unit, description in INSTRUMENTS
+        }
 
     def run_started(self, chunks_selected: int) -> None:
         self._selected = chunks_selected
-        self._selected_gauge.set(chunks_selected, self._attrs)
-        self._progress.set(0.0, self._attrs)
+        self._metric["dpone.campaign.chunks_selected"].set(chunks_selected, self._attrs)
+        self._metric["dpone.campaign.progress"].set(0.0, self._attrs)
 
     def chunk_recorded(self, timing: ChunkTiming) -> None:
         attrs = {**self._attrs, "dpone.outcome": timing.status}
-        self._chunks.add(1, attrs)
+        self._metric["dpone.chunks"].add(1, attrs)
         if timing.status == "committed":
-            self._rows.add(timing.rows or 0, self._attrs)
+            self._metric["dpone.rows"].add(timing.rows or 0, self._attrs)
         if timing.status in _TIMED and timing.duration_ms is not None:
-            self._duration.record(timing.duration_ms / 1000.0, attrs)
+            self._metric["dpone.chunk.duration"].record(timing.duration_ms / 1000.0, attrs)
         if timing.status in _TIMED and (timing.attempt or 0) > 1:
-            self._takeovers.add(1, self._attrs)
+            self._metric["dpone.lease.takeovers"].add(1, self._attrs)
         if timing.status == "lease_lost":
-            self._refusals.add(1, self._attrs)
+            self._metric["dpone.fence.refusals"].add(1, self._attrs)
         if timing.status in ("committed", "skipped_resume"):
             self._done += 1
             if self._selected:
-                self._progress.set(self._done / self._selected, self._attrs)
+                self._metric["dpone.campaign.progress"].set(
+                    self._done / self._selected, self._attrs
+                )
 
     def run_finished(self) -> None:
         """The final collect + export and the exporter's close, on the export worker."""

@@ -16,6 +16,7 @@ from typing import Any
 from dpone.credentials.redaction import redact_document
 from dpone.errors import REGISTRY, ErrorRecord
 from dpone.ledger.port import ChunkRecord, Ledger
+from dpone.plan.canonical import field_values
 
 RESULT_SCHEMA = "dpone.run-result.v1"
 EVIDENCE_SCHEMA = "dpone.backfill-evidence.v1"
@@ -40,17 +41,9 @@ class ChunkTiming:
     source_checksum: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "index": self.index,
-            "status": self.status,
-            "attempt": self.attempt,
-            "rows": self.rows,
-            "checksum": self.checksum,
-            "duration_ms": self.duration_ms,
-            "error_code": self.error_code,
-        }
-        if self.source_checksum is not None:
-            out["source_checksum"] = self.source_checksum
+        out = field_values(self)
+        if self.source_checksum is None:  # absent, not null, where no content was compared
+            del out["source_checksum"]
         return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -65,6 +66,20 @@ def canonical_text(value: Any) -> str:
 
 def canonical_bytes(value: Any) -> bytes:
     return canonical_text(value).encode("utf-8")
+
+
+def field_values(record: Any, kind: type | None = None) -> dict[str, Any]:
+    """The dataclass fields of ``kind`` (the record's own class by default) by name, in
+    declaration order, shallow: the canonical or JSON form of a record of plain values, written
+    once, so a field added to the record cannot be left out of its hash or its output."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(kind or record)}
+
+
+class FieldRecord:
+    """A dataclass whose canonical form is its fields (:func:`field_values`)."""
+
+    def canonical(self) -> dict[str, Any]:
+        return field_values(self)
 
 
 def fingerprint(value: Any) -> str:

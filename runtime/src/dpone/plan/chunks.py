@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import cast
 
-from dpone.plan.canonical import fingerprint, fingerprint_text, json_scalar
+from dpone.plan.canonical import FieldRecord, fingerprint, fingerprint_text, json_scalar
 
 CHUNK_TYPES = ("date", "timestamp", "integer")
 UNITS_BY_TYPE: dict[str, tuple[str, ...]] = {
@@ -37,7 +37,7 @@ class ChunkPlanError(ValueError):
 
 
 @dataclass(frozen=True)
-class ChunkSpec:
+class ChunkSpec(FieldRecord):
     """What to split: the column, its type, the half-open window and the step."""
 
     column: str
@@ -47,33 +47,15 @@ class ChunkSpec:
     step: int
     unit: str
 
-    def canonical(self) -> dict[str, object]:
-        return {
-            "column": self.column,
-            "type": self.type,
-            "start": self.start,
-            "end": self.end,
-            "step": self.step,
-            "unit": self.unit,
-        }
-
 
 @dataclass(frozen=True)
-class Chunk:
+class Chunk(FieldRecord):
     """One half-open slice ``[start, end)`` of the window with its idempotency key."""
 
     index: int
     start: Bound
     end: Bound
     idempotency_key: str
-
-    def canonical(self) -> dict[str, object]:
-        return {
-            "index": self.index,
-            "start": self.start,
-            "end": self.end,
-            "idempotency_key": self.idempotency_key,
-        }
 
 
 def parse_date(value: object) -> dt.date:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dpone.plan.canonical import canonical_text, fingerprint, json_scalar
+from dpone.plan.canonical import FieldRecord, canonical_text, field_values, fingerprint, json_scalar
 
 PLAN_SCHEMA = "dpone.airflow-mapping-plan.v1"
 ITEM_SCHEMA = "dpone.airflow-mapping-item.v1"
@@ -37,7 +37,7 @@ class PolicyProblem:
 
 
 @dataclass(frozen=True)
-class MappingPolicy:
+class MappingPolicy(FieldRecord):
     mode: str = "internal"
     max_items: int = DEFAULT_MAX_ITEMS
     max_active: int = DEFAULT_MAX_ACTIVE
@@ -47,17 +47,20 @@ class MappingPolicy:
     def mapped(self) -> bool:
         return self.mode in MAPPED_MODES
 
-    def canonical(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "max_items": self.max_items,
-            "max_active": self.max_active,
-            "pool": self.pool,
-        }
-
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count_ok(name: str, value: object, limit: int, problems: list[PolicyProblem]) -> bool:
+    """True for an integer 1..limit; otherwise the problem is added to ``problems``."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit:
+        return True
+    from dpone import errors
+
+    message = f"{name} must be an integer 1..{limit}, got {value!r}"
+    problems.append(PolicyProblem(name, errors.MAPPING_POLICY_INVALID, message))
+    return False
 
 
 def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProblem]]:
@@ -81,24 +84,10 @@ def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProb
             PolicyProblem("mode", invalid, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         )
     max_items = raw.get("max_items", DEFAULT_MAX_ITEMS)
-    if not _is_int(max_items) or not 1 <= max_items <= HARD_MAX_ITEMS:
-        problems.append(
-            PolicyProblem(
-                "max_items",
-                invalid,
-                f"max_items must be an integer 1..{HARD_MAX_ITEMS}, got {max_items!r}",
-            )
-        )
+    items_ok = _count_ok("max_items", max_items, HARD_MAX_ITEMS, problems)
     max_active = raw.get("max_active", DEFAULT_MAX_ACTIVE)
-    if not _is_int(max_active) or not 1 <= max_active <= HARD_MAX_ACTIVE:
-        problems.append(
-            PolicyProblem(
-                "max_active",
-                invalid,
-                f"max_active must be an integer 1..{HARD_MAX_ACTIVE}, got {max_active!r}",
-            )
-        )
-    elif _is_int(max_items) and 1 <= max_items <= HARD_MAX_ITEMS and max_active > max_items:
+    active_ok = _count_ok("max_active", max_active, HARD_MAX_ACTIVE, problems)
+    if items_ok and active_ok and max_active > max_items:
         problems.append(
             PolicyProblem(
                 "max_active",
@@ -139,12 +128,8 @@ class MappingItem:
         return self.last_chunk_index - self.first_chunk_index + 1
 
     def canonical(self) -> dict[str, int]:
-        return {
-            "item_index": self.item_index,
-            "first_chunk_index": self.first_chunk_index,
-            "last_chunk_index": self.last_chunk_index,
-            "chunks_count": self.chunks_count,
-        }
+        # MappingItem's own fields: a subclass (the task's parsed item) adds its own beside them
+        return {**field_values(self, MappingItem), "chunks_count": self.chunks_count}
 
 
 @dataclass(frozen=True)

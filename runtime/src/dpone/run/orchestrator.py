@@ -1122,9 +1122,10 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
     try:
         source = open_source(source_spec, ctx.dsn(cfg.source.connection))
         sink = open_sink(sink_spec, ctx.dsn(cfg.sink.connection), sink_options(plan))
-        from dpone.run.preflight import require_types
+        from dpone.run.preflight import require_tables
 
-        require_types(plan, source_spec, sink_spec, ctx.dsn)  # refuse a narrowing before I/O
+        # refuse a narrowing before I/O
+        require_tables(plan, source_spec, sink_spec, ctx.dsn, types_only=True)
         for warning in sink.preflight():
             settings.warn(warning)
         moving = time.monotonic()

@@ -63,10 +63,26 @@ def require_tables(
     sink_spec: SinkSpec,
     dsn: Callable[[str], str],
     open_source: OpenSource = _open_source,
+    *,
+    types_only: bool = False,
 ) -> None:
     """DPONE_PREFLIGHT_FAILED unless the source, its chunk column and the target's columns are
     all there and no moved column narrows (see :func:`check_types`). ``dsn`` resolves a
-    connection name; ``open_source`` is the connector factory."""
+    connection name; ``open_source`` is the connector factory. ``types_only`` (a full refresh,
+    which reports a missing table as a failed write) runs the type check alone, on what both
+    sides show read-only."""
+    if types_only:
+        source = _describe(source_spec, dsn(source_spec.connection), open_source, types=True)
+        target_dsn = dsn(sink_spec.connection)
+        plain = _describe(
+            SourceSpec(sink_spec.connection, table=sink_spec.table),
+            target_dsn,
+            open_source,
+            types=True,
+        )
+        if not isinstance(source, str) and not isinstance(plain, str):
+            check_types(plan, source[1], plain[1], target_dsn)
+        return
     cfg = plan.config
     problems: list[str] = []
     source_dsn, target_dsn = dsn(source_spec.connection), dsn(sink_spec.connection)
@@ -107,24 +123,6 @@ def require_tables(
         )
     assert not isinstance(target, str)
     check_types(plan, source_types, target[1], target_dsn)
-
-
-def require_types(
-    plan: ProcessPlan,
-    source_spec: SourceSpec,
-    sink_spec: SinkSpec,
-    dsn: Callable[[str], str],
-    open_source: OpenSource = _open_source,
-) -> None:
-    """The type check alone, for a full refresh (which reports a missing table as a failed
-    write): both sides described read-only, then :func:`check_types`."""
-    target_dsn = dsn(sink_spec.connection)
-    source = _describe(source_spec, dsn(source_spec.connection), open_source, types=True)
-    target_spec = SourceSpec(sink_spec.connection, table=sink_spec.table)
-    target = _describe(target_spec, target_dsn, open_source, types=True)
-    if isinstance(source, str) or isinstance(target, str):
-        return  # the write itself reports what cannot be read
-    check_types(plan, source[1], target[1], target_dsn)
 
 
 def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.plan.canonical import strict_json_object
+from dpone.plan.canonical import field_values, strict_json_object
 from dpone.task.item import ENV_CONTEXT
 
 CONTEXT_SCHEMA = "dpone.airflow-context.v1"
@@ -54,17 +54,7 @@ class AirflowContext:
 
     def to_json(self) -> dict[str, Any]:
         """The result's and evidence's ``airflow`` section."""
-        return {
-            "outside_airflow": False,
-            "dag_id": self.dag_id,
-            "task_id": self.task_id,
-            "run_id": self.run_id,
-            "try_number": self.try_number,
-            "map_index": self.map_index,
-            "logical_date": self.logical_date,
-            "data_interval_start": self.data_interval_start,
-            "data_interval_end": self.data_interval_end,
-        }
+        return {"outside_airflow": False, **field_values(self)}
 
     def owner_prefix(self) -> str:
         """The start of the ledger's lease owner: which run, try and map index moved a chunk."""

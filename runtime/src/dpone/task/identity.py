@@ -7,7 +7,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.plan.canonical import canonical_text, is_fingerprint, strict_json_object
+from dpone.plan.canonical import canonical_text, field_values, is_fingerprint, strict_json_object
 
 RUN_IDENTITY_SCHEMA = "dpone.airflow-run-identity.v1"
 IDENTITY_MAX_BYTES = 4096
@@ -24,15 +24,7 @@ class RunIdentity:
     image: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": RUN_IDENTITY_SCHEMA,
-            "dag_id": self.dag_id,
-            "workload": self.workload,
-            "process": self.process,
-            "pack_fingerprint": self.pack_fingerprint,
-            "flavour": self.flavour,
-            "image": self.image,
-        }
+        return {"schema": RUN_IDENTITY_SCHEMA, **field_values(self)}
 
     def env_value(self) -> str:
         return canonical_text(self.to_json())
