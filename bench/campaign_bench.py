@@ -57,7 +57,10 @@ checksum and completion; and the phases of the no-op item.
 
     .venv/bin/python bench/campaign_bench.py [--rows 1000000] [--repeat 1] [--noop-repeat 5]
         [--hours 8760] [--hourly-rows 115] [--dsn DSN] [--keep] [--json] [--no-wheel]
-        [--compare-src OLD_CHECKOUT/runtime/src]
+        [--compare-src OLD_CHECKOUT/runtime/src] [--hourly-only]
+
+--hourly-only runs just the hourly pipe and the hourly w4 (and its --compare-src twin),
+interleaved, and prints their ratios: the quickest before/after of the hourly goal.
 
 --hours and --hourly-rows shrink the hourly shape for a quick check of the script (the goal is
 stated for the defaults). --json prints every figure as JSON at the end: each run's seconds,
@@ -740,6 +743,11 @@ def main() -> int:
         help="only the pipe and w1 at each read-back level (checksum, count, off)",
     )
     parser.add_argument(
+        "--hourly-only",
+        action="store_true",
+        help="only the hourly pipe and the hourly w4 (and its --compare-src twin), interleaved",
+    )
+    parser.add_argument(
         "--compare-src",
         help="also run w1, w4, summary and the no-op with this runtime source tree (an older "
         "checkout's runtime/src) first on PYTHONPATH, interleaved with this one in the same run",
@@ -816,8 +824,51 @@ def gate_only(
     return 0 if met else 1
 
 
+def hourly_only(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
+    """--hourly-only: the hourly pipe and the hourly w4 (and its twin from --compare-src),
+    interleaved; the medians and their ratios to the pipe."""
+    seed_hourly_source(src, args.hours, args.hourly_rows)
+    prepare_target(dst)
+    expected = table_facts(src, "hourly")
+    hourly = internal_command(write_project(folder, args.hours), "campaign_hourly_w4")
+    base = clean_env(src, dst)
+    runs: dict[str, Callable[[], object]] = {
+        "hourly pipe": functools.partial(run_pipe, src, dst, HOURLY, HOURLY_COLUMNS)
+    }
+    if args.compare_src:
+        old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())}
+        runs["hourly w4 (compared)"] = functools.partial(run_dpone, hourly, old)
+    runs["hourly w4"] = functools.partial(run_dpone, hourly, base)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for repetition in range(args.repeat):
+        for name, run in in_turn(runs, repetition):
+            reset_target(dst, name)
+            before = load()
+            started = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - started)
+            if table_facts(dst, name) != expected:
+                raise SystemExit(f"{name}: wrong target")
+            print(f"  {name}: {times[name][-1]:.2f} s (load {before})", file=sys.stderr)
+    baseline = statistics.median(times["hourly pipe"])
+    print(
+        f"\ncampaign_bench --hourly-only: {args.hours:,} hourly chunks of {args.hourly_rows} "
+        f"rows, median of {args.repeat}, {os.cpu_count()} CPUs"
+    )
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:<24} {median:>8.2f} s {baseline / median:>6.2f} x pipe")
+    if args.json:
+        report = {name: [round(v, 3) for v in values] for name, values in times.items()}
+        print(json.dumps({"hours": args.hours, "seconds": report}, indent=2))
+    ratio = baseline / statistics.median(times["hourly w4"])
+    return 0 if ratio >= GOALS["hourly w4"] else 1
+
+
 def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     compile_bytecode(args.compare_src)
+    if args.hourly_only:
+        return hourly_only(args, src, dst, folder)
     seed_source(src, args.rows)
     if not args.gate_only:
         seed_hourly_source(src, args.hours, args.hourly_rows)

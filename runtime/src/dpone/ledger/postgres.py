@@ -218,6 +218,116 @@ def chunk_functions(s: str) -> list[str]:
     return [lease, close]
 
 
+#: the transaction-local setting through which a group's lock statement tells its lease
+#: statement how many of the group's chunks it locked
+GROUP_LOCKED = "dpone.group_locked"
+
+
+def group_lock_sql(wait_first: bool) -> str:
+    """A set-based group's locks (ADR 0022), in chunk order, as one statement: the first chunk's
+    lock with the bounded wait (or, ``wait_first`` False, only if free now, like the others),
+    each later one only if free now, stopping at the first that is not; the count taken is
+    returned and kept in GROUP_LOCKED for the lease statement sent right after it."""
+    first = (
+        "SELECT 1 FROM (SELECT pg_advisory_xact_lock(%(cls)s, (%(ix)s::integer[])[1]) FROM "
+        "(SELECT set_config('lock_timeout', %(wait)s, true), "
+        "set_config('idle_in_transaction_session_timeout', %(idle)s, true) OFFSET 0) AS t "
+        "OFFSET 0) AS f"
+        if wait_first
+        else "SELECT 1 FROM (SELECT set_config('idle_in_transaction_session_timeout', "
+        "%(idle)s, true) OFFSET 0) AS t "
+        "WHERE pg_try_advisory_xact_lock(%(cls)s, (%(ix)s::integer[])[1])"
+    )
+    return (
+        f"WITH RECURSIVE walk(pos) AS ({first} UNION ALL SELECT pos + 1 FROM walk "
+        "WHERE pos < cardinality(%(ix)s::integer[]) "
+        "AND pg_try_advisory_xact_lock(%(cls)s, (%(ix)s::integer[])[pos + 1])) "
+        f"SELECT set_config('{GROUP_LOCKED}', coalesce(max(pos), 0)::text, true) FROM walk"
+    )
+
+
+def _set_view_sql(s: str, params: str) -> str:
+    """Each chunk's view as _chunk_view_sql reads it, for the unnested arrays ``params`` (the
+    columns p_chunk_index, p_key, p_start, p_end, ... and pos, its place in the group)."""
+    transition = TRANSITIONS.selected.replace(", ", ", tt.").replace("seq,", "tt.seq,", 1)
+    return (
+        "SELECT c.*, clock_timestamp() AS now, cc.cancelled, cc.cancel_reason, "
+        "sh.chunk_index AS sh_index, sh.chunk_start AS sh_start, sh.chunk_end AS sh_end, "
+        f"sh.idempotency_key AS sh_key, t.* FROM {params} AS c "
+        f"LEFT JOIN (SELECT cancelled, cancel_reason FROM {s}.campaign "
+        "WHERE run_key = %(rk)s ORDER BY seq DESC LIMIT 1) AS cc ON true "
+        f"LEFT JOIN {s}.campaign_chunk AS sh ON sh.run_key = %(rk)s "
+        "AND sh.chunk_index = c.p_chunk_index "
+        f"LEFT JOIN LATERAL (SELECT {transition} FROM {s}.chunk_transition AS tt "
+        "WHERE tt.run_key = %(rk)s AND tt.chunk_index = c.p_chunk_index "
+        "ORDER BY tt.transition DESC LIMIT 1) AS t ON true"
+    )
+
+
+def _set_rows(cte: str) -> str:
+    """The rows of a set statement, as the chunk functions return them, in group order."""
+    transition = ", ".join(f"v.{name}" for name in TRANSITIONS.selected.split(", "))
+    return (
+        "SELECT v.now, v.cancelled, v.cancel_reason, v.sh_index, v.sh_start, v.sh_end, "
+        f"v.sh_key, {transition}, ins.transition, ins.attempt, ins.lease_expires_at "
+        f"FROM {cte} AS v LEFT JOIN ins ON ins.chunk_index = v.p_chunk_index ORDER BY v.pos"
+    )
+
+
+def group_lease_sql(s: str) -> str:
+    """A set-based group's lease statements as one (ADR 0022): for the chunks group_lock_sql
+    locked, lease_append's condition and RUNNING record, chunk by chunk up to the first whose
+    condition does not hold (that one's view ends the rows, nothing appended for it: refused,
+    or its lease reused). The statement runs after the locks (a fresh snapshot), so it reads
+    every transition committed before each lock was granted."""
+    chunks = (
+        "(SELECT * FROM unnest(%(ix)s::integer[], %(key)s::text[], %(st)s::text[], "
+        "%(en)s::text[]) WITH ORDINALITY AS u(p_chunk_index, p_key, p_start, p_end, pos) "
+        f"WHERE pos <= current_setting('{GROUP_LOCKED}')::integer)"
+    )
+    leasable = (
+        f"coalesce(v.cancelled IS false AND {_SAME_CHUNK} AND (v.seq IS NULL OR ({_SAME_RECORD} "
+        "AND (v.state IN ('failed', 'pending') OR (v.state = 'running' AND v.lease_owner IS "
+        "NOT NULL AND v.lease_expires_at <= v.now)))), false)"
+    )
+    return (
+        f"WITH v AS ({_set_view_sql(s, chunks)}), "
+        f"d AS (SELECT v.*, {leasable} AS leasable FROM v), "
+        "stop AS (SELECT coalesce(min(pos), 2147483647) AS at FROM d WHERE NOT d.leasable), "
+        "upto AS (SELECT d.* FROM d, stop WHERE d.pos <= stop.at), "
+        f"ins AS (INSERT INTO {s}.chunk_transition (run_key, chunk_index, transition, state, "
+        "attempt, idempotency_key, chunk_start, chunk_end, lease_owner, lease_expires_at, "
+        "started_at) SELECT %(rk)s, v.p_chunk_index, coalesce(v.transition, 0) + 1, 'running', "
+        "coalesce(v.attempt, 0) + 1, v.p_key, v.p_start, v.p_end, %(owner)s, "
+        "v.now + make_interval(secs => %(secs)s), v.now FROM upto AS v WHERE v.leasable "
+        "RETURNING chunk_transition.chunk_index, chunk_transition.transition, "
+        f"chunk_transition.attempt, chunk_transition.lease_expires_at) {_set_rows('upto')}"
+    )
+
+
+def group_close_sql(s: str) -> str:
+    """A set-based group's completion statements as one (ADR 0022): for each chunk (its lock
+    held since its lease), close_append's compare-and-set and COMMITTED or FAILED record."""
+    chunks = (
+        "(SELECT * FROM unnest(%(ix)s::integer[], %(key)s::text[], %(st)s::text[], %(en)s::text[], "
+        "%(attempt)s::integer[], %(state)s::text[], %(rows)s::bigint[], %(checksum)s::text[], "
+        "%(code)s::text[], %(message)s::text[], %(source)s::text[]) WITH ORDINALITY AS "
+        "u(p_chunk_index, p_key, p_start, p_end, p_attempt, p_state, p_rows, p_checksum, "
+        "p_error_code, p_error_message, p_source_checksum, pos))"
+    )
+    return (
+        f"WITH v AS ({_set_view_sql(s, chunks)}), "
+        f"ins AS (INSERT INTO {s}.chunk_transition ({INSERT_TRANSITION_COLUMNS}) "
+        "SELECT %(rk)s, v.p_chunk_index, v.transition + 1, v.p_state, v.attempt, v.p_key, "
+        "v.p_start, v.p_end, %(owner)s, NULL, v.started_at, v.p_rows, v.p_checksum, "
+        "v.p_error_code, v.p_error_message, v.p_source_checksum "
+        f"FROM v WHERE {_SAME_CHUNK} AND {_SAME_RECORD} AND v.state = 'running' AND "
+        "v.lease_owner = %(owner)s AND v.attempt = v.p_attempt AND v.lease_expires_at IS NOT "
+        "NULL RETURNING chunk_transition.chunk_index, chunk_transition.transition, "
+        f"chunk_transition.attempt, chunk_transition.lease_expires_at) {_set_rows('v')}"
+    )
+
+
 def ddl_v2(s: str) -> list[str]:
     """Version 2: ``committed_chunk`` marks, written by a trigger in the COMMITTED transition's
     own transaction (no extra round trip), backfilled from the committed transitions."""
@@ -322,6 +432,9 @@ class PostgresStatements:
             "%s::text, %s::text, %s::text, %s::integer, %s::text, %s::bigint, %s::text, %s::text, "
             "%s::text, %s::text, %s::text, %s::text)"
         )
+        self.group_lock = {wait: group_lock_sql(wait) for wait in (True, False)}
+        self.group_lease = group_lease_sql(s)
+        self.group_close = group_close_sql(s)
         self.append_transition = (
             f"INSERT INTO {s}.chunk_transition ({INSERT_TRANSITION_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -377,6 +490,10 @@ def connection_info(dsn: str, application_name: str) -> str:
     if "application_name" not in given:
         extra["application_name"] = application_name
     return make_conninfo(dsn, **extra)
+
+
+def _closing_state(result: ChunkResult) -> str:
+    return (ChunkState.COMMITTED if result.committed else ChunkState.FAILED).value
 
 
 class PostgresTx:
@@ -476,8 +593,7 @@ class PostgresTx:
         row = self._one(query, params)
         self.store.pending_chunk_lock = None
         assert row is not None
-        appended = None if row[24] is None else Appended(int(row[24]), int(row[25]), row[26])
-        return view_from_row(row[:24]), appended
+        return self._decoded(row)
 
     def _lock_params(self, run_key: str, chunk: Chunk) -> list[Any]:
         shape = ShapeRow.of(chunk)
@@ -516,7 +632,7 @@ class PostgresTx:
             *self._lock_params(run_key, chunk),
             lease.owner,
             lease.attempt,
-            (ChunkState.COMMITTED if result.committed else ChunkState.FAILED).value,
+            _closing_state(result),
             result.rows,
             result.checksum,
             result.error_code,
@@ -525,6 +641,66 @@ class PostgresTx:
             *self._timeouts(),
         ]
         return self._combined(self.sql.close_append, params)
+
+    def lease_set(
+        self, run_key: str, chunks: Sequence[Chunk], owner: str, lease_seconds: float, wait: bool
+    ) -> tuple[int, list[tuple[ChunkView, Appended | None]]]:
+        """A set-based group's locks and lease statements in ONE round trip (a pipeline of
+        group_lock_sql and group_lease_sql): how many chunks were locked, and the rows of the
+        lease statement (see group_lease_sql)."""
+        shapes = [ShapeRow.of(chunk) for chunk in chunks]
+        wait_ms, idle_ms = self._timeouts()
+        params = {
+            "cls": chunk_lock_class(self.store.schema, run_key),
+            "rk": run_key,
+            "ix": [chunk.index for chunk in chunks],
+            "key": [shape.idempotency_key for shape in shapes],
+            "st": [shape.chunk_start for shape in shapes],
+            "en": [shape.chunk_end for shape in shapes],
+            "owner": owner,
+            "secs": float(lease_seconds),
+            "wait": wait_ms,
+            "idle": idle_ms,
+        }
+        self.lock_wanted = None
+        self.store.pending_chunk_lock = (run_key, chunks[0].index)
+        with self.connection.pipeline():
+            locking = self.connection.execute(self.sql.group_lock[wait], params)
+            leasing = self.connection.execute(self.sql.group_lease, params)
+        self.store.pending_chunk_lock = None
+        counted = locking.fetchone()
+        locked = int(counted[0]) if counted is not None else 0
+        return locked, [self._decoded(row) for row in leasing.fetchall()]
+
+    def close_set(
+        self, run_key: str, closing: Sequence[tuple[Chunk, Lease, ChunkResult]]
+    ) -> list[tuple[ChunkView, Appended | None]]:
+        """A set-based group's completion statements in ONE round trip (group_close_sql): the
+        chunks' locks are held since their lease, in this transaction."""
+        shapes = [ShapeRow.of(chunk) for chunk, _, _ in closing]
+        results = [result for _, _, result in closing]
+        params = {
+            "rk": run_key,
+            "owner": closing[0][1].owner,
+            "ix": [chunk.index for chunk, _, _ in closing],
+            "key": [shape.idempotency_key for shape in shapes],
+            "st": [shape.chunk_start for shape in shapes],
+            "en": [shape.chunk_end for shape in shapes],
+            "attempt": [lease.attempt for _, lease, _ in closing],
+            "state": [_closing_state(result) for result in results],
+            "rows": [result.rows for result in results],
+            "checksum": [result.checksum for result in results],
+            "code": [result.error_code for result in results],
+            "message": [stored_text(result.error_message) for result in results],
+            "source": [result.source_checksum for result in results],
+        }
+        rows = self.connection.execute(self.sql.group_close, params).fetchall()
+        return [self._decoded(row) for row in rows]
+
+    @staticmethod
+    def _decoded(row: Sequence[Any]) -> tuple[ChunkView, Appended | None]:
+        appended = None if row[24] is None else Appended(int(row[24]), int(row[25]), row[26])
+        return view_from_row(row[:24]), appended
 
     def shape_rows(self, run_key: str) -> list[ShapeRow]:
         return rows_as_shape(self.connection.execute(self.sql.shape_rows, (run_key,)).fetchall())

@@ -849,6 +849,25 @@ class WriteFailed(Exception):
 
 
 @dataclass
+class _GroupLeases:
+    """What a group's leasing reached: its leases (with their outcomes), the refused lease that
+    ended it, or the chunk ``left`` before it."""
+
+    leased: list[tuple[Chunk, Lease]] = field(default_factory=list)
+    outcomes: list[LeaseOutcome] = field(default_factory=list)
+    refused: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]] = field(default_factory=list)
+    left: Chunk | None = None
+
+
+def _written(write: Callable[[], Any]) -> Any:
+    """Run a group's write; any exception, or a result not committed, is WriteFailed."""
+    try:
+        return write()
+    except Exception as exc:
+        raise WriteFailed(exc) from exc
+
+
+@dataclass
 class GroupMove:
     """What :meth:`SqlLedger.lease_and_complete_group` did (ADR 0022).
 
@@ -1157,11 +1176,18 @@ class SqlLedger(ABC):
         tx.lock_chunk(shape.run_key, chunk.index)
         view, appended = tx.lease_append(shape.run_key, chunk, owner, lease_seconds)
         fault_point("lease_locked")
-        latest = validated_latest(shape.run_key, chunk, view)
+        return self._leased(shape.run_key, chunk, owner, view, appended)
+
+    def _leased(
+        self, run_key: str, chunk: Chunk, owner: str, view: ChunkView, appended: Appended | None
+    ) -> LeaseOutcome:
+        """The Python rule re-decided from what a lease statement read; it must agree with what
+        the statement appended, else the transaction rolls back."""
+        latest = validated_latest(run_key, chunk, view)
         decision = decide_lease(view.cancelled, latest, view.now, owner)
         wants_append = decision.status is LeaseStatus.ACQUIRED and not decision.reuse
         if wants_append != (appended is not None):
-            raise self._disagree(shape.run_key, chunk, f"decision {decision}")
+            raise self._disagree(run_key, chunk, f"decision {decision}")
         if decision.status is not LeaseStatus.ACQUIRED:
             return LeaseOutcome(
                 decision.status, holder=latest, cancel_reason=_reason_of(decision, view)
@@ -1171,9 +1197,9 @@ class SqlLedger(ABC):
             attempt, expires = latest.attempt, latest.lease_expires_at
         else:
             if appended.attempt != decision.attempt or appended.lease_expires_at is None:
-                raise self._disagree(shape.run_key, chunk, f"attempt {appended.attempt}")
+                raise self._disagree(run_key, chunk, f"attempt {appended.attempt}")
             attempt, expires = appended.attempt, appended.lease_expires_at
-        lease = Lease(shape.run_key, chunk.index, owner, attempt, utc(expires))
+        lease = Lease(run_key, chunk.index, owner, attempt, utc(expires))
         return LeaseOutcome(LeaseStatus.ACQUIRED, lease=lease)
 
     def lease_and_complete(
@@ -1231,51 +1257,25 @@ class SqlLedger(ABC):
         exception propagates); a failure after it rolls the whole group back and reports the
         group's leases in ``rolled_back``, recording nothing.
         """
+        group = _GroupLeases()
         members: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]] = []
-        leased: list[tuple[Chunk, Lease]] = []
-        left: Chunk | None = None
         chunk: Chunk | None = first
         try:
             with self._transaction("lease_and_complete_group", TxMode.WRITE) as tx:
-                while chunk is not None:
-                    if leased and not self._try_lock(tx, shape.run_key, chunk):
-                        left, chunk = chunk, None
-                        break
-                    try:
-                        outcome = self._lease_member(tx, shape, chunk, owner, lease_seconds)
-                    except DponeError as exc:
-                        if not leased:
-                            raise
-                        left = chunk  # moved alone next, where its own error is recorded
-                        raise WriteFailed(exc) from exc
-                    if outcome.lease is None:
-                        members.append((chunk, outcome, None))
-                        break
-                    lease = outcome.lease
-                    leased.append((chunk, lease))
-                    try:
-                        result = write(tx.connection, lease, chunk)
-                    except Exception as exc:
-                        raise WriteFailed(exc) from exc
-                    if not result.committed:
-                        raise WriteFailed(None, result)
-                    try:
-                        self._close_in(tx, lease, chunk, result)
-                    except DponeError as exc:
-                        if len(leased) == 1:
-                            raise  # as lease_and_complete: rolled back, not recorded
-                        raise WriteFailed(exc) from exc
-                    members.append((chunk, outcome, result))
+                while chunk is not None and self._lease_next(
+                    tx, group, shape, chunk, owner, lease_seconds
+                ):
+                    lease = group.leased[-1][1]
+                    result = _written(functools.partial(write, tx.connection, lease, chunk))
+                    self._close_members(tx, group, [(chunk, lease, result)])
+                    members.append((chunk, group.outcomes[-1], result))
                     chunk = next_chunk()
                 fault_point("group_closed")
-            return GroupMove(members, left)
+            return GroupMove(members + group.refused, group.left)
         except ChunkLockTimeout:  # only the first chunk's lock is waited for
             return GroupMove([(first, LeaseOutcome(LeaseStatus.BUSY), None)])
         except WriteFailed as failed:
-            if len(leased) > 1 or left is not None:
-                return GroupMove([], left, leased, failed.cause)
-            recorded = self._record_failed_attempt(shape, first, owner, lease_seconds, failed)
-            return GroupMove([(first, *recorded)])
+            return self._group_failed(shape, first, owner, lease_seconds, group, failed)
 
     def lease_and_complete_set(
         self,
@@ -1285,66 +1285,149 @@ class SqlLedger(ABC):
         lease_seconds: float,
         write_set: Callable[[Any, list[tuple[Chunk, Lease]]], list[ChunkResult]],
     ) -> GroupMove:
-        """A set-based group (ADR 0022): ``chunks`` (contiguous) in ONE transaction, each
-        with its own lease statement, then ONE ``write_set(connection, leases)`` that writes
-        and gates them all and returns each one's result, then each one's compare-and-set
-        completion. The same rules as :meth:`lease_and_complete_group`: only the first chunk
-        waits for its lock; a chunk whose lock is taken ends the leasing before it (``left``);
-        a refused lease ends it as the last member; a group of one fails as
-        ``lease_and_complete`` records it; a failure of a group of several rolls it back and
-        records nothing. Chunks after the last member, ``left`` or the rolled-back ones were
-        not touched: the caller moves them next."""
-        members: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]] = []
-        outcomes: list[LeaseOutcome] = []
-        leased: list[tuple[Chunk, Lease]] = []
-        refused: tuple[Chunk, LeaseOutcome, ChunkResult | None] | None = None
-        left: Chunk | None = None
+        """A set-based group (ADR 0022): ``chunks`` (contiguous) in ONE transaction, their
+        leases, then ONE ``write_set(connection, leases)`` that writes and gates them all and
+        returns each one's result, then their compare-and-set completions. A store whose
+        transaction has ``lease_set`` and ``close_set`` (Postgres) leases the group in one round
+        trip and completes it in another; the others run each chunk's statements in turn. The
+        same rules as :meth:`lease_and_complete_group`: only the first chunk waits for its lock;
+        a chunk whose lock is taken ends the leasing before it (``left``); a refused lease ends
+        it as the last member; a group of one fails as ``lease_and_complete`` records it; a
+        failure of a group of several rolls it back and records nothing. Chunks after the last
+        member, ``left`` or the rolled-back ones were not leased: the caller moves them next."""
+        group = _GroupLeases()
         try:
             with self._transaction("lease_and_complete_group", TxMode.WRITE) as tx:
-                for chunk in chunks:
-                    if leased and not self._try_lock(tx, shape.run_key, chunk):
-                        left = chunk
-                        break
-                    try:
-                        outcome = self._lease_member(tx, shape, chunk, owner, lease_seconds)
-                    except DponeError as exc:
-                        if not leased:
-                            raise
-                        left = chunk  # moved alone next, where its own error is recorded
-                        raise WriteFailed(exc) from exc
-                    if outcome.lease is None:
-                        refused = (chunk, outcome, None)
-                        break
-                    outcomes.append(outcome)
-                    leased.append((chunk, outcome.lease))
-                if leased:
-                    try:
-                        results = write_set(tx.connection, leased)
-                    except Exception as exc:
-                        raise WriteFailed(exc) from exc
-                    for (chunk, lease), outcome, result in zip(
-                        leased, outcomes, results, strict=True
-                    ):
-                        if not result.committed:
-                            raise WriteFailed(None, result)
-                        try:
-                            self._close_in(tx, lease, chunk, result)
-                        except DponeError as exc:
-                            if len(leased) == 1:
-                                raise  # as lease_and_complete: rolled back, not recorded
-                            raise WriteFailed(exc) from exc
-                        members.append((chunk, outcome, result))
-                if refused is not None:
-                    members.append(refused)
+                self._lease_set(tx, group, shape, chunks, owner, lease_seconds)
+                members: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]] = []
+                if group.leased:
+                    results = _written(functools.partial(write_set, tx.connection, group.leased))
+                    closing = [
+                        (chunk, lease, result)
+                        for (chunk, lease), result in zip(group.leased, results, strict=True)
+                    ]
+                    self._close_members(tx, group, closing)
+                    members = [
+                        (chunk, outcome, result)
+                        for (chunk, _, result), outcome in zip(closing, group.outcomes, strict=True)
+                    ]
                 fault_point("group_closed")
-            return GroupMove(members, left)
+            return GroupMove(members + group.refused, group.left)
         except ChunkLockTimeout:  # only the first chunk's lock is waited for
             return GroupMove([(chunks[0], LeaseOutcome(LeaseStatus.BUSY), None)])
         except WriteFailed as failed:
-            if len(leased) > 1 or left is not None:
-                return GroupMove([], left, leased, failed.cause)
-            recorded = self._record_failed_attempt(shape, chunks[0], owner, lease_seconds, failed)
-            return GroupMove([(chunks[0], *recorded)])
+            return self._group_failed(shape, chunks[0], owner, lease_seconds, group, failed)
+
+    def _lease_set(
+        self,
+        tx: LedgerTx,
+        group: _GroupLeases,
+        shape: CampaignShape,
+        chunks: list[Chunk],
+        owner: str,
+        lease_seconds: float,
+    ) -> None:
+        """A set-based group's leases: with ``tx.lease_set``, one round trip that locks the
+        chunks in order (the first with a wait, the others only if free now) and runs their
+        lease statements up to the first that appends nothing; each is then re-decided as
+        ``_lease_in`` does. A chunk that needed no append (its own lease still held) lets the
+        rest go on in the next round trip. Without it, each chunk's lease in turn."""
+        lease_set = getattr(tx, "lease_set", None)
+        if lease_set is None:
+            for chunk in chunks:
+                if not self._lease_next(tx, group, shape, chunk, owner, lease_seconds):
+                    return
+            return
+        rest = chunks
+        while rest:
+            locked, rows = lease_set(shape.run_key, rest, owner, lease_seconds, not group.leased)
+            fault_point("lease_locked")
+            for chunk, (view, appended) in zip(rest, rows, strict=False):
+                decide = functools.partial(
+                    self._leased, shape.run_key, chunk, owner, view, appended
+                )
+                if not self._admit(group, chunk, decide):
+                    return
+            if len(rows) < locked or locked == len(rest):
+                rest = rest[len(rows) :]  # a reused lease stopped the statement: go on
+            else:
+                group.left = rest[locked]
+                return
+
+    def _lease_next(
+        self,
+        tx: LedgerTx,
+        group: _GroupLeases,
+        shape: CampaignShape,
+        chunk: Chunk,
+        owner: str,
+        lease_seconds: float,
+    ) -> bool:
+        """One more chunk's lock and lease statement in a group's transaction; False when the
+        group ends here (its lock taken elsewhere: ``left``; or its lease refused)."""
+        if group.leased and not self._try_lock(tx, shape.run_key, chunk):
+            group.left = chunk
+            return False
+        lease = functools.partial(self._lease_member, tx, shape, chunk, owner, lease_seconds)
+        return self._admit(group, chunk, lease)
+
+    @staticmethod
+    def _admit(group: _GroupLeases, chunk: Chunk, lease: Callable[[], LeaseOutcome]) -> bool:
+        """Add a chunk's lease to the group; False when refused (it ends the group as its last
+        member). A ledger error on a chunk after the first rolls the group back, that chunk
+        ``left`` to be moved alone, where its own error is recorded."""
+        try:
+            outcome = lease()
+        except DponeError as exc:
+            if not group.leased:
+                raise
+            group.left = chunk
+            raise WriteFailed(exc) from exc
+        if outcome.lease is None:
+            group.refused = [(chunk, outcome, None)]
+            return False
+        group.leased.append((chunk, outcome.lease))
+        group.outcomes.append(outcome)
+        return True
+
+    def _close_members(
+        self, tx: LedgerTx, group: _GroupLeases, closing: list[tuple[Chunk, Lease, ChunkResult]]
+    ) -> None:
+        """The completions of written group members: every result must be committed, then
+        each compare-and-set (one round trip with ``tx.close_set``). A group of one fails as
+        lease_and_complete (rolled back, not recorded); of several, WriteFailed rolls it back."""
+        for _, _, result in closing:
+            if not result.committed:
+                raise WriteFailed(None, result)
+        close_set = getattr(tx, "close_set", None)
+        try:
+            if close_set is None or len(closing) == 1:
+                for chunk, lease, result in closing:
+                    self._close_in(tx, lease, chunk, result)
+                return
+            rows = close_set(closing[0][1].run_key, closing)
+            for (chunk, lease, _), (view, appended) in zip(closing, rows, strict=True):
+                self._closed(lease, chunk, view, appended)
+        except DponeError as exc:
+            if len(group.leased) == 1:
+                raise
+            raise WriteFailed(exc) from exc
+
+    def _group_failed(
+        self,
+        shape: CampaignShape,
+        first: Chunk,
+        owner: str,
+        lease_seconds: float,
+        group: _GroupLeases,
+        failed: WriteFailed,
+    ) -> GroupMove:
+        """A group of several rolled back records nothing; a group of one records its failed
+        attempt as lease_and_complete does."""
+        if len(group.leased) > 1 or group.left is not None:
+            return GroupMove([], group.left, group.leased, failed.cause)
+        recorded = self._record_failed_attempt(shape, first, owner, lease_seconds, failed)
+        return GroupMove([(first, *recorded)])
 
     @staticmethod
     def _try_lock(tx: LedgerTx, run_key: str, chunk: Chunk) -> bool:
@@ -1361,6 +1444,13 @@ class SqlLedger(ABC):
     def _close_in(self, tx: LedgerTx, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
         """The compare-and-set completion inside ``tx`` (see complete)."""
         view, appended = tx.close_append(lease.run_key, chunk, lease, result)
+        self._closed(lease, chunk, view, appended)
+
+    def _closed(
+        self, lease: Lease, chunk: Chunk, view: ChunkView, appended: Appended | None
+    ) -> None:
+        """What a completion statement read and appended, checked: the lease still held (else
+        LEASE_LOST and the transaction rolls back), and the record appended."""
         latest = validated_latest(lease.run_key, chunk, view)
         check_owner(lease, latest)  # raises LEASE_LOST: the transaction rolls back
         if appended is None:

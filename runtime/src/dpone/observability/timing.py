@@ -40,6 +40,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("lease", "dpone.ledger.sql", "SqlLedger.acquire_lease"),
     ("lease", "dpone.ledger.sql", "SqlLedger.lease_and_complete"),  # one commit: + the commit
     ("lease", "dpone.ledger.sql", "SqlLedger._lease_member"),  # a coalesced chunk's lease
+    ("lease", "dpone.ledger.sql", "SqlLedger._lease_set"),  # a set-based group's leases
+    ("completion", "dpone.ledger.sql", "SqlLedger._close_members"),  # a group's completions
     ("completion", "dpone.ledger.sql", "SqlLedger._close_in"),
     ("cas", "dpone.ledger.sql", "SqlLedger._view"),
     ("completion", "dpone.ledger.sql", "SqlLedger.complete_in_transaction"),
