@@ -101,14 +101,14 @@ def test_timing_reports_every_phase_of_every_chunk(
     # are one transaction, so no separate lock-and-read step ("cas") is left
     assert "cas" not in phases
     # coalesced (ADR 0022), the five small chunks are two set-based groups (a worker's first
-    # group is one chunk): one "group" phase each, holding its one commit; every chunk keeps its
-    # own lease, completion and gate phases, while the delete, the copy and the two checksums
-    # (the sink's read-back and the source's) run once a group
+    # group is one chunk): one "group" phase each, holding its one commit; the group's leases,
+    # its completions, the delete, the copy and the two checksums (the sink's read-back and the
+    # source's) run once a group, while every chunk keeps its own gate
     outer = "group" if coalesced else "chunk"
     assert ("chunk" if coalesced else "group") not in phases
     assert phases[outer][0] == (2 if coalesced else CHUNKS), phases[outer]
     writes = 2 if coalesced else CHUNKS
-    expected = {"lease": CHUNKS, "completion": CHUNKS, "delete": writes, "copy_in": writes}
+    expected = {"lease": writes, "completion": writes, "delete": writes, "copy_in": writes}
     expected["checksum"] = 2 * writes
     for name in (outer, *expected):
         calls, own_ns, total_ns, trips = phases[name]

@@ -1393,8 +1393,9 @@ class SqlLedger(ABC):
     def _close_members(
         self, tx: LedgerTx, group: _GroupLeases, closing: list[tuple[Chunk, Lease, ChunkResult]]
     ) -> None:
-        """The completions of written group members: every result must be committed, then
-        each compare-and-set (one round trip with ``tx.close_set``). A group of one fails as
+        """The completions of written group members (the ``completion`` timing phase): every
+        result must be committed, then each compare-and-set (one round trip with
+        ``tx.close_set``). A group of one fails as
         lease_and_complete (rolled back, not recorded); of several, WriteFailed rolls it back."""
         for _, _, result in closing:
             if not result.committed:
@@ -1402,10 +1403,9 @@ class SqlLedger(ABC):
         close_set = getattr(tx, "close_set", None)
         try:
             if close_set is None or len(closing) == 1:
-                for chunk, lease, result in closing:
-                    self._close_in(tx, lease, chunk, result)
-                return
-            rows = close_set(closing[0][1].run_key, closing)
+                rows = [tx.close_append(lease.run_key, c, lease, r) for c, lease, r in closing]
+            else:
+                rows = close_set(closing[0][1].run_key, closing)
             for (chunk, lease, _), (view, appended) in zip(closing, rows, strict=True):
                 self._closed(lease, chunk, view, appended)
         except DponeError as exc:

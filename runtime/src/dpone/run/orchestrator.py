@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import queue
 import threading
@@ -685,16 +686,25 @@ def _run_group(
         return _group_rolled_back(mover, move, leases, owner, tally, lease_s, feed)
     if move.left is not None:  # its lock was held elsewhere: it starts the next group
         feed.hand_back([move.left], alone=False)
-    ended = time.monotonic()
-    starts = [since for _, _, since in leases] + [ended]
+    starts = [since for _, _, since in leases] + [time.monotonic()]
+    return _record_members(move.members, list(itertools.pairwise(starts)), tally)
+
+
+def _record_members(
+    members: list[tuple[Chunk, LeaseOutcome, ChunkResult | None]],
+    spans: list[tuple[float, float]],
+    tally: _Tally,
+) -> bool:
+    """Record a group's members as _run_chunk records a chunk, each leased one over its
+    (since, until) span; False when one says the worker should stop."""
     keep_going = True
-    for position, (chunk, outcome, result) in enumerate(move.members):
+    for position, (chunk, outcome, result) in enumerate(members):
         refused = _lease_refused(outcome, chunk, tally)
         if refused is not None:
             keep_going = keep_going and refused
             continue
         assert outcome.lease is not None and result is not None
-        since, until = starts[position], starts[position + 1]
+        since, until = spans[position]
         if not result.committed:  # a group of one: recorded FAILED as in _run_chunk
             failed = DponeError(result.error_code or errors.INTERNAL, result.error_message or "")
             keep_going = _chunk_failed(failed, chunk, outcome.lease.attempt, since, tally)
@@ -763,23 +773,10 @@ def _run_set(
         feed.hand_back([move.left], alone=False)
     ended = time.monotonic()
     span = (ended - started) / max(1, len(move.members))
-    keep_going = True
-    rows = 0
-    for position, (chunk, outcome, result) in enumerate(move.members):
-        refused = _lease_refused(outcome, chunk, tally)
-        if refused is not None:
-            keep_going = keep_going and refused
-            continue
-        assert outcome.lease is not None and result is not None
-        since = started + position * span
-        if not result.committed:  # a group of one: recorded FAILED as in _run_chunk
-            failed = DponeError(result.error_code or errors.INTERNAL, result.error_message or "")
-            keep_going = _chunk_failed(failed, chunk, outcome.lease.attempt, since, tally)
-            continue
-        rows += result.rows or 0
-        _chunk_committed(result, chunk, outcome.lease.attempt, since, tally, since + span)
+    spans = [(started + n * span, started + (n + 1) * span) for n in range(len(move.members))]
+    rows = sum(r.rows or 0 for _, _, r in move.members if r is not None and r.committed)
     pace.learn(len(move.members), rows, ended - started)
-    return keep_going
+    return _record_members(move.members, spans, tally)
 
 
 def _group_rolled_back(
