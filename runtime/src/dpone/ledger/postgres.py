@@ -229,19 +229,19 @@ def group_lock_sql(wait_first: bool) -> str:
     each later one only if free now, stopping at the first that is not; the count taken is
     returned and kept in GROUP_LOCKED for the lease statement sent right after it."""
     first = (
-        "SELECT 1 FROM (SELECT pg_advisory_xact_lock(%(cls)s, (%(ix)s::integer[])[1]) FROM "
+        "SELECT 1 FROM (SELECT pg_advisory_xact_lock(%(cls)s, (%(ix)b::integer[])[1]) FROM "
         "(SELECT set_config('lock_timeout', %(wait)s, true), "
         "set_config('idle_in_transaction_session_timeout', %(idle)s, true) OFFSET 0) AS t "
         "OFFSET 0) AS f"
         if wait_first
         else "SELECT 1 FROM (SELECT set_config('idle_in_transaction_session_timeout', "
         "%(idle)s, true) OFFSET 0) AS t "
-        "WHERE pg_try_advisory_xact_lock(%(cls)s, (%(ix)s::integer[])[1])"
+        "WHERE pg_try_advisory_xact_lock(%(cls)s, (%(ix)b::integer[])[1])"
     )
     return (
         f"WITH RECURSIVE walk(pos) AS ({first} UNION ALL SELECT pos + 1 FROM walk "
-        "WHERE pos < cardinality(%(ix)s::integer[]) "
-        "AND pg_try_advisory_xact_lock(%(cls)s, (%(ix)s::integer[])[pos + 1])) "
+        "WHERE pos < cardinality(%(ix)b::integer[]) "
+        "AND pg_try_advisory_xact_lock(%(cls)s, (%(ix)b::integer[])[pos + 1])) "
         f"SELECT set_config('{GROUP_LOCKED}', coalesce(max(pos), 0)::text, true) FROM walk"
     )
 
@@ -281,8 +281,8 @@ def group_lease_sql(s: str) -> str:
     or its lease reused). The statement runs after the locks (a fresh snapshot), so it reads
     every transition committed before each lock was granted."""
     chunks = (
-        "(SELECT * FROM unnest(%(ix)s::integer[], %(key)s::text[], %(st)s::text[], "
-        "%(en)s::text[]) WITH ORDINALITY AS u(p_chunk_index, p_key, p_start, p_end, pos) "
+        "(SELECT * FROM unnest(%(ix)b::integer[], %(key)b::text[], %(st)b::text[], "
+        "%(en)b::text[]) WITH ORDINALITY AS u(p_chunk_index, p_key, p_start, p_end, pos) "
         f"WHERE pos <= current_setting('{GROUP_LOCKED}')::integer)"
     )
     leasable = (
@@ -309,9 +309,9 @@ def group_close_sql(s: str) -> str:
     """A set-based group's completion statements as one (ADR 0022): for each chunk (its lock
     held since its lease), close_append's compare-and-set and COMMITTED or FAILED record."""
     chunks = (
-        "(SELECT * FROM unnest(%(ix)s::integer[], %(key)s::text[], %(st)s::text[], %(en)s::text[], "
-        "%(attempt)s::integer[], %(state)s::text[], %(rows)s::bigint[], %(checksum)s::text[], "
-        "%(code)s::text[], %(message)s::text[], %(source)s::text[]) WITH ORDINALITY AS "
+        "(SELECT * FROM unnest(%(ix)b::integer[], %(key)b::text[], %(st)b::text[], %(en)b::text[], "
+        "%(attempt)b::integer[], %(state)b::text[], %(rows)b::bigint[], %(checksum)b::text[], "
+        "%(code)b::text[], %(message)b::text[], %(source)b::text[]) WITH ORDINALITY AS "
         "u(p_chunk_index, p_key, p_start, p_end, p_attempt, p_state, p_rows, p_checksum, "
         "p_error_code, p_error_message, p_source_checksum, pos))"
     )
