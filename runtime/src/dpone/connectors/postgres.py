@@ -1322,16 +1322,18 @@ def _slot_sql(
     in exactly the chunk whose own predicate selects it. Returns the expression and its
     parameters in the order they appear in it."""
 
-    def build(lo: int, hi: int) -> tuple[sql.Composable, list[object]]:
+    def build(lo: int, hi: int) -> tuple[str, list[object]]:
         if lo == hi:
-            return sql.Literal(lo), []
+            return str(lo), []
         mid = (lo + hi + 1) // 2
         upper, up = build(mid, hi)
         lower, low = build(lo, mid - 1)
-        expr = sql.SQL("CASE WHEN {} >= %s THEN {} ELSE {} END").format(column, upper, lower)
-        return expr, [lowers[mid], *up, *low]
+        return f"CASE WHEN {{0}} >= %s THEN {upper} ELSE {lower} END", [lowers[mid], *up, *low]
 
-    return build(0, len(lowers) - 1)
+    # composed as text first, the column put in by one format: a group's tree has a node per
+    # chunk, and composing each node on its own cost a set-based group more than its ledger work
+    template, params = build(0, len(lowers) - 1)
+    return sql.SQL(template).format(column), params
 
 
 def span_of(windows: Sequence[ChunkWindow]) -> ChunkWindow:
