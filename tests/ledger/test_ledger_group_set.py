@@ -181,3 +181,34 @@ def test_a_failed_write_of_a_group_rolls_it_back(sql_backend: Backend) -> None:
     move = store.lease_and_complete_set(shape, shape.chunks[:3], "w", 30, failing)
     assert move.members == [] and [c.index for c, _ in move.rolled_back] == [1, 2, 3]
     assert _attempts(sql_backend, shape) == {}  # nothing recorded
+
+
+def test_a_lease_the_owner_still_holds_is_reused_and_the_group_goes_on(
+    sql_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shape = make_shape()
+    store = _started(sql_backend, shape)
+    held = store.acquire_lease(shape, shape.chunks[1], "w", 300)
+    assert held.lease is not None and held.lease.attempt == 1
+    from dpone.ledger.postgres import PostgresTx
+
+    calls: list[list[int]] = []
+    lease_set = PostgresTx.lease_set
+
+    def counted(self: PostgresTx, run_key: str, chunks: list[Chunk], *rest: Any) -> Any:
+        calls.append([chunk.index for chunk in chunks])
+        return lease_set(self, run_key, chunks, *rest)
+
+    monkeypatch.setattr(PostgresTx, "lease_set", counted)
+    seen: list[list[int]] = []
+    move = store.lease_and_complete_set(shape, shape.chunks[:4], "w", 30, _write_set(seen))
+    assert calls == [[1, 2, 3, 4], [3, 4]]  # the reused lease ends the first statement's appends
+    assert seen == [[1, 2, 3, 4]] and move.left is None
+    assert [(c.index, o.lease.attempt) for c, o, _ in move.members] == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+        (4, 1),
+    ]
+    committed = [("running", 1), ("committed", 1)]
+    assert _attempts(sql_backend, shape) == {1: committed, 2: committed, 3: committed, 4: committed}
