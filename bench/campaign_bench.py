@@ -777,6 +777,35 @@ def print_gate(times: dict[str, list[float]]) -> bool:
     return met
 
 
+def interleaved(
+    runs: dict[str, Callable[[], object]], repeat: int, dst: str, expected: tuple[int, int]
+) -> dict[str, list[float]]:
+    """Each run ``repeat`` times, in turn (see in_turn), from an empty target, the target
+    checked after each: the seconds of each run."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for repetition in range(repeat):
+        for name, run in in_turn(runs, repetition):
+            reset_target(dst, name)
+            before = load()
+            started = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - started)
+            if table_facts(dst, name) != expected:
+                raise SystemExit(f"{name}: wrong target")
+            print(f"  {name}: {times[name][-1]:.2f} s (load {before})", file=sys.stderr)
+    return times
+
+
+def print_medians(title: str, times: dict[str, list[float]], pipe: str) -> float:
+    """Each run's median and its ratio to the median of ``pipe`` (returned)."""
+    baseline = statistics.median(times[pipe])
+    print(f"\ncampaign_bench {title}, {os.cpu_count()} CPUs")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:<24} {median:>8.2f} s {baseline / median:>6.2f} x pipe")
+    return baseline
+
+
 def gate_only(
     args: argparse.Namespace,
     runs: dict[str, Callable[[], object]],
@@ -786,25 +815,10 @@ def gate_only(
 ) -> int:
     """--gate-only: the pipe and w1 at each read-back level, interleaved; then one timed run
     (DPONE_TIMING) of w1 at checksum and at off: the gate's phases per chunk."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for repetition in range(args.repeat):
-        for name, run in in_turn(runs, repetition):
-            reset_target(dst)
-            before = load()
-            started = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - started)
-            if table_facts(dst) != expected:
-                raise SystemExit(f"{name}: wrong target")
-            print(f"  {name}: {times[name][-1]:.2f} s (load {before})", file=sys.stderr)
-    baseline = statistics.median(times["pipe"])
-    print(
-        f"\ncampaign_bench --gate-only: {args.rows:,} rows, 365 daily chunks, median of "
-        f"{args.repeat}, {os.cpu_count()} CPUs"
+    times = interleaved(runs, args.repeat, dst, expected)
+    print_medians(
+        f"--gate-only: {args.rows:,} rows, 365 daily chunks, median of {args.repeat}", times, "pipe"
     )
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:<24} {median:>8.2f} s {baseline / median:>6.2f} x pipe")
     met = print_gate(times)
     folder, commands, base = timing
     for level, command in commands.items():
@@ -839,25 +853,13 @@ def hourly_only(args: argparse.Namespace, src: str, dst: str, folder: Path) -> i
         old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())}
         runs["hourly w4 (compared)"] = functools.partial(run_dpone, hourly, old)
     runs["hourly w4"] = functools.partial(run_dpone, hourly, base)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for repetition in range(args.repeat):
-        for name, run in in_turn(runs, repetition):
-            reset_target(dst, name)
-            before = load()
-            started = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - started)
-            if table_facts(dst, name) != expected:
-                raise SystemExit(f"{name}: wrong target")
-            print(f"  {name}: {times[name][-1]:.2f} s (load {before})", file=sys.stderr)
-    baseline = statistics.median(times["hourly pipe"])
-    print(
-        f"\ncampaign_bench --hourly-only: {args.hours:,} hourly chunks of {args.hourly_rows} "
-        f"rows, median of {args.repeat}, {os.cpu_count()} CPUs"
+    times = interleaved(runs, args.repeat, dst, expected)
+    baseline = print_medians(
+        f"--hourly-only: {args.hours:,} hourly chunks of {args.hourly_rows} rows, median of "
+        f"{args.repeat}",
+        times,
+        "hourly pipe",
     )
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:<24} {median:>8.2f} s {baseline / median:>6.2f} x pipe")
     if args.json:
         report = {name: [round(v, 3) for v in values] for name, values in times.items()}
         print(json.dumps({"hours": args.hours, "seconds": report}, indent=2))
