@@ -212,3 +212,20 @@ def test_a_lease_the_owner_still_holds_is_reused_and_the_group_goes_on(
     ]
     committed = [("running", 1), ("committed", 1)]
     assert _attempts(sql_backend, shape) == {1: committed, 2: committed, 3: committed, 4: committed}
+
+
+def test_the_first_chunk_waits_for_its_lock_then_the_group_is_busy(sql_backend: Backend) -> None:
+    shape = make_shape()
+    _started(sql_backend, shape).close()
+    store = sql_backend.open(chunk_lock_timeout_s=0.2)
+    seen: list[list[int]] = []
+    key = chunk_lock_class(sql_backend.schema, shape.run_key)  # type: ignore[attr-defined]
+    with psycopg.connect(sql_backend.dsn) as other:  # type: ignore[attr-defined]
+        other.execute("SELECT pg_advisory_xact_lock(%s, %s)", (key, 1))
+        move = store.lease_and_complete_set(shape, shape.chunks[:3], "w", 30, _write_set(seen))
+        other.rollback()
+    assert seen == [] and move.left is None
+    assert [(c.index, o.status) for c, o, _ in move.members] == [(1, LeaseStatus.BUSY)]
+    assert _attempts(sql_backend, shape) == {}
+    again = store.lease_and_complete_set(shape, shape.chunks[:3], "w", 30, _write_set(seen))
+    assert [c.index for c, _, _ in again.members] == [1, 2, 3]  # the lock freed, all leased
