@@ -27,6 +27,21 @@ from dpone import errors
 from dpone.connectors.column_types import ColumnType
 from dpone.errors import DponeError
 
+#: The contract :mod:`dpone.connectors` re-exports: what callers build specs, sources and sinks with.
+__all__ = [
+    "CHECKSUM_SCHEME",
+    "ChunkFence",
+    "ChunkWindow",
+    "ChunkWrite",
+    "RowChecksum",
+    "Sink",
+    "SinkOptions",
+    "SinkSpec",
+    "Source",
+    "SourceSpec",
+    "TableRef",
+]
+
 Bound = str | int
 InnerMode = Literal["replace", "merge", "append", "full_refresh"]
 INNER_MODES: tuple[str, ...] = ("replace", "merge", "append", "full_refresh")
@@ -162,7 +177,11 @@ class ChunkWindow:
         return f"{self.column} [{self.lower}, {self.upper})"
 
 
-def scope_display(window: ChunkWindow | None) -> str:
+#: The rows a read or write covers: a chunk's window, or None for every row (a full refresh).
+Scope = ChunkWindow | None
+
+
+def scope_display(window: Scope) -> str:
     """What a read or write covers, for messages: a chunk's range, or every row (no window)."""
     return "all rows" if window is None else f"chunk {window.display()}"
 
@@ -259,7 +278,26 @@ class SinkOptions:
 Row = tuple[object, ...]
 
 
-class Source(ABC):
+class Closeable(ABC):
+    """A source or sink as a context manager: leaving the ``with`` block closes its connections."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close owned connections (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Source(Closeable):
     """Reads the rows of one chunk. Not thread-safe: open one per worker."""
 
     kind: str = ""
@@ -277,16 +315,16 @@ class Source(ABC):
         """The moved column names (``spec.columns`` or the described table/query columns)."""
 
     @abstractmethod
-    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
+    def rows(self, window: Scope, batch_rows: int) -> Generator[list[Row], None, None]:
         """The chunk's rows (every row when ``window`` is None) in batches; raises
         DponeError(SOURCE_FAILED | CONNECTION_FAILED)."""
 
     @abstractmethod
-    def checksum(self, window: ChunkWindow | None) -> str:
+    def checksum(self, window: Scope) -> str:
         """The checksum of the chunk's rows (every row when ``window`` is None) as the source
         holds them."""
 
-    def expect(self, window: ChunkWindow | None) -> None:  # noqa: B027 - optional hint
+    def expect(self, window: Scope) -> None:  # optional hint
         """The window this worker reads next (None: none): a source may read it ahead while
         the current chunk is written. A hint only: the next read may ask for another window."""
 
@@ -295,7 +333,7 @@ class Source(ABC):
         cls,
         dsn: str,
         table: TableRef,
-        window: ChunkWindow | None,
+        window: Scope,
         columns: Sequence[str] | None = None,
     ) -> str:
         """The checksum of ``table``'s rows in ``window`` (every row without one) on ``dsn``,
@@ -325,26 +363,11 @@ class Source(ABC):
         the first read; the default (MSSQL, which has no read-only session) changes nothing."""
         return self
 
-    @abstractmethod
-    def close(self) -> None:
-        """Close owned connections (idempotent)."""
-
-    def interrupt(self) -> None:  # noqa: B027 - optional: a dialect that cannot cancel ends later
+    def interrupt(self) -> None:  # optional: a dialect that cannot cancel ends later
         """Abort the read in flight from another thread (see Sink.cancel)."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class Sink(ABC):
+class Sink(Closeable):
     """Writes one chunk (or the whole source) per call, in one transaction, with the spec's inner
     mode."""
 
@@ -396,14 +419,14 @@ class Sink(ABC):
     def _transfer(
         self,
         source: Source,
-        window: ChunkWindow | None,
+        window: Scope,
         connection: object | None,
         fence: ChunkFence | None,
         isolated: bool = True,
     ) -> ChunkWrite:
         """The one write path behind write_chunk (a window) and write_all (None: every row)."""
 
-    def interrupt(self) -> None:  # noqa: B027 - optional: a dialect that cannot cancel ends later
+    def interrupt(self) -> None:  # optional: a dialect that cannot cancel ends later
         """Abort the statement in flight from another thread (a signal handler's helper); the
         writing thread then sees an error and rolls back. Idempotent; a no-op when idle."""
 
@@ -411,22 +434,7 @@ class Sink(ABC):
     def preflight(self, window_column: str | None = None) -> list[str]:
         """Human-readable warnings to print before a run (missing index, missing unique key)."""
 
-    @abstractmethod
-    def close(self) -> None:
-        """Close owned connections (idempotent)."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _moved_columns(self, source: Source, window: ChunkWindow | None) -> tuple[str, ...]:
+    def _moved_columns(self, source: Source, window: Scope) -> tuple[str, ...]:
         """The source's columns, checked against what the inner mode needs from them."""
         if self.spec.inner_mode == "replace" and window is None:
             raise DponeError(
@@ -450,7 +458,7 @@ class Sink(ABC):
         return cols
 
     @contextmanager
-    def _read_back(self, source: Source, window: ChunkWindow | None) -> Iterator[ReadBackGate]:
+    def _read_back(self, source: Source, window: Scope) -> Iterator[ReadBackGate]:
         """The read-back gate around one write transaction: entered before the write starts
         (the source's checksum then runs beside it), ``gate.check(written)`` called by the
         dialect after its read-back and before its commit."""
@@ -545,9 +553,7 @@ class ReadBackGate:
     before the commit, so the dialect's rollback leaves nothing of the chunk behind.
     """
 
-    def __init__(
-        self, spec: SinkSpec, level: str, window: ChunkWindow | None, sibling: Source | None
-    ) -> None:
+    def __init__(self, spec: SinkSpec, level: str, window: Scope, sibling: Source | None) -> None:
         self._spec = spec
         self.level = level
         self._window = window
@@ -834,6 +840,13 @@ def format_checksum(count: int, total: int) -> str:
     return f"{CHECKSUM_SCHEME}:{count}:{total & _MASK64:016x}"
 
 
+#: lookup3's mix(a, b, c): six steps ``a -= c; a ^= rot(c, k); c += b``, each followed by a turn of
+#: the roles (b plays a, c plays b, a plays c), with these rotations k.
+_MIX_ROTATIONS = (4, 6, 8, 16, 19, 4)
+#: lookup3's final(a, b, c): seven steps ``c ^= b; c -= rot(b, k)``, each followed by the same turn.
+_FINAL_ROTATIONS = (14, 11, 25, 16, 4, 14, 24)
+
+
 def pg_hash64(data: bytes) -> int:
     """Postgres's ``hashtextextended(text, 0)`` of UTF-8 ``data``, as an unsigned 64-bit int.
 
@@ -852,25 +865,11 @@ def pg_hash64(data: bytes) -> int:
             a = (a + words[i]) & m
             b = (b + words[i + 1]) & m
             c = (c + words[i + 2]) & m
-            # mix(a, b, c)
-            a = (a - c) & m
-            a ^= ((c << 4) | (c >> 28)) & m
-            c = (c + b) & m
-            b = (b - a) & m
-            b ^= ((a << 6) | (a >> 26)) & m
-            a = (a + c) & m
-            c = (c - b) & m
-            c ^= ((b << 8) | (b >> 24)) & m
-            b = (b + a) & m
-            a = (a - c) & m
-            a ^= ((c << 16) | (c >> 16)) & m
-            c = (c + b) & m
-            b = (b - a) & m
-            b ^= ((a << 19) | (a >> 13)) & m
-            a = (a + c) & m
-            c = (c - b) & m
-            c ^= ((b << 4) | (b >> 28)) & m
-            b = (b + a) & m
+            for k in _MIX_ROTATIONS:  # mix(a, b, c); six turns bring the roles back
+                a = (a - c) & m
+                a ^= ((c << k) | (c >> (32 - k))) & m
+                c = (c + b) & m
+                a, b, c = b, c, a
     rest = n - full * 12
     if rest:
         tail = data[full * 12 :] + bytes(12 - rest)
@@ -879,22 +878,12 @@ def pg_hash64(data: bytes) -> int:
             b = (b + int.from_bytes(tail[4:8], "little")) & m
         if rest > 8:  # the lowest byte of c is reserved for the length
             c = (c + (int.from_bytes(tail[8:11], "little") << 8)) & m
-    # final(a, b, c)
-    c ^= b
-    c = (c - (((b << 14) | (b >> 18)) & m)) & m
-    a ^= c
-    a = (a - (((c << 11) | (c >> 21)) & m)) & m
-    b ^= a
-    b = (b - (((a << 25) | (a >> 7)) & m)) & m
-    c ^= b
-    c = (c - (((b << 16) | (b >> 16)) & m)) & m
-    a ^= c
-    a = (a - (((c << 4) | (c >> 28)) & m)) & m
-    b ^= a
-    b = (b - (((a << 14) | (a >> 18)) & m)) & m
-    c ^= b
-    c = (c - (((b << 24) | (b >> 8)) & m)) & m
-    return (b << 32) | c
+    for k in _FINAL_ROTATIONS:  # final(a, b, c)
+        c ^= b
+        c = (c - (((b << k) | (b >> (32 - k))) & m)) & m
+        a, b, c = b, c, a
+    # seven turns leave the roles turned once: a and b now hold lookup3's b and c
+    return (a << 32) | b
 
 
 class RowChecksum:

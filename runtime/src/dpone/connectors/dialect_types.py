@@ -18,6 +18,9 @@ _PG_TYPE = re.compile(
     r"(?P<zone> with time zone| without time zone)?$"
 )
 _PG_INTEGERS = {"smallint": 16, "integer": 32, "bigint": 64}
+#: Types that carry no length, precision or zone: the family says all.
+_PG_PLAIN: dict[str, Family] = {"boolean": "boolean", "bytea": "binary", "date": "date"}
+_PG_PLAIN |= {"uuid": "uuid", "json": "json", "jsonb": "json"}
 
 
 def pg_column_type(declared: str) -> ColumnType:
@@ -28,6 +31,8 @@ def pg_column_type(declared: str) -> ColumnType:
     base, a, b = match.group("base"), match.group("a"), match.group("b")
     first = int(a) if a is not None else None
     tz = match.group("zone") == " with time zone"
+    if base in _PG_PLAIN:
+        return ColumnType(declared, _PG_PLAIN[base])
     if base in _PG_INTEGERS:
         return ColumnType(declared, "integer", bits=_PG_INTEGERS[base])
     if base == "numeric":
@@ -36,23 +41,13 @@ def pg_column_type(declared: str) -> ColumnType:
         )
     if base in ("real", "double precision"):
         return ColumnType(declared, "float", bits=24 if base == "real" else 53)
-    if base == "boolean":
-        return ColumnType(declared, "boolean")
     if base in ("text", "character varying"):
         return ColumnType(declared, "text", length=first)
     if base == "character":
         return ColumnType(declared, "text", length=first or 1, padded="kept")
-    if base == "bytea":
-        return ColumnType(declared, "binary")
-    if base == "date":
-        return ColumnType(declared, "date")
     if base in ("time", "timestamp"):
         family: Family = "time" if base == "time" else "timestamp"
         return ColumnType(declared, family, fsp=6 if first is None else first, tz=tz)
-    if base == "uuid":
-        return ColumnType(declared, "uuid")
-    if base in ("json", "jsonb"):
-        return ColumnType(declared, "json")
     return ColumnType(declared, "other")
 
 
@@ -154,6 +149,7 @@ def sqlite_column_type(declared: str) -> ColumnType | None:
 _MS_TYPE = re.compile(r"^(?P<base>[a-z0-9_]+)(?:\((?P<a>max|\d+)(?:,\s*(?P<b>\d+))?\))?$")
 _MS_INTEGERS = {"tinyint": (8, True), "smallint": (16, False), "int": (32, False)}
 _MS_INTEGERS["bigint"] = (64, False)
+_MS_PLAIN: dict[str, Family] = {"bit": "boolean", "date": "date", "uniqueidentifier": "uuid"}
 
 
 def mssql_column_type(declared: str) -> ColumnType:
@@ -165,6 +161,8 @@ def mssql_column_type(declared: str) -> ColumnType:
         return ColumnType(declared, "other")
     kind, a, b = match.group("base"), match.group("a"), match.group("b")
     first = None if a in (None, "max") else int(a)
+    if kind in _MS_PLAIN:
+        return ColumnType(declared, _MS_PLAIN[kind])
     if kind in _MS_INTEGERS:
         bits, unsigned = _MS_INTEGERS[kind]
         return ColumnType(declared, "integer", bits=bits, unsigned=unsigned)
@@ -176,8 +174,6 @@ def mssql_column_type(declared: str) -> ColumnType:
     if kind in ("real", "float"):
         bits = 24 if kind == "real" or (first is not None and first <= 24) else 53
         return ColumnType(declared, "float", bits=bits)
-    if kind == "bit":
-        return ColumnType(declared, "boolean")
     code_page = None if kind.startswith("n") else "code page"
     if kind in ("varchar", "nvarchar", "text", "ntext"):
         return ColumnType(declared, "text", length=first, charset=code_page)
@@ -187,8 +183,6 @@ def mssql_column_type(declared: str) -> ColumnType:
         return ColumnType(declared, "binary", length=first)
     if kind == "binary":
         return ColumnType(declared, "binary", length=first or 1, padded="kept")
-    if kind == "date":
-        return ColumnType(declared, "date")
     if kind in ("datetime2", "datetimeoffset", "time"):
         family: Family = "time" if kind == "time" else "timestamp"
         fsp = 7 if first is None else first
@@ -197,6 +191,4 @@ def mssql_column_type(declared: str) -> ColumnType:
         return ColumnType(declared, "timestamp", fsp=2)
     if kind == "smalldatetime":
         return ColumnType(declared, "timestamp", fsp=-1)
-    if kind == "uniqueidentifier":
-        return ColumnType(declared, "uuid")
     return ColumnType(declared, "other")

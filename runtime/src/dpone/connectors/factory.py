@@ -12,16 +12,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from dpone import errors
-from dpone.connectors.base import (
-    Bound,
-    ChunkWindow,
-    Sink,
-    SinkOptions,
-    SinkSpec,
-    Source,
-    SourceSpec,
-    TableRef,
-)
+from dpone.connectors import base
 from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
 
@@ -50,37 +41,37 @@ def _module(kind: str) -> ModuleType:
         ) from None
 
 
-def _source_type(kind: str) -> type[Source]:
-    found: type[Source] = getattr(_module(kind), DIALECTS[kind][1])
+def _source_type(kind: str) -> type[base.Source]:
+    found: type[base.Source] = getattr(_module(kind), DIALECTS[kind][1])
     return found
 
 
-def open_source(spec: SourceSpec, dsn: str) -> Source:
+def open_source(spec: base.SourceSpec, dsn: str) -> base.Source:
     """A Source for ``spec`` on the database ``dsn`` points at (connections open lazily)."""
     return _source_type(dsn_kind(dsn))(spec, dsn)
 
 
-def open_sink(spec: SinkSpec, dsn: str, options: SinkOptions | None = None) -> Sink:
+def open_sink(spec: base.SinkSpec, dsn: str, options: base.SinkOptions | None = None) -> base.Sink:
     """A Sink for ``spec`` on the database ``dsn`` points at (connections open lazily)."""
     kind = dsn_kind(dsn)
-    sink: type[Sink] = getattr(_module(kind), DIALECTS[kind][2])
-    return sink(spec, dsn, options or SinkOptions())
+    sink: type[base.Sink] = getattr(_module(kind), DIALECTS[kind][2])
+    return sink(spec, dsn, options or base.SinkOptions())
 
 
-def window_for(column: str, lower: Bound, upper: Bound) -> ChunkWindow:
+def window_for(column: str, lower: base.Bound, upper: base.Bound) -> base.ChunkWindow:
     """A ChunkWindow whose type is read off the bounds (int, canonical timestamp, else date)."""
     if isinstance(lower, int) and not isinstance(lower, bool):
-        return ChunkWindow(column, "integer", lower, upper)
+        return base.ChunkWindow(column, "integer", lower, upper)
     kind = "timestamp" if isinstance(lower, str) and _TIMESTAMP.match(lower) else "date"
-    return ChunkWindow(column, kind, lower, upper)
+    return base.ChunkWindow(column, kind, lower, upper)
 
 
 def table_checksum(
     dsn: str,
-    table: TableRef,
+    table: base.TableRef,
     column: str | None = None,
-    lower: Bound | None = None,
-    upper: Bound | None = None,
+    lower: base.Bound | None = None,
+    upper: base.Bound | None = None,
     columns: Sequence[str] | None = None,
 ) -> str:
     """The checksum of ``table``'s rows with ``lower <= column < upper``, as any connector writes it;
@@ -88,7 +79,7 @@ def table_checksum(
 
     ``columns`` limits the hashed columns (e.g. to leave out a target-only ``loaded_at``).
     """
-    window: ChunkWindow | None = None
+    window: base.Scope = None
     if column is not None or lower is not None or upper is not None:
         if column is None or lower is None or upper is None:
             raise DponeError(

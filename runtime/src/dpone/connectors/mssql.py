@@ -22,28 +22,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
-from dpone.connectors.base import (
-    Bound,
-    ChunkFence,
-    ChunkWindow,
-    ChunkWrite,
-    Row,
-    SinkOptions,
-    SinkSpec,
-    Source,
-    SourceSpec,
-    index_warnings,
-)
+from dpone.connectors import base, sql_base
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mssql_column_type
-from dpone.connectors.sql_base import (
-    DriverConnection,
-    SqlDialect,
-    SqlSink,
-    SqlSource,
-    busy_fence,
-    zoneless_utc,
-)
 from dpone.errors import DponeError
 from dpone.lifecycle.session_limits import session_limits
 
@@ -82,7 +63,7 @@ def load_driver() -> Driver:
 
 
 # --- identifiers, DSNs, values --------------------------------------------------------------------
-class MssqlDialect(SqlDialect):
+class MssqlDialect(sql_base.SqlDialect):
     """T-SQL names: [bracketed] with ] doubled; ``?`` markers; typed bounds for the ODBC binder."""
 
     alias = "[dpone_src]"
@@ -90,7 +71,7 @@ class MssqlDialect(SqlDialect):
     max_chars = MAX_IDENTIFIER_CHARS
 
     @staticmethod
-    def bound(window: ChunkWindow, value: Bound) -> object:
+    def bound(window: base.ChunkWindow, value: base.Bound) -> object:
         return mssql_bound(window, value)
 
 
@@ -125,7 +106,7 @@ def odbc_connection_string(dsn: str) -> str:
     return ";".join(f"{key}={value}" for key, value in fields)
 
 
-def mssql_bound(window: ChunkWindow, value: object) -> object:
+def mssql_bound(window: base.ChunkWindow, value: object) -> object:
     """Typed bounds for the ODBC binder; anything unparsable is sent as the string it is."""
     if isinstance(value, str):
         try:
@@ -139,7 +120,7 @@ def mssql_bound(window: ChunkWindow, value: object) -> object:
 
 
 #: A value from another database as the ODBC binder takes it (datetime2 is zone-less UTC).
-to_mssql = zoneless_utc
+to_mssql = sql_base.zoneless_utc
 
 
 def _datetimeoffset(raw: bytes) -> dt.datetime:
@@ -176,7 +157,7 @@ def _is_connection_loss(exc: BaseException) -> bool:
     return state.startswith("08")
 
 
-class MssqlConnection(DriverConnection[Any]):
+class MssqlConnection(sql_base.DriverConnection[Any]):
     """A lazily opened pyodbc connection with XACT_ABORT and value converters set."""
 
     def __init__(self, dsn: str, label: str, driver: Driver | None, autocommit: bool) -> None:
@@ -217,14 +198,14 @@ class MssqlConnection(DriverConnection[Any]):
 
 
 # --- source ---------------------------------------------------------------------------------------
-class MssqlSource(SqlSource[Any]):
+class MssqlSource(sql_base.SqlSource[Any]):
     """A table or trusted query in SQL Server, read in autocommit statements."""
 
     kind = "mssql"
     dialect = MssqlDialect
     db: MssqlConnection
 
-    def __init__(self, spec: SourceSpec, dsn: str, driver: Driver | None = None) -> None:
+    def __init__(self, spec: base.SourceSpec, dsn: str, driver: Driver | None = None) -> None:
         self._driver = driver
         super().__init__(spec, dsn)
 
@@ -237,7 +218,7 @@ class MssqlSource(SqlSource[Any]):
     def execute(self, cur: Any, query: str, params: Any) -> None:
         cur.execute(query, *(params or ()))
 
-    def batch(self, fetched: Sequence[Any]) -> list[Row]:
+    def batch(self, fetched: Sequence[Any]) -> list[base.Row]:
         return [tuple(row) for row in fetched]
 
     def sibling(self, columns: tuple[str, ...] | None = None) -> MssqlSource:
@@ -262,7 +243,7 @@ class MssqlSource(SqlSource[Any]):
 
 
 # --- sink -----------------------------------------------------------------------------------------
-class MssqlSink(SqlSink[Any]):
+class MssqlSink(sql_base.SqlSink[Any]):
     """Writes chunks into one SQL Server table, one explicit transaction per chunk."""
 
     kind = "mssql"
@@ -270,7 +251,7 @@ class MssqlSink(SqlSink[Any]):
     db: MssqlConnection
 
     def __init__(
-        self, spec: SinkSpec, dsn: str, options: SinkOptions, driver: Driver | None = None
+        self, spec: base.SinkSpec, dsn: str, options: base.SinkOptions, driver: Driver | None = None
     ) -> None:
         self._driver = driver
         super().__init__(spec, dsn, options)
@@ -314,7 +295,7 @@ class MssqlSink(SqlSink[Any]):
             conn.rollback()
         except Exception as exc:
             raise self._preflight_failed(exc) from None
-        return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
+        return base.index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
 
     # fence --------------------------------------------------------------------------------------
     def _ensure_fence_table(self, conn: Any) -> None:
@@ -337,7 +318,7 @@ class MssqlSink(SqlSink[Any]):
                 return
         conn.commit()
 
-    def _claim_fence(self, handle: Any, fence: ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> None:
         """Lock the chunk's fence row (UPDLOCK, HOLDLOCK: held to commit), then raise it to this
         attempt; a stored newer attempt rolls the transaction back."""
         cur = handle
@@ -354,7 +335,9 @@ class MssqlSink(SqlSink[Any]):
             found = cur.fetchall()
         except self.db.driver.Error as exc:
             if "error 1222" in describe_error(exc):  # lock request time out period exceeded
-                raise busy_fence(self.spec.display(), fence, f"{limits.fence_lock_s:g}") from None
+                raise sql_base.busy_fence(
+                    self.spec.display(), fence, f"{limits.fence_lock_s:g}"
+                ) from None
             raise
         if not found:
             cur.execute(
@@ -375,8 +358,8 @@ class MssqlSink(SqlSink[Any]):
 
     # paths --------------------------------------------------------------------------------------
     def _write(
-        self, handle: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
-    ) -> ChunkWrite:
+        self, handle: Any, source: base.Source, window: base.Scope, columns: tuple[str, ...]
+    ) -> base.ChunkWrite:
         cur = handle
         cols = _columns_sql(columns)
         if isinstance(source, MssqlSource) and source.same_dsn(self._dsn):
@@ -406,7 +389,7 @@ class MssqlSink(SqlSink[Any]):
         handle.execute(query, *(params or ()))
         return handle
 
-    def _delete_sql(self, window: ChunkWindow | None) -> str:
+    def _delete_sql(self, window: base.Scope) -> str:
         """full_refresh (no window) deletes every row of the target WITH (TABLOCKX): held to the
         commit, it makes a concurrent full refresh wait instead of inserting its copy next to
         this one's. DELETE, not TRUNCATE, so that the whole replacement stays one transaction."""

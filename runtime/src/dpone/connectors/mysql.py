@@ -44,30 +44,9 @@ import pymysql.cursors
 from pymysql.constants import FIELD_TYPE
 
 from dpone import errors
-from dpone.connectors.base import (
-    FENCE_TABLE,
-    ChunkFence,
-    ChunkWindow,
-    ChunkWrite,
-    Row,
-    SinkOptions,
-    SinkSpec,
-    Source,
-    TableRef,
-    canonical_decimal,
-    index_warnings,
-    strip_query,
-)
+from dpone.connectors import base, sql_base
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mysql_column_type
-from dpone.connectors.sql_base import (
-    DriverConnection,
-    SqlDialect,
-    SqlSink,
-    SqlSource,
-    busy_fence,
-    zoneless_utc,
-)
 from dpone.credentials.dsn_settings import missing_file
 from dpone.errors import DponeError
 from dpone.lifecycle.session_limits import SessionLimits, session_limits
@@ -179,7 +158,7 @@ def dsn_secrets(dsn: str) -> tuple[str, ...]:
 
 
 # --- identifiers, values --------------------------------------------------------------------------
-class MysqlDialect(SqlDialect):
+class MysqlDialect(sql_base.SqlDialect):
     """MySQL names: `backticked` with embedded backticks doubled; ``%s`` markers; timestamps
     bound as 'YYYY-MM-DD HH:MM:SS' (MySQL rejects the 'Z'); no parameters at all without a
     window (PyMySQL then leaves a trusted query's '%' alone)."""
@@ -223,7 +202,7 @@ def _decoders() -> dict[Any, Any]:
 
 def to_mysql(value: object) -> object:
     """A value from another database as PyMySQL binds it (DATETIME is zone-less UTC)."""
-    value = zoneless_utc(value)
+    value = sql_base.zoneless_utc(value)
     return str(value) if isinstance(value, uuid.UUID) else value
 
 
@@ -244,7 +223,7 @@ def tsv_field(value: object) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, decimal.Decimal):
-        return canonical_decimal(value)
+        return base.canonical_decimal(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.UTC).replace(tzinfo=None)
@@ -317,7 +296,7 @@ def _keepalive(conn: Any, limits: SessionLimits) -> None:
                 sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
-class MysqlConnection(DriverConnection["pymysql.connections.Connection[Any]"]):
+class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[Any]"]):
     """A lazily (re)opened PyMySQL connection with dpone's session settings."""
 
     def __init__(self, dsn: str, label: str, *, sink: bool) -> None:
@@ -403,7 +382,7 @@ class MysqlConnection(DriverConnection["pymysql.connections.Connection[Any]"]):
 
 
 # --- source ---------------------------------------------------------------------------------------
-class MysqlSource(SqlSource["pymysql.connections.Connection[Any]"]):
+class MysqlSource(sql_base.SqlSource["pymysql.connections.Connection[Any]"]):
     """A table or trusted query in MySQL/MariaDB, streamed chunk by chunk (autocommit reads)."""
 
     kind = "mysql"
@@ -424,20 +403,22 @@ class MysqlSource(SqlSource["pymysql.connections.Connection[Any]"]):
         sent (PyMySQL formats the statement with '%' placeholders)."""
         if self.spec.table is not None:
             return MysqlDialect.table_sql(self.spec.table) + " AS `dpone_src`"
-        query = strip_query(self.spec.query or "")
+        query = base.strip_query(self.spec.query or "")
         if parameters:
             query = query.replace("%", "%%")
         return f"({query}) AS `dpone_src`"
 
     def select_sql(
-        self, window: ChunkWindow | None, columns: Sequence[str], qualified: bool = False
+        self, window: base.Scope, columns: Sequence[str], qualified: bool = False
     ) -> str:
         """SELECT of the chunk (every row without a window), to run with ``MysqlDialect.params(window)``;
         ``qualified`` names the table's database, for a statement on another connection."""
         relation = self.relation(window is not None)
         if qualified:
             assert self.spec.table is not None and self.db.dsn.database is not None
-            table = TableRef(self.spec.table.schema or self.db.dsn.database, self.spec.table.name)
+            table = base.TableRef(
+                self.spec.table.schema or self.db.dsn.database, self.spec.table.name
+            )
             relation = MysqlDialect.table_sql(table) + " AS `dpone_src`"
         return f"SELECT {_columns_sql(columns)} FROM {relation}{MysqlDialect.where(window)}"
 
@@ -553,7 +534,7 @@ class _WarningCounter(pymysql.cursors.Cursor):  # type: ignore[misc]  # untyped 
 
 
 # --- sink -----------------------------------------------------------------------------------------
-class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
+class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
     """Writes chunks into one MySQL/MariaDB table (InnoDB), one transaction per chunk; with a
     fence the chunk's row in ``dpone_chunk_fence`` is claimed first (see docs/connectors.md,
     MySQL and MariaDB)."""
@@ -562,7 +543,7 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
     dialect = MysqlDialect
     db: MysqlConnection
 
-    def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
+    def __init__(self, spec: base.SinkSpec, dsn: str, options: base.SinkOptions) -> None:
         super().__init__(spec, dsn, options)
         schema = spec.table.schema
         self._stage_prefix = "" if schema is None else quote(schema, "database") + "."
@@ -614,10 +595,10 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
                     "PRIMARY KEY (`campaign`, `chunk_index`)) ENGINE=InnoDB"
                 )
         except Exception as exc:
-            what = f"{self.spec.display()}: creating {FENCE_TABLE}"
+            what = f"{self.spec.display()}: creating {base.FENCE_TABLE}"
             raise self.db.translate(exc, errors.SINK_FAILED, what) from None
 
-    def _claim_fence(self, handle: Any, fence: ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> None:
         """Upsert the fence row (attempt only grows) = the chunk's row lock until commit; then
         refuse when a newer attempt already claimed the chunk."""
         cur = handle
@@ -638,7 +619,9 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
             found = cur.fetchone()
         except pymysql.err.OperationalError as exc:
             if _errno(exc) == _LOCK_WAIT_TIMEOUT:
-                raise busy_fence(self.spec.display(), fence, str(self.db.lock_timeout_s)) from None
+                raise sql_base.busy_fence(
+                    self.spec.display(), fence, str(self.db.lock_timeout_s)
+                ) from None
             raise
         self._refuse_superseded(fence, int(found[0]) if found else fence.attempt)
 
@@ -672,12 +655,12 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
                     entry[0].append(str(column))
         except Exception as exc:
             raise self._preflight_failed(exc) from None
-        return index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
+        return base.index_warnings(shown, self.spec, window_column, columns, list(grouped.values()))
 
     # paths --------------------------------------------------------------------------------------
     def _write(
-        self, handle: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
-    ) -> ChunkWrite:
+        self, handle: Any, source: base.Source, window: base.Scope, columns: tuple[str, ...]
+    ) -> base.ChunkWrite:
         cur = handle
         cols = _columns_sql(columns)
         if isinstance(source, MysqlSource) and (
@@ -708,7 +691,7 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
         return written if self._load_data else dataclasses.replace(written, method="executemany")
 
     def _load(
-        self, cur: Any, rel: str, columns: Sequence[str], batch: Sequence[Row], path: str
+        self, cur: Any, rel: str, columns: Sequence[str], batch: Sequence[base.Row], path: str
     ) -> None:
         """One batch into ``rel``: LOAD DATA LOCAL INFILE, or executemany when it holds bytes.
 
@@ -771,7 +754,7 @@ class MysqlSink(SqlSink["pymysql.connections.Connection[Any]"]):
         handle.execute(query, params)
         return handle
 
-    def _delete_sql(self, window: ChunkWindow | None) -> str:
+    def _delete_sql(self, window: base.Scope) -> str:
         return f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{MysqlDialect.where(window)}"
 
     def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:

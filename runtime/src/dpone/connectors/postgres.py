@@ -758,23 +758,25 @@ class PostgresSource(Source):
 
 
 # --- sink -----------------------------------------------------------------------------------------
-def _aware_utc(value: object) -> object:
+def _parsed_timestamp(value: object) -> object:
+    """Text holding an ISO timestamp as a datetime; anything else (unparsable text too) as is."""
     if isinstance(value, str):
         try:
-            value = dt.datetime.fromisoformat(value)
+            return dt.datetime.fromisoformat(value)
         except ValueError:
             return value
+    return value
+
+
+def _aware_utc(value: object) -> object:
+    value = _parsed_timestamp(value)
     if isinstance(value, dt.datetime) and value.tzinfo is None:
         return value.replace(tzinfo=dt.UTC)
     return value
 
 
 def _naive_utc(value: object) -> object:
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return value
+    value = _parsed_timestamp(value)
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC).replace(tzinfo=None)
     return value

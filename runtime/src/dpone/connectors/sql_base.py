@@ -17,26 +17,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 from dpone import errors
-from dpone.connectors.base import (
-    FENCE_TABLE,
-    Bound,
-    ChunkFence,
-    ChunkWindow,
-    ChunkWrite,
-    Row,
-    RowChecksum,
-    Sink,
-    SinkOptions,
-    SinkSpec,
-    Source,
-    SourceSpec,
-    TableRef,
-    check_identifier,
-    check_unique,
-    scope_display,
-    sql_text_bound,
-    strip_query,
-)
+from dpone.connectors import base
 from dpone.errors import DponeError
 from dpone.lifecycle.faults import fault_point
 
@@ -77,7 +58,7 @@ def driver_failure(
     return DponeError(code, f"{what} failed: {type(exc).__name__}")
 
 
-def busy_fence(shown: str, fence: ChunkFence, seconds: str) -> DponeError:
+def busy_fence(shown: str, fence: base.ChunkFence, seconds: str) -> DponeError:
     """CHUNK_BUSY: another transaction held the chunk's fence row past the lock wait."""
     return DponeError(
         errors.CHUNK_BUSY,
@@ -183,23 +164,23 @@ class SqlDialect:
     @classmethod
     def quote(cls, name: str, what: str) -> str:
         """``name`` as a quoted identifier; DponeError(IDENTIFIER_INVALID) when it cannot be."""
-        check_identifier(name, what, max_chars=cls.max_chars)
+        base.check_identifier(name, what, max_chars=cls.max_chars)
         return cls.opening + name.replace(cls.closing, cls.closing * 2) + cls.closing
 
     @staticmethod
-    def bound(window: ChunkWindow, value: Bound) -> object:
+    def bound(window: base.ChunkWindow, value: base.Bound) -> object:
         """A window bound as the driver binds it (timestamps as SQL text by default)."""
-        return sql_text_bound(window, value)
+        return base.sql_text_bound(window, value)
 
     @classmethod
-    def params(cls, window: ChunkWindow | None) -> tuple[object, ...] | None:
+    def params(cls, window: base.Scope) -> tuple[object, ...] | None:
         """The window's bounds as the statement parameters of :meth:`where`."""
         if window is None:
             return cls.no_params
         return (cls.bound(window, window.lower), cls.bound(window, window.upper))
 
     @classmethod
-    def table_sql(cls, table: TableRef) -> str:
+    def table_sql(cls, table: base.TableRef) -> str:
         name = cls.quote(table.name, "table")
         return (
             name if table.schema is None else f"{cls.quote(table.schema, cls.schema_word)}.{name}"
@@ -210,7 +191,7 @@ class SqlDialect:
         return ", ".join(prefix + cls.quote(c, "column") for c in columns)
 
     @classmethod
-    def where(cls, window: ChunkWindow | None) -> str:
+    def where(cls, window: base.Scope) -> str:
         """`` WHERE <chunk predicate>`` on the source alias; nothing without a window."""
         if window is None:
             return ""
@@ -218,13 +199,13 @@ class SqlDialect:
         return f" WHERE {col} >= {cls.marker} AND {col} < {cls.marker}"
 
 
-class SqlSource(Source, Generic[C]):
+class SqlSource(base.Source, Generic[C]):
     """A table or trusted query read through a :class:`DriverConnection` in autocommit
     statements; the checksum is computed in Python over the rows read (:class:`RowChecksum`)."""
 
     dialect: type[SqlDialect]
 
-    def __init__(self, spec: SourceSpec, dsn: str) -> None:
+    def __init__(self, spec: base.SourceSpec, dsn: str) -> None:
         super().__init__(spec, dsn)
         if spec.table is not None:
             self.dialect.table_sql(spec.table)
@@ -246,7 +227,7 @@ class SqlSource(Source, Generic[C]):
         alias = self.dialect.alias
         if self.spec.table is not None:
             return f"{self.dialect.table_sql(self.spec.table)} AS {alias}"
-        return f"({strip_query(self.spec.query or '')}) AS {alias}"
+        return f"({base.strip_query(self.spec.query or '')}) AS {alias}"
 
     def select_list(self) -> str:
         """The spec's columns, or every column of the relation."""
@@ -267,11 +248,11 @@ class SqlSource(Source, Generic[C]):
                 raise self._fail(exc, "describing the columns") from None
             for name in names:
                 self.dialect.quote(name, f"{self.spec.display()} column")
-            check_unique(names, f"{self.spec.display()} columns")
+            base.check_unique(names, f"{self.spec.display()} columns")
             self._columns = names
         return self._columns
 
-    def select_sql(self, window: ChunkWindow | None, columns: Sequence[str]) -> str:
+    def select_sql(self, window: base.Scope, columns: Sequence[str]) -> str:
         """SELECT of the chunk (every row without a window), to run with ``params(window)``."""
         cols = self.dialect.columns_sql(columns)
         return f"SELECT {cols} FROM {self.relation()}{self.dialect.where(window)}"
@@ -287,11 +268,11 @@ class SqlSource(Source, Generic[C]):
         else:
             cur.execute(query, params)
 
-    def batch(self, fetched: Sequence[Any]) -> list[Row]:
+    def batch(self, fetched: Sequence[Any]) -> list[base.Row]:
         """A fetched batch as rows."""
         return list(fetched)
 
-    def rows(self, window: ChunkWindow | None, batch_rows: int) -> Generator[list[Row], None, None]:
+    def rows(self, window: base.Scope, batch_rows: int) -> Generator[list[base.Row], None, None]:
         query = self.select_sql(window, self.columns())
         conn = self.db.get()
         try:
@@ -303,10 +284,10 @@ class SqlSource(Source, Generic[C]):
             finally:
                 cur.close()
         except Exception as exc:
-            raise self._fail(exc, f"reading {scope_display(window)}") from None
+            raise self._fail(exc, f"reading {base.scope_display(window)}") from None
 
-    def checksum(self, window: ChunkWindow | None) -> str:
-        total = RowChecksum(self.columns())
+    def checksum(self, window: base.Scope) -> str:
+        total = base.RowChecksum(self.columns())
         for batch in self.rows(window, CHECKSUM_BATCH):
             total.add_many(batch)
         return total.value()
@@ -322,7 +303,7 @@ class SqlSource(Source, Generic[C]):
         self.db.discard()
 
 
-class SqlSink(Sink, Generic[C]):
+class SqlSink(base.Sink, Generic[C]):
     """Writes one chunk per transaction on a :class:`DriverConnection`.
 
     :meth:`_transfer` is written once: the read-back gate is entered, the transaction begun, the
@@ -333,12 +314,14 @@ class SqlSink(Sink, Generic[C]):
 
     dialect: type[SqlDialect]
 
-    def __init__(self, spec: SinkSpec, dsn: str, options: SinkOptions) -> None:
+    def __init__(self, spec: base.SinkSpec, dsn: str, options: base.SinkOptions) -> None:
         super().__init__(spec, dsn, options)
         self._table = self.dialect.table_sql(spec.table)
         for key in spec.keys:
             self.dialect.quote(key, "merge key")
-        self._fence_table = self.dialect.table_sql(TableRef(spec.table.schema, FENCE_TABLE))
+        self._fence_table = self.dialect.table_sql(
+            base.TableRef(spec.table.schema, base.FENCE_TABLE)
+        )
         self._fence_ready = False
         self.db: DriverConnection[C] = self.connection(dsn, spec.display())
 
@@ -364,14 +347,14 @@ class SqlSink(Sink, Generic[C]):
         """Create the fence table when missing (once per sink), outside the chunk's transaction."""
 
     @abstractmethod
-    def _claim_fence(self, handle: Any, fence: ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> None:
         """Claim the chunk's fence row inside the transaction (held to commit); raise
         ``fence.superseded`` when a newer attempt holds it, :func:`busy_fence` past the wait."""
 
     @abstractmethod
     def _write(
-        self, handle: Any, source: Source, window: ChunkWindow | None, columns: tuple[str, ...]
-    ) -> ChunkWrite:
+        self, handle: Any, source: base.Source, window: base.Scope, columns: tuple[str, ...]
+    ) -> base.ChunkWrite:
         """Write the chunk's rows in the inner mode and read back the sink's checksum."""
 
     # the inner modes ---------------------------------------------------------------------------
@@ -380,7 +363,7 @@ class SqlSink(Sink, Generic[C]):
         """Run ``query`` with ``params`` (None: none) in the chunk's transaction; the cursor."""
 
     @abstractmethod
-    def _delete_sql(self, window: ChunkWindow | None) -> str:
+    def _delete_sql(self, window: base.Scope) -> str:
         """DELETE of the target's rows in ``window`` (None: every row), on the source alias, to
         run with ``dialect.params(window)``."""
 
@@ -428,11 +411,11 @@ class SqlSink(Sink, Generic[C]):
     def _modes(
         self,
         handle: Any,
-        window: ChunkWindow | None,
+        window: base.Scope,
         columns: tuple[str, ...],
         fill: Callable[[str], int],
         method: str,
-    ) -> ChunkWrite:
+    ) -> base.ChunkWrite:
         """The inner mode around a ``fill(relation)`` that writes the chunk's rows into a
         relation and returns their count; with ``options.checksum`` the sink's side of the
         read-back: replace/full_refresh the target's rows in the range (full_refresh: every row),
@@ -445,13 +428,13 @@ class SqlSink(Sink, Generic[C]):
             self._query(handle, self._delete_sql(replaced), self.dialect.params(replaced))
             rows = fill(self._table)
             if not self.options.checksum:
-                return ChunkWrite(rows, None, method)
+                return base.ChunkWrite(rows, None, method)
             where = self.dialect.where(replaced)
             read = f"SELECT {cols(hashed)} FROM {self._table} AS {self.dialect.alias}{where}"
             target = self._checksum(handle, hashed, read, self.dialect.params(replaced))
-            return ChunkWrite(rows, target, method)
+            return base.ChunkWrite(rows, target, method)
         if not self._stages():
-            return ChunkWrite(fill(self._table), None, method)
+            return base.ChunkWrite(fill(self._table), None, method)
         stage = self._create_stage(handle, columns)
         done = False
         try:
@@ -475,7 +458,7 @@ class SqlSink(Sink, Generic[C]):
             done = True
         finally:
             self._drop_stage(handle, stage, done)
-        return ChunkWrite(rows, checksum, method)
+        return base.ChunkWrite(rows, checksum, method)
 
     # the transaction's outcome ------------------------------------------------------------------
     def _retry(self, exc: BaseException, attempt: int) -> bool:
@@ -486,17 +469,17 @@ class SqlSink(Sink, Generic[C]):
         """The DponeError a failed transaction raises."""
         return self.db.translate(exc, errors.SINK_FAILED, what)
 
-    def _refuse_superseded(self, fence: ChunkFence, stored: int) -> None:
+    def _refuse_superseded(self, fence: base.ChunkFence, stored: int) -> None:
         if stored > fence.attempt:
             raise fence.superseded(self.spec.display(), stored)
 
     def _attempt(
         self,
-        source: Source,
-        window: ChunkWindow | None,
+        source: base.Source,
+        window: base.Scope,
         columns: tuple[str, ...],
-        fence: ChunkFence | None,
-    ) -> ChunkWrite:
+        fence: base.ChunkFence | None,
+    ) -> base.ChunkWrite:
         conn = self.db.get()
         if fence is not None and not self._fence_ready:
             self._ensure_fence_table(conn)
@@ -517,15 +500,15 @@ class SqlSink(Sink, Generic[C]):
 
     def _transfer(
         self,
-        source: Source,
-        window: ChunkWindow | None,
+        source: base.Source,
+        window: base.Scope,
         connection: object | None,
-        fence: ChunkFence | None,
+        fence: base.ChunkFence | None,
         isolated: bool = True,
-    ) -> ChunkWrite:
+    ) -> base.ChunkWrite:
         self._no_external_connection(connection)
         columns = self._moved_columns(source, window)
-        what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
+        what = f"{self.spec.display()}: writing {base.scope_display(window)} (rolled back)"
         attempt = 1
         while True:
             try:
@@ -549,7 +532,7 @@ class SqlSink(Sink, Generic[C]):
 
 def read_checksum(cur: Any, columns: Sequence[str]) -> str:
     """The :class:`RowChecksum` of the rows an executed cursor returns, read in batches."""
-    check = RowChecksum(columns)
+    check = base.RowChecksum(columns)
     while batch := cur.fetchmany(CHECKSUM_BATCH):
         check.add_many(batch)
     return check.value()

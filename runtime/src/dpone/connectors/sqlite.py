@@ -21,24 +21,9 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from dpone import errors
-from dpone.connectors.base import (
-    ChunkFence,
-    ChunkWindow,
-    ChunkWrite,
-    Source,
-    canonical_datetime,
-    canonical_decimal,
-    canonical_text,
-    index_warnings,
-)
+from dpone.connectors import base, sql_base
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import sqlite_column_type
-from dpone.connectors.sql_base import (
-    DriverConnection,
-    SqlDialect,
-    SqlSink,
-    SqlSource,
-)
 from dpone.credentials.connections import sqlite_path
 from dpone.errors import DponeError
 
@@ -56,7 +41,7 @@ _SAFE_MESSAGE = re.compile(
 )
 
 
-class SqliteDialect(SqlDialect):
+class SqliteDialect(sql_base.SqlDialect):
     """SQLite names: "double-quoted" with embedded quotes doubled; ``?`` markers."""
 
     max_chars = MAX_IDENTIFIER_CHARS
@@ -71,13 +56,13 @@ def to_sqlite(value: object) -> object:
     if value is None or isinstance(value, int | float | str | bytes):
         return int(value) if isinstance(value, bool) else value
     if isinstance(value, decimal.Decimal):
-        return canonical_decimal(value)
+        return base.canonical_decimal(value)
     if isinstance(value, dt.datetime):
-        return canonical_datetime(value)
+        return base.canonical_datetime(value)
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, dt.date | dt.time | uuid.UUID):
-        return canonical_text(value)
+        return base.canonical_text(value)
     return str(value)
 
 
@@ -87,7 +72,7 @@ def describe_error(exc: sqlite3.Error) -> str:
     return f"{name}: {text}" if _SAFE_MESSAGE.match(text) else name
 
 
-class SqliteConnection(DriverConnection[sqlite3.Connection]):
+class SqliteConnection(sql_base.DriverConnection[sqlite3.Connection]):
     """A lazily opened connection to an existing database file, in autocommit mode."""
 
     def __init__(self, dsn: str, label: str) -> None:
@@ -128,7 +113,7 @@ class SqliteConnection(DriverConnection[sqlite3.Connection]):
                 conn.interrupt()
 
 
-class SqliteSource(SqlSource[sqlite3.Connection]):
+class SqliteSource(sql_base.SqlSource[sqlite3.Connection]):
     """A table or trusted query in a SQLite file."""
 
     kind = "sqlite"
@@ -166,7 +151,7 @@ class SqliteSource(SqlSource[sqlite3.Connection]):
         return {name: sqlite_column_type(declared.get(name.casefold(), "")) for name in names}
 
 
-class SqliteSink(SqlSink[sqlite3.Connection]):
+class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
     """Writes chunks into one SQLite table; BEGIN IMMEDIATE holds the file's write lock, which is
     the per-chunk (and fence) lock here."""
 
@@ -216,9 +201,9 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
                 indexes.append((names, bool(row[2]) and not bool(row[4])))
         except sqlite3.Error as exc:
             raise self._preflight_failed(exc) from None
-        return index_warnings(shown, self.spec, window_column, columns, indexes)
+        return base.index_warnings(shown, self.spec, window_column, columns, indexes)
 
-    def _claim_fence(self, conn: sqlite3.Connection, fence: ChunkFence) -> None:
+    def _claim_fence(self, conn: sqlite3.Connection, fence: base.ChunkFence) -> None:
         table = self._fence_table
         key = (fence.campaign, fence.chunk_index)
         conn.execute(
@@ -237,10 +222,10 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
     def _write(
         self,
         conn: sqlite3.Connection,
-        source: Source,
-        window: ChunkWindow | None,
+        source: base.Source,
+        window: base.Scope,
         columns: tuple[str, ...],
-    ) -> ChunkWrite:
+    ) -> base.ChunkWrite:
         if isinstance(source, SqliteSource) and source.same_file(self.db.path):
             select = source.select_sql(window, columns)
 
@@ -276,7 +261,7 @@ class SqliteSink(SqlSink[sqlite3.Connection]):
     def _stages(self) -> bool:
         return self.options.checksum
 
-    def _delete_sql(self, window: ChunkWindow | None) -> str:
+    def _delete_sql(self, window: base.Scope) -> str:
         """BEGIN IMMEDIATE already keeps other writers out of the file until commit."""
         return f"DELETE FROM {self._table} AS dpone_src{SqliteDialect.where(window)}"
 
