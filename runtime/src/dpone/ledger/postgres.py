@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Unpack
 
 from dpone import errors
 from dpone.credentials.dsn_settings import (
@@ -27,6 +27,7 @@ from dpone.ledger.port import Amendment, ChunkResult, ChunkState, Lease, Restate
 from dpone.ledger.sql import (
     AMENDMENTS,
     CAMPAIGNS,
+    DEFAULT_SCHEMA,
     INSERT_TRANSITION_COLUMNS,
     RESTATEMENTS,
     SCHEMA_VERSION,
@@ -38,6 +39,7 @@ from dpone.ledger.sql import (
     NewTransition,
     ShapeRow,
     SqlLedger,
+    SqlStoreOptions,
     StoredTransition,
     TxMode,
     WriteFailed,
@@ -580,28 +582,22 @@ class PostgresLedger(SqlLedger):
     def __init__(
         self,
         dsn: str,
-        schema: str = "dpone_audit",
+        schema: str = DEFAULT_SCHEMA,
         lease_seconds: float = 300.0,
         *,
-        lock_timeout_s: float = 10.0,
-        chunk_lock_timeout_s: float = 30.0,
         idle_timeout_s: float | None = None,
-        application_name: str = "dpone-ledger",
-        create: bool = True,
+        **options: Unpack[SqlStoreOptions],
     ) -> None:
-        super().__init__(schema, lease_seconds, lock_timeout_s, chunk_lock_timeout_s)
-        self.idle_timeout_s = (
-            session_limits().idle_in_transaction_s if idle_timeout_s is None else idle_timeout_s
-        )
-        self.statements = PostgresStatements(self.schema)
+        self._idle_timeout_option = idle_timeout_s
         self.pending_chunk_lock: tuple[str, int] | None = None
-        self._dsn = dsn
-        self._conninfo = connection_info(dsn, application_name)
         self._conn: psycopg.Connection[Any] | None = None
-        if create:
-            self.ensure_schema()
-        else:
-            self.inspect_schema()
+        super().__init__(dsn, schema, lease_seconds, **options)
+
+    def _prepare(self, dsn: str, application_name: str) -> None:
+        option = self._idle_timeout_option
+        self.idle_timeout_s = session_limits().idle_in_transaction_s if option is None else option
+        self.statements = PostgresStatements(self.schema)
+        self._conninfo = connection_info(dsn, application_name)
 
     # --- connection -----------------------------------------------------------------------------
     def _connection(self) -> psycopg.Connection[Any]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypedDict, TypeVar
 
 from dpone import errors
 from dpone.credentials.connections import redact
@@ -58,6 +58,7 @@ detected (DPONE_LEDGER_CORRUPT) instead of the chunk being moved again. Version 
 ``campaign_amendment`` (one row per extension of a campaign's plan, ADR 0020) and
 ``chunk_restatement`` (one row per restated chunk)."""
 
+DEFAULT_SCHEMA = "dpone_audit"
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 ERROR_MESSAGE_LIMIT = 2000
 DISTRIBUTED = Capabilities(
@@ -907,6 +908,15 @@ class ViewThenAppend:
         return view, Appended(record.transition, record.attempt, None)
 
 
+class SqlStoreOptions(TypedDict, total=False):
+    """The keyword options every SQL store passes through to ``SqlLedger.__init__``."""
+
+    lock_timeout_s: float
+    chunk_lock_timeout_s: float
+    application_name: str
+    create: bool
+
+
 class SqlLedger(ABC):
     """The lock / lease / compare-and-set protocol over a SQL audit schema (see the port)."""
 
@@ -917,11 +927,18 @@ class SqlLedger(ABC):
 
     def __init__(
         self,
-        schema: str,
-        lease_seconds: float,
-        lock_timeout_s: float,
-        chunk_lock_timeout_s: float,
+        dsn: str,
+        schema: str = DEFAULT_SCHEMA,
+        lease_seconds: float = 300.0,
+        *,
+        lock_timeout_s: float = 10.0,
+        chunk_lock_timeout_s: float = 30.0,
+        application_name: str = "dpone-ledger",
+        create: bool = True,
     ) -> None:
+        """The one constructor of every SQL store: a dialect sets its own options first, then
+        this settles the shared ones, lets the dialect prepare its connection (``_prepare``) and
+        creates or migrates the audit schema (``create``), or only reads its version."""
         self.schema = check_schema_name(schema)
         self.lease_seconds = float(lease_seconds)
         self.lock_timeout_s = float(lock_timeout_s)
@@ -930,6 +947,24 @@ class SqlLedger(ABC):
         # plan hash) on the first load only, so reloading a large campaign reads just the
         # latest transitions. Every transition is still validated against this shape.
         self._verified_shapes: dict[tuple[str, str], CampaignShape] = {}
+        self._dsn = dsn
+        self._prepare(dsn, application_name)
+        if create:
+            self.ensure_schema()
+        else:
+            self.inspect_schema()
+
+    @abstractmethod
+    def _prepare(self, dsn: str, application_name: str) -> None:
+        """The dialect's statements and connection settings; no connection is opened yet."""
+
+    @abstractmethod
+    def ensure_schema(self) -> None:
+        """Create or migrate the audit schema, safely from many processes."""
+
+    @abstractmethod
+    def inspect_schema(self) -> None:
+        """Read the audit schema's version without creating or migrating anything."""
 
     @abstractmethod
     def _transaction(self, op: str, mode: TxMode) -> AbstractContextManager[LedgerTx]:
