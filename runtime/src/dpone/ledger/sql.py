@@ -515,6 +515,35 @@ AMENDMENTS: RowCodec[Amendment] = RowCodec(
 )
 
 
+@dataclass(frozen=True)
+class Extension:
+    """One extend() request (see the port): grow the stored campaign to ``shape``."""
+
+    shape: CampaignShape
+    config_hash_at: ConfigHashAt
+    owner: str
+
+    def of(
+        self, head: CampaignHead | None, stored_rows: Callable[[], Sequence[ShapeRow]]
+    ) -> tuple[CampaignHead, Amendment] | None:
+        """The grown snapshot and its amendment, or None when there is nothing to grow (no
+        campaign, or one already at ``shape``); the stored rows are read only when needed."""
+        shape = self.shape
+        if head is None or head.plan_hash == shape.plan_hash:
+            return None
+        stored = shape_from_rows(head, stored_rows())
+        check_extension(stored, head.config_hash, shape, self.config_hash_at)
+        amendment = Amendment(
+            run_key=shape.run_key,
+            old_plan_hash=head.plan_hash,
+            new_plan_hash=shape.plan_hash,
+            old_chunk_count=head.chunk_count,
+            new_chunk_count=shape.chunk_count,
+            amended_by=self.owner,
+        )
+        return extended_head(head, shape), amendment
+
+
 def restate_selection(shape: CampaignShape, indexes: Sequence[int]) -> list[Chunk]:
     """The planned chunks of ``indexes``, ascending and once each (the lock order)."""
     wanted = sorted(set(indexes))
@@ -742,6 +771,46 @@ def running_record(
     )
 
 
+def check_renewal(
+    lease: Lease, stored: ShapeRow | None, row: StoredTransition | None
+) -> ChunkRecord:
+    """The running record a renewal extends: the chunk must exist in the stored campaign and
+    its latest transition must be this lease's RUNNING attempt."""
+    if stored is None:
+        raise corrupt(lease.run_key, lease.chunk_index, "no such chunk in the stored campaign")
+    latest = None
+    if row is not None:
+        latest = validate_transition(lease.run_key, {lease.chunk_index: stored}, row)
+    return check_owner(lease, latest)
+
+
+def renewal_record(
+    lease: Lease, running: ChunkRecord, stored: ShapeRow, transition: int, expires: dt.datetime
+) -> NewTransition:
+    """The RUNNING transition of the same attempt with a later expiry."""
+    return NewTransition(
+        chunk_index=lease.chunk_index,
+        transition=transition,
+        state=ChunkState.RUNNING,
+        attempt=lease.attempt,
+        idempotency_key=running.idempotency_key,
+        chunk_start=stored.chunk_start,
+        chunk_end=stored.chunk_end,
+        lease_owner=lease.owner,
+        lease_expires_at=expires,
+        started_at=running.started_at,
+    )
+
+
+def check_lease_chunk(lease: Lease, chunk: Chunk) -> None:
+    """A lease completes only the chunk it was taken for."""
+    if lease.chunk_index != chunk.index:
+        raise DponeError(
+            errors.INTERNAL,
+            f"lease of chunk {lease.chunk_index} used to complete chunk {chunk.index}",
+        )
+
+
 @dataclass(frozen=True)
 class Appended:
     """What a combined read-and-append step wrote (None when its condition did not hold)."""
@@ -908,6 +977,38 @@ class ViewThenAppend:
         return view, Appended(record.transition, record.attempt, None)
 
 
+class StoreBase(ABC):
+    """What every ledger store (SQL or local file) does the same way around its own locking."""
+
+    @abstractmethod
+    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger: ...
+
+    @abstractmethod
+    def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
+        """Under the campaign lock: apply ``extension.of`` to the stored campaign, if it grows."""
+
+    def extend(
+        self,
+        shape: CampaignShape,
+        config_hash_at: ConfigHashAt,
+        owner: str,
+        lock_timeout_s: float,
+    ) -> Ledger:
+        """Grow the stored campaign to ``shape`` (see the port), then initialize as usual."""
+        check_shape_input(shape)
+        self._grow(Extension(shape, config_hash_at, owner), lock_timeout_s)
+        return self.initialize(shape, owner, lock_timeout_s)
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class SqlStoreOptions(TypedDict, total=False):
     """The keyword options every SQL store passes through to ``SqlLedger.__init__``."""
 
@@ -917,7 +1018,7 @@ class SqlStoreOptions(TypedDict, total=False):
     create: bool
 
 
-class SqlLedger(ABC):
+class SqlLedger(StoreBase):
     """The lock / lease / compare-and-set protocol over a SQL audit schema (see the port)."""
 
     capabilities: Capabilities = DISTRIBUTED
@@ -970,15 +1071,6 @@ class SqlLedger(ABC):
     def _transaction(self, op: str, mode: TxMode) -> AbstractContextManager[LedgerTx]:
         """Open a transaction; commit on success, roll back on error; translate driver errors
         (connection loss -> DPONE_CONNECTION_FAILED) but re-raise WriteFailed untouched."""
-
-    @abstractmethod
-    def close(self) -> None: ...
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- driver failures, with the DSN redacted and the driver's first line only ---------------
     _dsn: str = ""
@@ -1057,37 +1149,21 @@ class SqlLedger(ABC):
     def load(self, run_key: str) -> Ledger | None:
         return self._load(run_key, None)
 
-    def extend(
-        self,
-        shape: CampaignShape,
-        config_hash_at: ConfigHashAt,
-        owner: str,
-        lock_timeout_s: float,
-    ) -> Ledger:
-        """Grow the stored campaign to ``shape`` (see the port), then initialize as usual: the
-        chunk rows, the snapshot and the amendment commit together under the campaign lock, so
-        many pods of a regenerated DAG extend it once and every other one finds it done."""
-        check_shape_input(shape)
+    def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
+        """The chunk rows, the snapshot and the amendment commit together under the campaign
+        lock, so many pods of a regenerated DAG extend it once and every other one finds it done."""
+        run_key = extension.shape.run_key
         with self._transaction("extend", TxMode.CAMPAIGN) as tx:
-            tx.lock_campaign(shape.run_key, lock_timeout_s)
-            head = tx.campaign_head(shape.run_key)
-            if head is not None and head.plan_hash != shape.plan_hash:
-                stored = shape_from_rows(head, tx.shape_rows(shape.run_key))
-                check_extension(stored, head.config_hash, shape, config_hash_at)
-                grown = [ShapeRow.of(chunk) for chunk in shape.chunks[stored.chunk_count :]]
-                tx.insert_shape(shape.run_key, grown)
-                tx.insert_campaign(extended_head(head, shape))
-                tx.insert_amendment(
-                    Amendment(
-                        run_key=shape.run_key,
-                        old_plan_hash=head.plan_hash,
-                        new_plan_hash=shape.plan_hash,
-                        old_chunk_count=head.chunk_count,
-                        new_chunk_count=shape.chunk_count,
-                        amended_by=owner,
-                    )
-                )
-        return self.initialize(shape, owner, lock_timeout_s)
+            tx.lock_campaign(run_key, lock_timeout_s)
+            head = tx.campaign_head(run_key)
+            grown = extension.of(head, lambda: tx.shape_rows(run_key))
+            if grown is not None:
+                assert head is not None
+                extended, amendment = grown
+                new_chunks = extension.shape.chunks[head.chunk_count :]
+                tx.insert_shape(run_key, [ShapeRow.of(chunk) for chunk in new_chunks])
+                tx.insert_campaign(extended)
+                tx.insert_amendment(amendment)
 
     def amendments(self, run_key: str) -> list[Amendment]:
         with self._transaction("amendments", TxMode.READ) as tx:
@@ -1426,7 +1502,7 @@ class SqlLedger(ABC):
 
     def complete(self, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
         """Compare-and-set on (owner, attempt) and append COMMITTED or FAILED, in one statement."""
-        self._check_lease_chunk(lease, chunk)
+        check_lease_chunk(lease, chunk)
         with self._transaction("complete", TxMode.CHUNK) as tx:
             tx.lock_chunk(lease.run_key, chunk.index)
             view, appended = tx.close_append(lease.run_key, chunk, lease, result)
@@ -1444,7 +1520,7 @@ class SqlLedger(ABC):
         A raising write (or one that returns committed=False) is rolled back; the FAILED record is
         then appended in a fresh, CAS-checked transaction and the write's exception propagates.
         """
-        self._check_lease_chunk(lease, chunk)
+        check_lease_chunk(lease, chunk)
         try:
             with self._transaction("complete_in_transaction", TxMode.WRITE) as tx:
                 view, latest = self._view(tx, lease.run_key, chunk)
@@ -1483,42 +1559,13 @@ class SqlLedger(ABC):
         with self._transaction("renew", TxMode.CHUNK) as tx:
             tx.lock_chunk(lease.run_key, lease.chunk_index)
             view = tx.chunk_view(lease.run_key, lease.chunk_index)
-            if view.shape is None or not view.campaign_found:
-                raise corrupt(
-                    lease.run_key, lease.chunk_index, "no such chunk in the stored campaign"
-                )
-            latest = None
-            if view.latest is not None:
-                latest = validate_transition(
-                    lease.run_key, {lease.chunk_index: view.shape}, view.latest
-                )
-            running = check_owner(lease, latest)
-            assert view.latest is not None
+            stored = view.shape if view.campaign_found else None
+            running = check_renewal(lease, stored, view.latest)
+            assert stored is not None and view.latest is not None
             expires = view.now + dt.timedelta(seconds=lease_seconds)
-            tx.append_transition(
-                lease.run_key,
-                NewTransition(
-                    chunk_index=lease.chunk_index,
-                    transition=view.latest.transition + 1,
-                    state=ChunkState.RUNNING,
-                    attempt=lease.attempt,
-                    idempotency_key=running.idempotency_key,
-                    chunk_start=view.shape.chunk_start,
-                    chunk_end=view.shape.chunk_end,
-                    lease_owner=lease.owner,
-                    lease_expires_at=expires,
-                    started_at=running.started_at,
-                ),
-            )
+            record = renewal_record(lease, running, stored, view.latest.transition + 1, expires)
+            tx.append_transition(lease.run_key, record)
         return Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
-
-    @staticmethod
-    def _check_lease_chunk(lease: Lease, chunk: Chunk) -> None:
-        if lease.chunk_index != chunk.index:
-            raise DponeError(
-                errors.INTERNAL,
-                f"lease of chunk {lease.chunk_index} used to complete chunk {chunk.index}",
-            )
 
 
 def rows_as_shape(rows: Iterator[Sequence[Any]] | Sequence[Sequence[Any]]) -> list[ShapeRow]:
