@@ -34,6 +34,10 @@ from dpone import errors
 from dpone.errors import DponeError
 from dpone.ledger import port
 from dpone.ledger.sql import (
+    AMENDMENTS,
+    CAMPAIGNS,
+    RESTATEMENTS,
+    TRANSITIONS,
     CampaignHead,
     Extension,
     NewTransition,
@@ -72,10 +76,6 @@ def _stamp(value: dt.datetime | None) -> str | None:
     return None if value is None else value.astimezone(dt.UTC).isoformat()
 
 
-def _unstamp(value: Any) -> dt.datetime | None:
-    return None if value is None else dt.datetime.fromisoformat(str(value))
-
-
 @dataclass
 class CampaignEntry:
     """One campaign in memory: its latest head, its stored shape rows and every chunk's latest row."""
@@ -88,74 +88,19 @@ class CampaignEntry:
 
 
 def _transition_json(
-    seq: int, run_key: str, record: NewTransition, now: dt.datetime
+    seq: int,
+    run_key: str,
+    record: NewTransition | StoredTransition,
+    recorded_at: dt.datetime | None,
 ) -> dict[str, Any]:
+    """A transition's journal line (a new one is recorded now, a compacted one keeps its time)."""
     return {
         "seq": seq,
         "kind": "transition",
         "run_key": run_key,
-        "chunk_index": record.chunk_index,
-        "transition": record.transition,
-        "state": record.state.value,
-        "attempt": record.attempt,
-        "idempotency_key": record.idempotency_key,
-        "chunk_start": record.chunk_start,
-        "chunk_end": record.chunk_end,
-        "lease_owner": record.lease_owner,
-        "lease_expires_at": _stamp(record.lease_expires_at),
-        "started_at": _stamp(record.started_at),
-        "rows": record.rows,
-        "checksum": record.checksum,
-        "error_code": record.error_code,
-        "error_message": record.error_message,
-        "recorded_at": _stamp(now),
+        **TRANSITIONS.to_json(record, omit="seq recorded_at source_checksum"),
+        "recorded_at": _stamp(recorded_at),
         **({"source_checksum": record.source_checksum} if record.source_checksum else {}),
-    }
-
-
-def _stored(entry: dict[str, Any]) -> StoredTransition:
-    return StoredTransition(
-        seq=int(entry["seq"]),
-        chunk_index=int(entry["chunk_index"]),
-        transition=int(entry["transition"]),
-        state=str(entry["state"]),
-        attempt=int(entry["attempt"]),
-        idempotency_key=str(entry["idempotency_key"]),
-        chunk_start=str(entry["chunk_start"]),
-        chunk_end=str(entry["chunk_end"]),
-        lease_owner=entry.get("lease_owner"),
-        lease_expires_at=_unstamp(entry.get("lease_expires_at")),
-        started_at=_unstamp(entry.get("started_at")),
-        rows=entry.get("rows"),
-        checksum=entry.get("checksum"),
-        error_code=entry.get("error_code"),
-        error_message=entry.get("error_message"),
-        recorded_at=_unstamp(entry.get("recorded_at")),
-        source_checksum=entry.get("source_checksum"),
-    )
-
-
-def _stored_json(row: StoredTransition, run_key: str) -> dict[str, Any]:
-    return {
-        "seq": row.seq,
-        "kind": "transition",
-        "run_key": run_key,
-        "chunk_index": row.chunk_index,
-        "transition": row.transition,
-        "state": row.state,
-        "attempt": row.attempt,
-        "idempotency_key": row.idempotency_key,
-        "chunk_start": row.chunk_start,
-        "chunk_end": row.chunk_end,
-        "lease_owner": row.lease_owner,
-        "lease_expires_at": _stamp(row.lease_expires_at),
-        "started_at": _stamp(row.started_at),
-        "rows": row.rows,
-        "checksum": row.checksum,
-        "error_code": row.error_code,
-        "error_message": row.error_message,
-        "recorded_at": _stamp(row.recorded_at),
-        **({"source_checksum": row.source_checksum} if row.source_checksum else {}),
     }
 
 
@@ -181,78 +126,14 @@ def _campaign_json(
         "created_at": _stamp(head.created_at),
     }
     if amendments:
-        entry["amendments"] = [_amendment_json(a) for a in amendments]
+        entry["amendments"] = [AMENDMENTS.to_json(a, omit="run_key") for a in amendments]
     if restatements:
-        entry["restatements"] = [_restatement_json(r) for r in restatements]
+        entry["restatements"] = [RESTATEMENTS.to_json(r, omit="run_key") for r in restatements]
     if shape is not None:
         entry["chunks"] = [
             [r.chunk_index, r.chunk_start, r.chunk_end, r.idempotency_key] for r in shape
         ]
     return entry
-
-
-def _amendment_json(amendment: port.Amendment) -> dict[str, Any]:
-    return {
-        "old_plan_hash": amendment.old_plan_hash,
-        "new_plan_hash": amendment.new_plan_hash,
-        "old_chunk_count": amendment.old_chunk_count,
-        "new_chunk_count": amendment.new_chunk_count,
-        "amended_by": amendment.amended_by,
-        "amended_at": _stamp(amendment.amended_at),
-    }
-
-
-def _amendment(run_key: str, entry: dict[str, Any]) -> port.Amendment:
-    return port.Amendment(
-        run_key=run_key,
-        old_plan_hash=str(entry["old_plan_hash"]),
-        new_plan_hash=str(entry["new_plan_hash"]),
-        old_chunk_count=int(entry["old_chunk_count"]),
-        new_chunk_count=int(entry["new_chunk_count"]),
-        amended_by=str(entry["amended_by"]),
-        amended_at=_unstamp(entry.get("amended_at")),
-    )
-
-
-def _restatement_json(r: port.Restatement) -> dict[str, Any]:
-    return {
-        "chunk_index": r.chunk_index,
-        "transition": r.transition,
-        "reason": r.reason,
-        "requested_by": r.requested_by,
-        "prior_rows": r.prior_rows,
-        "prior_checksum": r.prior_checksum,
-        "requested_at": _stamp(r.requested_at),
-    }
-
-
-def _restatement(run_key: str, entry: dict[str, Any]) -> port.Restatement:
-    return port.Restatement(
-        run_key=run_key,
-        chunk_index=int(entry["chunk_index"]),
-        transition=int(entry["transition"]),
-        reason=str(entry["reason"]),
-        requested_by=str(entry["requested_by"]),
-        prior_rows=None if entry.get("prior_rows") is None else int(entry["prior_rows"]),
-        prior_checksum=entry.get("prior_checksum"),
-        requested_at=_unstamp(entry.get("requested_at")),
-    )
-
-
-def _head(entry: dict[str, Any]) -> CampaignHead:
-    return CampaignHead(
-        run_key=str(entry["run_key"]),
-        workload=str(entry["workload"]),
-        process=str(entry["process"]),
-        plan_hash=str(entry["plan_hash"]),
-        config_hash=str(entry["config_hash"]),
-        chunk_count=int(entry["chunk_count"]),
-        cancelled=bool(entry["cancelled"]),
-        cancel_reason=entry.get("cancel_reason"),
-        created_by=str(entry["created_by"]),
-        seq=int(entry["seq"]),
-        created_at=_unstamp(entry.get("created_at")),
-    )
 
 
 class LocalFileLedger(StoreBase):
@@ -406,20 +287,28 @@ class LocalFileLedger(StoreBase):
             latest = existing.latest if existing is not None else {}
             # a snapshot's campaign lists every amendment, a journal line at most its own one
             amended = list(existing.amendments) if existing is not None else []
-            amended.extend(_amendment(run_key, a) for a in entry.get("amendments", ()))
+            amended.extend(
+                AMENDMENTS.from_json(a, run_key=run_key) for a in entry.get("amendments", ())
+            )
             restated = list(existing.restatements) if existing is not None else []
-            restated.extend(_restatement(run_key, r) for r in entry.get("restatements", ()))
-            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest, amended, restated)
+            restated.extend(
+                RESTATEMENTS.from_json(r, run_key=run_key) for r in entry.get("restatements", ())
+            )
+            self._campaigns[run_key] = CampaignEntry(
+                CAMPAIGNS.from_json(entry), rows, latest, amended, restated
+            )
         elif entry["kind"] == "transition":
             campaign = self._campaigns.get(run_key)
             if campaign is None:
                 raise corrupt(
                     run_key, entry.get("chunk_index"), f"journal seq {seq} has no campaign"
                 )
-            row = _stored(entry)
+            row = TRANSITIONS.from_json(entry)
             campaign.latest[row.chunk_index] = row
             if "restated" in entry:  # the PENDING transition of a restatement carries it
-                campaign.restatements.append(_restatement(run_key, entry["restated"]))
+                campaign.restatements.append(
+                    RESTATEMENTS.from_json(entry["restated"], run_key=run_key)
+                )
         else:
             raise corrupt(run_key, None, f"journal seq {seq} has unknown kind {entry['kind']!r}")
         self._last_seq = max(self._last_seq, seq)
@@ -450,7 +339,7 @@ class LocalFileLedger(StoreBase):
                 for c in self._campaigns.values()
             ],
             "latest": [
-                _stored_json(row, run_key)
+                _transition_json(row.seq, run_key, row, row.recorded_at)
                 for run_key, c in self._campaigns.items()
                 for row in c.latest.values()
             ],
@@ -544,7 +433,7 @@ class LocalFileLedger(StoreBase):
                     requested_at=now,
                 )
                 entry = _transition_json(self._last_seq + 1, shape.run_key, record, now)
-                entry["restated"] = _restatement_json(restatement)
+                entry["restated"] = RESTATEMENTS.to_json(restatement, omit="run_key")
                 self._append(entry)
         return todo
 

@@ -185,6 +185,12 @@ class RowCodec(Generic[R]):
         columns = [(m[1], self._DECODERS[m[2] or ""], m[3] or m[1]) for m in parsed if m]
         assert len(columns) == len(spec.split()), spec
         self._decoders = tuple(decode for _, decode, _ in columns)
+        #: field name -> (decoder, nullable), in column order: the JSON form's keys
+        self._fields = {
+            field: (decode, (m[2] or "").endswith("?"))
+            for m, (_, decode, field) in zip(parsed, columns, strict=True)
+            if m
+        }
         written = [(name, field) for name, _, field in columns if name not in generated.split()]
         #: the select list, in the order :meth:`decode` reads
         self.selected = ", ".join(name for name, _, _ in columns)
@@ -198,6 +204,26 @@ class RowCodec(Generic[R]):
     def params(self, record: object) -> tuple[Any, ...]:
         values = (getattr(record, name) for name in self._written)
         return tuple(v.value if isinstance(v, Enum) else v for v in values)
+
+    def to_json(self, record: object, *, omit: str = "") -> dict[str, Any]:
+        """The record as a JSON object keyed by field, timestamps as UTC ISO text (the local file
+        store's form); ``omit`` names fields the enclosing object already holds."""
+        entry: dict[str, Any] = {}
+        for name in self._fields:
+            if name not in omit.split():
+                value = getattr(record, name)
+                if isinstance(value, dt.datetime):
+                    value = value.astimezone(dt.UTC).isoformat()
+                entry[name] = value.value if isinstance(value, Enum) else value
+        return entry
+
+    def from_json(self, entry: Mapping[str, Any], **known: Any) -> R:
+        """The record :meth:`to_json` wrote; ``known`` gives the omitted fields."""
+        values = dict(known)
+        for name, (decode, nullable) in self._fields.items():
+            if name not in known:
+                values[name] = decode(entry.get(name) if nullable else entry[name])
+        return self._make(**values)
 
 
 def first_line(text: str, limit: int = ERROR_MESSAGE_LIMIT) -> str:
