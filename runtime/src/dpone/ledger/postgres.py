@@ -74,15 +74,26 @@ node is noticed in about a minute, not two hours."""
 CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03", "25P03")
 
 
+def _audit_log(s: str, table: str, columns: str) -> str:
+    """The CREATE TABLE of an append-only audit table: an identity ``seq`` (audit order only)
+    and the campaign's ``run_key`` lead every one, then ``columns``."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {s}.{table} (\n"
+        "            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
+        f"            run_key text NOT NULL,{columns}"
+    )
+
+
 def ddl_v1(s: str) -> list[str]:
     """Version 1 of the audit schema (idempotent statements; run under the DDL advisory lock)."""
     return [
         f"""CREATE TABLE IF NOT EXISTS {s}.schema_version (
             version integer PRIMARY KEY,
             applied_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
-        f"""CREATE TABLE IF NOT EXISTS {s}.campaign (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "campaign",
+            """
             workload text NOT NULL,
             process text NOT NULL,
             plan_hash text NOT NULL,
@@ -92,6 +103,7 @@ def ddl_v1(s: str) -> list[str]:
             cancel_reason text,
             created_by text NOT NULL,
             created_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        ),
         f"CREATE INDEX IF NOT EXISTS campaign_run_key_seq ON {s}.campaign (run_key, seq DESC)",
         f"""CREATE TABLE IF NOT EXISTS {s}.campaign_chunk (
             run_key text NOT NULL,
@@ -100,9 +112,10 @@ def ddl_v1(s: str) -> list[str]:
             chunk_end text NOT NULL,
             idempotency_key text NOT NULL,
             PRIMARY KEY (run_key, chunk_index))""",
-        f"""CREATE TABLE IF NOT EXISTS {s}.chunk_transition (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "chunk_transition",
+            """
             chunk_index integer NOT NULL,
             transition integer NOT NULL,
             state text NOT NULL CHECK (state IN ('pending', 'running', 'committed', 'failed')),
@@ -119,6 +132,7 @@ def ddl_v1(s: str) -> list[str]:
             error_message text,
             recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
             CONSTRAINT chunk_transition_fence UNIQUE (run_key, chunk_index, transition))""",
+        ),
         *chunk_functions(s),
     ]
 
@@ -257,20 +271,23 @@ def ddl_v4(s: str) -> list[str]:
     """Version 4 (additive): ``campaign_amendment``, one row per extension of a campaign, and
     ``chunk_restatement``, one row per committed chunk marked to be moved again."""
     return [
-        f"""CREATE TABLE IF NOT EXISTS {s}.campaign_amendment (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "campaign_amendment",
+            """
             old_plan_hash text NOT NULL,
             new_plan_hash text NOT NULL,
             old_chunk_count integer NOT NULL,
             new_chunk_count integer NOT NULL CHECK (new_chunk_count > old_chunk_count),
             amended_by text NOT NULL,
             amended_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        ),
         f"CREATE INDEX IF NOT EXISTS campaign_amendment_run_key ON {s}.campaign_amendment "
         "(run_key, seq)",
-        f"""CREATE TABLE IF NOT EXISTS {s}.chunk_restatement (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "chunk_restatement",
+            """
             chunk_index integer NOT NULL,
             transition integer NOT NULL,
             reason text NOT NULL,
@@ -279,6 +296,7 @@ def ddl_v4(s: str) -> list[str]:
             prior_checksum text,
             requested_at timestamptz NOT NULL DEFAULT clock_timestamp(),
             UNIQUE (run_key, chunk_index, transition))""",
+        ),
     ]
 
 
