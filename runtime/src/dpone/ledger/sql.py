@@ -324,6 +324,33 @@ class NewTransition:
     error_message: str | None = None
     source_checksum: str | None = None
 
+    @classmethod
+    def of(
+        cls,
+        chunk: ShapeRow,
+        transition: int,
+        state: ChunkState,
+        attempt: int,
+        *,
+        owner: str | None = None,
+        expires: dt.datetime | None = None,
+        started_at: dt.datetime | None = None,
+    ) -> NewTransition:
+        """Transition ``transition`` of the stored chunk (its index, bounds and key), leased to
+        ``owner`` until ``expires`` when it is held; every store builds its records here."""
+        return cls(
+            chunk_index=chunk.chunk_index,
+            transition=transition,
+            state=state,
+            attempt=attempt,
+            idempotency_key=chunk.idempotency_key,
+            chunk_start=chunk.chunk_start,
+            chunk_end=chunk.chunk_end,
+            lease_owner=owner,
+            lease_expires_at=expires,
+            started_at=started_at,
+        )
+
 
 @dataclass(frozen=True)
 class ShapeRow:
@@ -617,19 +644,7 @@ def restate_plan(
 def restated_record(chunk: Chunk, latest: ChunkRecord, transition: int) -> NewTransition:
     """The PENDING transition that hands a committed chunk back to the lease rule (its attempt
     kept: the next lease is attempt + 1)."""
-    shape = ShapeRow.of(chunk)
-    return NewTransition(
-        chunk_index=chunk.index,
-        transition=transition,
-        state=ChunkState.PENDING,
-        attempt=latest.attempt,
-        idempotency_key=chunk.idempotency_key,
-        chunk_start=shape.chunk_start,
-        chunk_end=shape.chunk_end,
-        lease_owner=None,
-        lease_expires_at=None,
-        started_at=None,
-    )
+    return NewTransition.of(ShapeRow.of(chunk), transition, ChunkState.PENDING, latest.attempt)
 
 
 def restatement_of(
@@ -755,17 +770,11 @@ def completion_record(
     """The COMMITTED or FAILED transition that closes a lease (the lease expiry is cleared)."""
     state = ChunkState.COMMITTED if result.committed else ChunkState.FAILED
     shape = ShapeRow.of(chunk)
-    return NewTransition(
-        chunk_index=chunk.index,
-        transition=transition,
-        state=state,
-        attempt=lease.attempt,
-        idempotency_key=chunk.idempotency_key,
-        chunk_start=shape.chunk_start,
-        chunk_end=shape.chunk_end,
-        lease_owner=lease.owner,
-        lease_expires_at=None,
-        started_at=latest.started_at,
+    closing = NewTransition.of(
+        shape, transition, state, lease.attempt, owner=lease.owner, started_at=latest.started_at
+    )
+    return replace(
+        closing,
         rows=result.rows,
         checksum=result.checksum,
         error_code=result.error_code,
@@ -783,16 +792,13 @@ def running_record(
     started: dt.datetime,
 ) -> NewTransition:
     shape = ShapeRow.of(chunk)
-    return NewTransition(
-        chunk_index=chunk.index,
-        transition=transition,
-        state=ChunkState.RUNNING,
-        attempt=attempt,
-        idempotency_key=chunk.idempotency_key,
-        chunk_start=shape.chunk_start,
-        chunk_end=shape.chunk_end,
-        lease_owner=owner,
-        lease_expires_at=expires,
+    return NewTransition.of(
+        shape,
+        transition,
+        ChunkState.RUNNING,
+        attempt,
+        owner=owner,
+        expires=expires,
         started_at=started,
     )
 
@@ -814,16 +820,13 @@ def renewal_record(
     lease: Lease, running: ChunkRecord, stored: ShapeRow, transition: int, expires: dt.datetime
 ) -> NewTransition:
     """The RUNNING transition of the same attempt with a later expiry."""
-    return NewTransition(
-        chunk_index=lease.chunk_index,
-        transition=transition,
-        state=ChunkState.RUNNING,
-        attempt=lease.attempt,
-        idempotency_key=running.idempotency_key,
-        chunk_start=stored.chunk_start,
-        chunk_end=stored.chunk_end,
-        lease_owner=lease.owner,
-        lease_expires_at=expires,
+    return NewTransition.of(
+        stored,
+        transition,
+        ChunkState.RUNNING,
+        lease.attempt,
+        owner=lease.owner,
+        expires=expires,
         started_at=running.started_at,
     )
 
