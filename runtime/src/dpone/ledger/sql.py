@@ -209,8 +209,9 @@ class RowCodec(Generic[R]):
         """The record as a JSON object keyed by field, timestamps as UTC ISO text (the local file
         store's form); ``omit`` names fields the enclosing object already holds."""
         entry: dict[str, Any] = {}
+        omitted = omit.split()
         for name in self._fields:
-            if name not in omit.split():
+            if name not in omitted:
                 value = getattr(record, name)
                 if isinstance(value, dt.datetime):
                     value = value.astimezone(dt.UTC).isoformat()
