@@ -626,7 +626,8 @@ def _list_campaigns(args: argparse.Namespace) -> int:
     from dpone.campaign.campaigns import list_document
     from dpone.campaign.campaigns import render_text as render_list
     from dpone.credentials.connections import resolve_dsn
-    from dpone.ledger.factory import DEFAULT_SCHEMA, open_store
+    from dpone.ledger.factory import open_store
+    from dpone.ledger.sql import DEFAULT_SCHEMA
 
     if (args.connection is None) == (args.path is None):
         raise DponeError(

@@ -13,8 +13,8 @@ from dpone import errors
 from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
 from dpone.ledger.port import LedgerStore
+from dpone.ledger.sql import DEFAULT_SCHEMA
 
-DEFAULT_SCHEMA = "dpone_audit"
 EXTRA_BY_KIND = {"postgres": "postgres", "mssql": "mssql"}
 
 

@@ -32,34 +32,28 @@ from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.ledger.amend import check_extension
-from dpone.ledger.port import (
-    Amendment,
-    CampaignShape,
-    Capabilities,
-    ChunkRecord,
-    ChunkResult,
-    ChunkState,
-    ConfigHashAt,
-    Lease,
-    LeaseOutcome,
-    LeaseStatus,
-    Ledger,
-    Restatement,
-)
+from dpone.ledger import port
 from dpone.ledger.sql import (
+    AMENDMENTS,
+    CAMPAIGNS,
+    RESTATEMENTS,
+    TRANSITIONS,
     CampaignHead,
+    Extension,
     NewTransition,
     ShapeRow,
+    StoreBase,
     StoredTransition,
     check_chunk,
+    check_lease_chunk,
     check_owner,
+    check_renewal,
     check_shape_input,
     completion_record,
     corrupt,
     decide_lease,
-    extended_head,
     merge_ledger,
+    renewal_record,
     restate_plan,
     restate_selection,
     restated_record,
@@ -73,17 +67,13 @@ from dpone.plan.chunks import Chunk
 
 FORMAT = "dpone.ledger.local_file.v1"
 FORMAT_VERSION = 1
-LOCAL_ONLY = Capabilities(
+LOCAL_ONLY = port.Capabilities(
     distributed_lock=False, distributed_chunk_lease=False, compare_and_set_completion=False
 )
 
 
 def _stamp(value: dt.datetime | None) -> str | None:
     return None if value is None else value.astimezone(dt.UTC).isoformat()
-
-
-def _unstamp(value: Any) -> dt.datetime | None:
-    return None if value is None else dt.datetime.fromisoformat(str(value))
 
 
 @dataclass
@@ -93,79 +83,24 @@ class CampaignEntry:
     head: CampaignHead
     shape: list[ShapeRow]
     latest: dict[int, StoredTransition] = field(default_factory=dict)
-    amendments: list[Amendment] = field(default_factory=list)
-    restatements: list[Restatement] = field(default_factory=list)
+    amendments: list[port.Amendment] = field(default_factory=list)
+    restatements: list[port.Restatement] = field(default_factory=list)
 
 
 def _transition_json(
-    seq: int, run_key: str, record: NewTransition, now: dt.datetime
+    seq: int,
+    run_key: str,
+    record: NewTransition | StoredTransition,
+    recorded_at: dt.datetime | None,
 ) -> dict[str, Any]:
+    """A transition's journal line (a new one is recorded now, a compacted one keeps its time)."""
     return {
         "seq": seq,
         "kind": "transition",
         "run_key": run_key,
-        "chunk_index": record.chunk_index,
-        "transition": record.transition,
-        "state": record.state.value,
-        "attempt": record.attempt,
-        "idempotency_key": record.idempotency_key,
-        "chunk_start": record.chunk_start,
-        "chunk_end": record.chunk_end,
-        "lease_owner": record.lease_owner,
-        "lease_expires_at": _stamp(record.lease_expires_at),
-        "started_at": _stamp(record.started_at),
-        "rows": record.rows,
-        "checksum": record.checksum,
-        "error_code": record.error_code,
-        "error_message": record.error_message,
-        "recorded_at": _stamp(now),
+        **TRANSITIONS.to_json(record, omit="seq recorded_at source_checksum"),
+        "recorded_at": _stamp(recorded_at),
         **({"source_checksum": record.source_checksum} if record.source_checksum else {}),
-    }
-
-
-def _stored(entry: dict[str, Any]) -> StoredTransition:
-    return StoredTransition(
-        seq=int(entry["seq"]),
-        chunk_index=int(entry["chunk_index"]),
-        transition=int(entry["transition"]),
-        state=str(entry["state"]),
-        attempt=int(entry["attempt"]),
-        idempotency_key=str(entry["idempotency_key"]),
-        chunk_start=str(entry["chunk_start"]),
-        chunk_end=str(entry["chunk_end"]),
-        lease_owner=entry.get("lease_owner"),
-        lease_expires_at=_unstamp(entry.get("lease_expires_at")),
-        started_at=_unstamp(entry.get("started_at")),
-        rows=entry.get("rows"),
-        checksum=entry.get("checksum"),
-        error_code=entry.get("error_code"),
-        error_message=entry.get("error_message"),
-        recorded_at=_unstamp(entry.get("recorded_at")),
-        source_checksum=entry.get("source_checksum"),
-    )
-
-
-def _stored_json(row: StoredTransition, run_key: str) -> dict[str, Any]:
-    return {
-        "seq": row.seq,
-        "kind": "transition",
-        "run_key": run_key,
-        "chunk_index": row.chunk_index,
-        "transition": row.transition,
-        "state": row.state,
-        "attempt": row.attempt,
-        "idempotency_key": row.idempotency_key,
-        "chunk_start": row.chunk_start,
-        "chunk_end": row.chunk_end,
-        "lease_owner": row.lease_owner,
-        "lease_expires_at": _stamp(row.lease_expires_at),
-        "started_at": _stamp(row.started_at),
-        "rows": row.rows,
-        "checksum": row.checksum,
-        "error_code": row.error_code,
-        "error_message": row.error_message,
-        "recorded_at": _stamp(row.recorded_at),
-        **({"source_checksum": row.source_checksum} if row.source_checksum else {}),
     }
 
 
@@ -173,8 +108,8 @@ def _campaign_json(
     seq: int,
     head: CampaignHead,
     shape: list[ShapeRow] | None,
-    amendments: list[Amendment] | None = None,
-    restatements: list[Restatement] | None = None,
+    amendments: list[port.Amendment] | None = None,
+    restatements: list[port.Restatement] | None = None,
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "seq": seq,
@@ -191,9 +126,9 @@ def _campaign_json(
         "created_at": _stamp(head.created_at),
     }
     if amendments:
-        entry["amendments"] = [_amendment_json(a) for a in amendments]
+        entry["amendments"] = [AMENDMENTS.to_json(a, omit="run_key") for a in amendments]
     if restatements:
-        entry["restatements"] = [_restatement_json(r) for r in restatements]
+        entry["restatements"] = [RESTATEMENTS.to_json(r, omit="run_key") for r in restatements]
     if shape is not None:
         entry["chunks"] = [
             [r.chunk_index, r.chunk_start, r.chunk_end, r.idempotency_key] for r in shape
@@ -201,74 +136,10 @@ def _campaign_json(
     return entry
 
 
-def _amendment_json(amendment: Amendment) -> dict[str, Any]:
-    return {
-        "old_plan_hash": amendment.old_plan_hash,
-        "new_plan_hash": amendment.new_plan_hash,
-        "old_chunk_count": amendment.old_chunk_count,
-        "new_chunk_count": amendment.new_chunk_count,
-        "amended_by": amendment.amended_by,
-        "amended_at": _stamp(amendment.amended_at),
-    }
-
-
-def _amendment(run_key: str, entry: dict[str, Any]) -> Amendment:
-    return Amendment(
-        run_key=run_key,
-        old_plan_hash=str(entry["old_plan_hash"]),
-        new_plan_hash=str(entry["new_plan_hash"]),
-        old_chunk_count=int(entry["old_chunk_count"]),
-        new_chunk_count=int(entry["new_chunk_count"]),
-        amended_by=str(entry["amended_by"]),
-        amended_at=_unstamp(entry.get("amended_at")),
-    )
-
-
-def _restatement_json(r: Restatement) -> dict[str, Any]:
-    return {
-        "chunk_index": r.chunk_index,
-        "transition": r.transition,
-        "reason": r.reason,
-        "requested_by": r.requested_by,
-        "prior_rows": r.prior_rows,
-        "prior_checksum": r.prior_checksum,
-        "requested_at": _stamp(r.requested_at),
-    }
-
-
-def _restatement(run_key: str, entry: dict[str, Any]) -> Restatement:
-    return Restatement(
-        run_key=run_key,
-        chunk_index=int(entry["chunk_index"]),
-        transition=int(entry["transition"]),
-        reason=str(entry["reason"]),
-        requested_by=str(entry["requested_by"]),
-        prior_rows=None if entry.get("prior_rows") is None else int(entry["prior_rows"]),
-        prior_checksum=entry.get("prior_checksum"),
-        requested_at=_unstamp(entry.get("requested_at")),
-    )
-
-
-def _head(entry: dict[str, Any]) -> CampaignHead:
-    return CampaignHead(
-        run_key=str(entry["run_key"]),
-        workload=str(entry["workload"]),
-        process=str(entry["process"]),
-        plan_hash=str(entry["plan_hash"]),
-        config_hash=str(entry["config_hash"]),
-        chunk_count=int(entry["chunk_count"]),
-        cancelled=bool(entry["cancelled"]),
-        cancel_reason=entry.get("cancel_reason"),
-        created_by=str(entry["created_by"]),
-        seq=int(entry["seq"]),
-        created_at=_unstamp(entry.get("created_at")),
-    )
-
-
-class LocalFileLedger:
+class LocalFileLedger(StoreBase):
     """A thread-safe, process-safe ledger in one file plus its journal (see the module doc)."""
 
-    capabilities: Capabilities = LOCAL_ONLY
+    capabilities: port.Capabilities = LOCAL_ONLY
     name = "local_file"
 
     def __init__(
@@ -416,20 +287,28 @@ class LocalFileLedger:
             latest = existing.latest if existing is not None else {}
             # a snapshot's campaign lists every amendment, a journal line at most its own one
             amended = list(existing.amendments) if existing is not None else []
-            amended.extend(_amendment(run_key, a) for a in entry.get("amendments", ()))
+            amended.extend(
+                AMENDMENTS.from_json(a, run_key=run_key) for a in entry.get("amendments", ())
+            )
             restated = list(existing.restatements) if existing is not None else []
-            restated.extend(_restatement(run_key, r) for r in entry.get("restatements", ()))
-            self._campaigns[run_key] = CampaignEntry(_head(entry), rows, latest, amended, restated)
+            restated.extend(
+                RESTATEMENTS.from_json(r, run_key=run_key) for r in entry.get("restatements", ())
+            )
+            self._campaigns[run_key] = CampaignEntry(
+                CAMPAIGNS.from_json(entry), rows, latest, amended, restated
+            )
         elif entry["kind"] == "transition":
             campaign = self._campaigns.get(run_key)
             if campaign is None:
                 raise corrupt(
                     run_key, entry.get("chunk_index"), f"journal seq {seq} has no campaign"
                 )
-            row = _stored(entry)
+            row = TRANSITIONS.from_json(entry)
             campaign.latest[row.chunk_index] = row
             if "restated" in entry:  # the PENDING transition of a restatement carries it
-                campaign.restatements.append(_restatement(run_key, entry["restated"]))
+                campaign.restatements.append(
+                    RESTATEMENTS.from_json(entry["restated"], run_key=run_key)
+                )
         else:
             raise corrupt(run_key, None, f"journal seq {seq} has unknown kind {entry['kind']!r}")
         self._last_seq = max(self._last_seq, seq)
@@ -460,7 +339,7 @@ class LocalFileLedger:
                 for c in self._campaigns.values()
             ],
             "latest": [
-                _stored_json(row, run_key)
+                _transition_json(row.seq, run_key, row, row.recorded_at)
                 for run_key, c in self._campaigns.items()
                 for row in c.latest.values()
             ],
@@ -489,7 +368,9 @@ class LocalFileLedger:
             self._compact()
 
     # --- the port -------------------------------------------------------------------------------
-    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger:
+    def initialize(
+        self, shape: port.CampaignShape, owner: str, lock_timeout_s: float
+    ) -> port.Ledger:
         check_shape_input(shape)
         with self._locked(lock_timeout_s):
             existing = self._campaigns.get(shape.run_key)
@@ -507,44 +388,30 @@ class LocalFileLedger:
             raise corrupt(shape.run_key, None, "stored chunks differ from the planned chunks")
         return ledger
 
-    def extend(
-        self,
-        shape: CampaignShape,
-        config_hash_at: ConfigHashAt,
-        owner: str,
-        lock_timeout_s: float,
-    ) -> Ledger:
-        """Grow the stored campaign to ``shape`` (see the port): one journal line carries the
-        grown chunk list, the new snapshot and the amendment."""
-        check_shape_input(shape)
+    def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
+        """One journal line carries the grown chunk list, the new snapshot and the amendment."""
+        shape = extension.shape
         with self._locked(lock_timeout_s):
             existing = self._campaigns.get(shape.run_key)
-            if existing is not None and existing.head.plan_hash != shape.plan_hash:
-                stored = shape_from_rows(existing.head, existing.shape)
-                check_extension(stored, existing.head.config_hash, shape, config_hash_at)
+            head = None if existing is None else existing.head
+            grown = extension.of(head, lambda: existing.shape if existing is not None else [])
+            if grown is not None:
                 now = self._clock()
-                head = replace(extended_head(existing.head, shape), seq=self._last_seq + 1)
-                head = replace(head, created_at=now)
-                amendment = Amendment(
-                    run_key=shape.run_key,
-                    old_plan_hash=existing.head.plan_hash,
-                    new_plan_hash=shape.plan_hash,
-                    old_chunk_count=existing.head.chunk_count,
-                    new_chunk_count=shape.chunk_count,
-                    amended_by=owner,
-                    amended_at=now,
-                )
+                extended, amendment = grown
+                extended = replace(extended, seq=self._last_seq + 1, created_at=now)
                 rows = [ShapeRow.of(chunk) for chunk in shape.chunks]
-                self._append(_campaign_json(head.seq, head, rows, [amendment]))
-        return self.initialize(shape, owner, lock_timeout_s)
+                entry = _campaign_json(
+                    extended.seq, extended, rows, [replace(amendment, amended_at=now)]
+                )
+                self._append(entry)
 
-    def amendments(self, run_key: str) -> list[Amendment]:
+    def amendments(self, run_key: str) -> list[port.Amendment]:
         with self._locked():
             campaign = self._campaigns.get(run_key)
             return [] if campaign is None else list(campaign.amendments)
 
     def restate(
-        self, shape: CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
+        self, shape: port.CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
     ) -> list[int]:
         """Mark committed chunks to be moved again (see the port), under the file lock: one
         journal line per restated chunk, its PENDING transition carrying the restatement."""
@@ -566,23 +433,23 @@ class LocalFileLedger:
                     requested_at=now,
                 )
                 entry = _transition_json(self._last_seq + 1, shape.run_key, record, now)
-                entry["restated"] = _restatement_json(restatement)
+                entry["restated"] = RESTATEMENTS.to_json(restatement, omit="run_key")
                 self._append(entry)
         return todo
 
-    def restatements(self, run_key: str) -> list[Restatement]:
+    def restatements(self, run_key: str) -> list[port.Restatement]:
         with self._locked():
             campaign = self._campaigns.get(run_key)
             return [] if campaign is None else list(campaign.restatements)
 
-    def _ledger(self, run_key: str) -> Ledger | None:
+    def _ledger(self, run_key: str) -> port.Ledger | None:
         campaign = self._campaigns.get(run_key)
         if campaign is None:
             return None
         shape = shape_from_rows(campaign.head, campaign.shape)
         return merge_ledger(campaign.head, shape, list(campaign.latest.values()), self._clock())
 
-    def load(self, run_key: str) -> Ledger | None:
+    def load(self, run_key: str) -> port.Ledger | None:
         with self._locked():
             return self._ledger(run_key)
 
@@ -591,10 +458,12 @@ class LocalFileLedger:
             campaign = self._campaigns.get(run_key)
             if campaign is None:
                 return 0
-            committed = ChunkState.COMMITTED.value
+            committed = port.ChunkState.COMMITTED.value
             return sum(1 for row in campaign.latest.values() if row.state == committed)
 
-    def _view(self, run_key: str, chunk: Chunk) -> tuple[CampaignEntry, ChunkRecord | None, int]:
+    def _view(
+        self, run_key: str, chunk: Chunk
+    ) -> tuple[CampaignEntry, port.ChunkRecord | None, int]:
         campaign = self._campaigns.get(run_key)
         if campaign is None:
             raise corrupt(run_key, chunk.index, "no campaign: initialize the campaign first")
@@ -609,15 +478,15 @@ class LocalFileLedger:
         return campaign, validate_transition(run_key, {chunk.index: stored}, row), row.transition
 
     def acquire_lease(
-        self, shape: CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
-    ) -> LeaseOutcome:
+        self, shape: port.CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
+    ) -> port.LeaseOutcome:
         with self._locked():
             campaign, latest, transition = self._view(shape.run_key, chunk)
             now = self._clock()
             decision = decide_lease(campaign.head.cancelled, latest, now, owner)
-            if decision.status is not LeaseStatus.ACQUIRED:
+            if decision.status is not port.LeaseStatus.ACQUIRED:
                 reason = campaign.head.cancel_reason if campaign.head.cancelled else None
-                return LeaseOutcome(decision.status, holder=latest, cancel_reason=reason)
+                return port.LeaseOutcome(decision.status, holder=latest, cancel_reason=reason)
             assert decision.attempt is not None
             if decision.reuse:
                 assert latest is not None and latest.lease_expires_at is not None
@@ -628,15 +497,11 @@ class LocalFileLedger:
                     chunk, transition + 1, decision.attempt, owner, expires, now
                 )
                 self._append(_transition_json(self._last_seq + 1, shape.run_key, record, now))
-        lease = Lease(shape.run_key, chunk.index, owner, decision.attempt, expires)
-        return LeaseOutcome(LeaseStatus.ACQUIRED, lease=lease)
+        lease = port.Lease(shape.run_key, chunk.index, owner, decision.attempt, expires)
+        return port.LeaseOutcome(port.LeaseStatus.ACQUIRED, lease=lease)
 
-    def complete(self, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
-        if lease.chunk_index != chunk.index:
-            raise DponeError(
-                errors.INTERNAL,
-                f"lease of chunk {lease.chunk_index} used to complete chunk {chunk.index}",
-            )
+    def complete(self, lease: port.Lease, chunk: Chunk, result: port.ChunkResult) -> None:
+        check_lease_chunk(lease, chunk)
         with self._locked():
             _, latest, transition = self._view(lease.run_key, chunk)
             running = check_owner(lease, latest)
@@ -645,41 +510,24 @@ class LocalFileLedger:
             self._append(_transition_json(self._last_seq + 1, lease.run_key, record, now))
 
     def complete_in_transaction(
-        self, lease: Lease, chunk: Chunk, write: Callable[[Any], ChunkResult]
-    ) -> ChunkResult:
+        self, lease: port.Lease, chunk: Chunk, write: Callable[[Any], port.ChunkResult]
+    ) -> port.ChunkResult:
         raise NotImplementedError("the local_file ledger cannot share a transaction with a sink")
 
-    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+    def renew(self, lease: port.Lease, lease_seconds: float) -> port.Lease:
         with self._locked():
             campaign = self._campaigns.get(lease.run_key)
-            if campaign is None or not 1 <= lease.chunk_index <= len(campaign.shape):
-                raise corrupt(
-                    lease.run_key, lease.chunk_index, "no such chunk in the stored campaign"
-                )
-            stored = campaign.shape[lease.chunk_index - 1]
-            row = campaign.latest.get(lease.chunk_index)
-            shape_of_chunk = {lease.chunk_index: stored}
-            latest = (
-                None if row is None else validate_transition(lease.run_key, shape_of_chunk, row)
-            )
-            running = check_owner(lease, latest)
-            assert row is not None
+            stored = None
+            if campaign is not None and 1 <= lease.chunk_index <= len(campaign.shape):
+                stored = campaign.shape[lease.chunk_index - 1]
+            row = None if campaign is None else campaign.latest.get(lease.chunk_index)
+            running = check_renewal(lease, stored, row)
+            assert stored is not None and row is not None
             now = self._clock()
             expires = now + dt.timedelta(seconds=lease_seconds)
-            record = NewTransition(
-                chunk_index=lease.chunk_index,
-                transition=row.transition + 1,
-                state=running.state,
-                attempt=lease.attempt,
-                idempotency_key=stored.idempotency_key,
-                chunk_start=stored.chunk_start,
-                chunk_end=stored.chunk_end,
-                lease_owner=lease.owner,
-                lease_expires_at=expires,
-                started_at=running.started_at,
-            )
+            record = renewal_record(lease, running, stored, row.transition + 1, expires)
             self._append(_transition_json(self._last_seq + 1, lease.run_key, record, now))
-        return Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
+        return port.Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
 
     def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
         with self._locked(self.lock_timeout_s):
@@ -706,9 +554,3 @@ class LocalFileLedger:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._journal_fd = self._lock_fd = -1
-
-    def __enter__(self) -> LocalFileLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

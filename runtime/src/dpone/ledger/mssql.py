@@ -16,37 +16,14 @@ import importlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
 from dpone.credentials.connections import redact
 from dpone.errors import DponeError
+from dpone.ledger import sql as ledger_sql
 from dpone.ledger.port import Amendment, ChunkState, Restatement
-from dpone.ledger.sql import (
-    AMENDMENTS,
-    CAMPAIGNS,
-    INSERT_TRANSITION_COLUMNS,
-    RESTATEMENTS,
-    SCHEMA_VERSION,
-    TRANSITIONS,
-    CampaignHead,
-    ChunkLockTimeout,
-    ChunkView,
-    NewTransition,
-    ShapeRow,
-    SqlLedger,
-    StoredTransition,
-    TxMode,
-    ViewThenAppend,
-    WriteFailed,
-    first_line,
-    lock_resource,
-    rows_as_shape,
-    transition_params,
-    utc,
-    view_from_row,
-)
 
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
 APPLOCK_GRANTED = (0, 1)
@@ -242,10 +219,8 @@ class MssqlStatements:
         self.create_schema = f"CREATE SCHEMA {s}"
         self.version = f"SELECT MAX(version) FROM {s}.[schema_version]"
         self.record_version = f"INSERT INTO {s}.[schema_version] (version) VALUES (?)"
-        self.campaign_head = f"SELECT TOP 1 {CAMPAIGNS.selected} FROM {s}.[campaign] WHERE run_key = ? ORDER BY seq DESC"
-        self.insert_campaign = (
-            f"INSERT INTO {s}.[campaign] ({CAMPAIGNS.inserted}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        )
+        self.campaign_head = f"SELECT TOP 1 {ledger_sql.CAMPAIGNS.selected} FROM {s}.[campaign] WHERE run_key = ? ORDER BY seq DESC"
+        self.insert_campaign = f"INSERT INTO {s}.[campaign] ({ledger_sql.CAMPAIGNS.inserted}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         self.insert_shape = (
             f"INSERT INTO {s}.[campaign_chunk] (run_key, chunk_index, chunk_start, chunk_end, "
             "idempotency_key) VALUES (?, ?, ?, ?, ?)"
@@ -254,7 +229,7 @@ class MssqlStatements:
             f"SELECT chunk_index, chunk_start, chunk_end, idempotency_key FROM {s}.[campaign_chunk] "
             "WHERE run_key = ? ORDER BY chunk_index"
         )
-        columns = TRANSITIONS.selected.replace("transition,", "[transition],")
+        columns = ledger_sql.TRANSITIONS.selected.replace("transition,", "[transition],")
         self.chunk_view = (
             "SELECT SYSUTCDATETIME(), c.cancelled, c.cancel_reason, "
             "sh.chunk_index, sh.chunk_start, sh.chunk_end, sh.idempotency_key, t.* "
@@ -265,7 +240,9 @@ class MssqlStatements:
             f"LEFT JOIN (SELECT TOP 1 {columns} FROM {s}.[chunk_transition] "
             "WHERE run_key = ? AND chunk_index = ? ORDER BY [transition] DESC) AS t ON 1 = 1"
         )
-        insert_columns = INSERT_TRANSITION_COLUMNS.replace("transition,", "[transition],")
+        insert_columns = ledger_sql.INSERT_TRANSITION_COLUMNS.replace(
+            "transition,", "[transition],"
+        )
         self.append_transition = (
             f"INSERT INTO {s}.[chunk_transition] ({insert_columns}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -280,12 +257,14 @@ class MssqlStatements:
             f"INSERT INTO {s}.[committed_chunk] (run_key, chunk_index) VALUES (?, ?)"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.[committed_chunk] WHERE run_key = ?"
-        self.insert_amendment = f"INSERT INTO {s}.[campaign_amendment] ({AMENDMENTS.inserted}) VALUES (?, ?, ?, ?, ?, ?)"
+        self.insert_amendment = f"INSERT INTO {s}.[campaign_amendment] ({ledger_sql.AMENDMENTS.inserted}) VALUES (?, ?, ?, ?, ?, ?)"
         self.amendments = (
-            f"SELECT {AMENDMENTS.inserted}, amended_at FROM {s}.[campaign_amendment] "
+            f"SELECT {ledger_sql.AMENDMENTS.inserted}, amended_at FROM {s}.[campaign_amendment] "
             "WHERE run_key = ? ORDER BY seq"
         )
-        restatement_columns = RESTATEMENTS.inserted.replace("transition,", "[transition],")
+        restatement_columns = ledger_sql.RESTATEMENTS.inserted.replace(
+            "transition,", "[transition],"
+        )
         self.insert_restatement = (
             f"INSERT INTO {s}.[chunk_restatement] ({restatement_columns}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -304,7 +283,7 @@ class MssqlStatements:
         self.now = "SELECT SYSUTCDATETIME()"
 
 
-class MssqlTx(ViewThenAppend):
+class MssqlTx(ledger_sql.ViewThenAppend):
     """One ledger transaction on the store's pyodbc connection (see LedgerTx)."""
 
     def __init__(self, store: MssqlLedger, conn: Any) -> None:
@@ -329,7 +308,7 @@ class MssqlTx(ViewThenAppend):
         return -999 if row is None or row[0] is None else int(row[0])
 
     def lock_campaign(self, run_key: str, timeout_s: float) -> None:
-        code = self.applock(lock_resource(self.store.schema, run_key), timeout_s)
+        code = self.applock(ledger_sql.lock_resource(self.store.schema, run_key), timeout_s)
         if code in APPLOCK_GRANTED:
             return
         if code == -999:
@@ -344,7 +323,9 @@ class MssqlTx(ViewThenAppend):
 
     def lock_chunk(self, run_key: str, chunk_index: int) -> None:
         timeout_s = self.store.chunk_lock_timeout_s
-        code = self.applock(lock_resource(self.store.schema, run_key, chunk_index), timeout_s)
+        code = self.applock(
+            ledger_sql.lock_resource(self.store.schema, run_key, chunk_index), timeout_s
+        )
         if code in APPLOCK_GRANTED:
             return
         if code == -999:
@@ -352,28 +333,28 @@ class MssqlTx(ViewThenAppend):
                 errors.LEDGER_UNAVAILABLE,
                 f"campaign {run_key!r} chunk {chunk_index}: sp_getapplock failed",
             )
-        raise ChunkLockTimeout(run_key, chunk_index, timeout_s)
+        raise ledger_sql.ChunkLockTimeout(run_key, chunk_index, timeout_s)
 
-    def campaign_head(self, run_key: str) -> CampaignHead | None:
+    def campaign_head(self, run_key: str) -> ledger_sql.CampaignHead | None:
         row = self._one(self.sql.campaign_head, run_key)
-        return None if row is None else CAMPAIGNS.decode(row)
+        return None if row is None else ledger_sql.CAMPAIGNS.decode(row)
 
-    def insert_campaign(self, head: CampaignHead) -> None:
-        self.cursor.execute(self.sql.insert_campaign, *CAMPAIGNS.params(head))
+    def insert_campaign(self, head: ledger_sql.CampaignHead) -> None:
+        self.cursor.execute(self.sql.insert_campaign, *ledger_sql.CAMPAIGNS.params(head))
 
-    def insert_shape(self, run_key: str, rows: Sequence[ShapeRow]) -> None:
+    def insert_shape(self, run_key: str, rows: Sequence[ledger_sql.ShapeRow]) -> None:
         self.cursor.fast_executemany = True
         self.cursor.executemany(
             self.sql.insert_shape,
             [(run_key, r.chunk_index, r.chunk_start, r.chunk_end, r.idempotency_key) for r in rows],
         )
 
-    def chunk_view(self, run_key: str, chunk_index: int) -> ChunkView:
+    def chunk_view(self, run_key: str, chunk_index: int) -> ledger_sql.ChunkView:
         row = self._one(self.sql.chunk_view, run_key, run_key, chunk_index, run_key, chunk_index)
-        return view_from_row(tuple(row))
+        return ledger_sql.view_from_row(tuple(row))
 
-    def append_transition(self, run_key: str, record: NewTransition) -> None:
-        params = list(transition_params(run_key, record))
+    def append_transition(self, run_key: str, record: ledger_sql.NewTransition) -> None:
+        params = list(ledger_sql.transition_params(run_key, record))
         params[9] = _naive_utc(record.lease_expires_at)
         params[10] = _naive_utc(record.started_at)
         self.cursor.execute(self.sql.append_transition, *params)
@@ -383,29 +364,38 @@ class MssqlTx(ViewThenAppend):
     def committed_marks(self, run_key: str) -> set[int]:
         return {int(row[0]) for row in self._all(self.sql.committed_marks, run_key)}
 
-    def shape_rows(self, run_key: str) -> list[ShapeRow]:
-        return rows_as_shape(self._all(self.sql.shape_rows, run_key))
+    def shape_rows(self, run_key: str) -> list[ledger_sql.ShapeRow]:
+        return ledger_sql.rows_as_shape(self._all(self.sql.shape_rows, run_key))
 
-    def latest_transitions(self, run_key: str) -> list[StoredTransition]:
-        return [TRANSITIONS.decode(row) for row in self._all(self.sql.latest_transitions, run_key)]
+    def latest_transitions(self, run_key: str) -> list[ledger_sql.StoredTransition]:
+        return [
+            ledger_sql.TRANSITIONS.decode(row)
+            for row in self._all(self.sql.latest_transitions, run_key)
+        ]
 
     def insert_amendment(self, amendment: Amendment) -> None:
-        self.cursor.execute(self.sql.insert_amendment, *AMENDMENTS.params(amendment))
+        self.cursor.execute(self.sql.insert_amendment, *ledger_sql.AMENDMENTS.params(amendment))
 
     def amendments(self, run_key: str) -> list[Amendment]:
-        return [AMENDMENTS.decode(row) for row in self._all(self.sql.amendments, run_key)]
+        return [
+            ledger_sql.AMENDMENTS.decode(row) for row in self._all(self.sql.amendments, run_key)
+        ]
 
     def insert_restatement(self, restatement: Restatement) -> None:
-        self.cursor.execute(self.sql.insert_restatement, *RESTATEMENTS.params(restatement))
+        self.cursor.execute(
+            self.sql.insert_restatement, *ledger_sql.RESTATEMENTS.params(restatement)
+        )
 
     def unmark_committed(self, run_key: str, chunk_index: int) -> None:
         self.cursor.execute(self.sql.unmark_committed, run_key, chunk_index)
 
     def restatements(self, run_key: str) -> list[Restatement]:
-        return [RESTATEMENTS.decode(r) for r in self._all(self.sql.restatements, run_key)]
+        return [
+            ledger_sql.RESTATEMENTS.decode(r) for r in self._all(self.sql.restatements, run_key)
+        ]
 
     def db_now(self) -> dt.datetime:
-        return utc(self._one(self.sql.now)[0])
+        return ledger_sql.utc(self._one(self.sql.now)[0])
 
     def run_keys(self, workload: str | None) -> list[str]:
         if workload is None:
@@ -413,7 +403,7 @@ class MssqlTx(ViewThenAppend):
         return [str(r[0]) for r in self._all(self.sql.run_keys_of, workload)]
 
 
-class MssqlLedger(SqlLedger):
+class MssqlLedger(ledger_sql.SqlLedger):
     """The audit-schema ledger on SQL Server (one connection per instance; not thread-safe).
 
     ``driver`` is a pyodbc-compatible DB-API module (pyodbc by default); tests pass a double.
@@ -424,25 +414,21 @@ class MssqlLedger(SqlLedger):
     def __init__(
         self,
         dsn: str,
-        schema: str = "dpone_audit",
+        schema: str = ledger_sql.DEFAULT_SCHEMA,
         lease_seconds: float = 300.0,
         *,
-        lock_timeout_s: float = 10.0,
-        chunk_lock_timeout_s: float = 30.0,
-        application_name: str = "dpone-ledger",
         driver: ModuleType | Any | None = None,
-        create: bool = True,
+        **options: Unpack[ledger_sql.SqlStoreOptions],
     ) -> None:
-        super().__init__(schema, lease_seconds, lock_timeout_s, chunk_lock_timeout_s)
-        self.driver = load_pyodbc() if driver is None else driver
-        self.statements = MssqlStatements(self.schema)
-        self._dsn = dsn
-        self._connection_string = odbc_connection_string(dsn, application_name)
+        self.driver: Any = driver
         self._conn: Any = None
-        if create:
-            self.ensure_schema()
-        else:
-            self.inspect_schema()
+        super().__init__(dsn, schema, lease_seconds, **options)
+
+    def _prepare(self, dsn: str, application_name: str) -> None:
+        if self.driver is None:
+            self.driver = load_pyodbc()
+        self.statements = MssqlStatements(self.schema)
+        self._connection_string = odbc_connection_string(dsn, application_name)
 
     def _connection(self) -> Any:
         if self._conn is not None:
@@ -467,14 +453,14 @@ class MssqlLedger(SqlLedger):
 
     def _message(self, exc: BaseException) -> str:
         text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
-        return first_line(text)
+        return ledger_sql.first_line(text)
 
-    def _translate(self, exc: BaseException, op: str, mode: TxMode) -> DponeError:
+    def _translate(self, exc: BaseException, op: str, mode: ledger_sql.TxMode) -> DponeError:
         state = self._sqlstate(exc)
         if state.startswith("08") or isinstance(exc, self.driver.OperationalError):
             self.close()  # the next call reconnects
             return self._lost_during(op, f"{state} {self._message(exc)}")
-        if state.startswith("23") and mode in (TxMode.CHUNK, TxMode.WRITE):
+        if state.startswith("23") and mode in (ledger_sql.TxMode.CHUNK, ledger_sql.TxMode.WRITE):
             return DponeError(
                 errors.CHUNK_LEASE_LOST,
                 f"{op}: a concurrent writer appended the same chunk transition first ({state})",
@@ -482,7 +468,7 @@ class MssqlLedger(SqlLedger):
         return self._database_error(op, f"{state} {self._message(exc)}")
 
     @contextmanager
-    def _transaction(self, op: str, mode: TxMode) -> Iterator[MssqlTx]:
+    def _transaction(self, op: str, mode: ledger_sql.TxMode) -> Iterator[MssqlTx]:
         conn = self._connection()
         try:
             try:
@@ -491,7 +477,7 @@ class MssqlLedger(SqlLedger):
                 self._rollback(conn)
                 raise
             conn.commit()
-        except WriteFailed:
+        except ledger_sql.WriteFailed:
             raise
         except self.driver.Error as exc:
             raise self._translate(exc, op, mode) from exc
@@ -506,9 +492,9 @@ class MssqlLedger(SqlLedger):
     def ensure_schema(self) -> None:
         """Create or migrate the audit schema under an applock, safely from many processes."""
         sql = self.statements
-        with self._transaction("schema creation", TxMode.CAMPAIGN) as tx:
+        with self._transaction("schema creation", ledger_sql.TxMode.CAMPAIGN) as tx:
             version = self._stored_version(tx)
-            if version == SCHEMA_VERSION:
+            if version == ledger_sql.SCHEMA_VERSION:
                 return
             self._check_version(version)
             code = tx.applock(f"dpone/{self.schema}/ddl", 60.0)
@@ -521,14 +507,14 @@ class MssqlLedger(SqlLedger):
             self._check_version(version)
             if tx._one(sql.schema_id, self.schema)[0] is None:
                 tx.cursor.execute(sql.create_schema)
-            for target in range(int(version or 0) + 1, SCHEMA_VERSION + 1):
+            for target in range(int(version or 0) + 1, ledger_sql.SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[target](sql.schema):
                     tx.cursor.execute(statement)
                 tx.cursor.execute(sql.record_version, target)
 
     def inspect_schema(self) -> None:
         """Read the audit schema without creating or migrating anything (`dpone ledger list`)."""
-        with self._transaction("reading the schema version", TxMode.READ) as tx:
+        with self._transaction("reading the schema version", ledger_sql.TxMode.READ) as tx:
             version = self._stored_version(tx)
         self._inspected(version)
 

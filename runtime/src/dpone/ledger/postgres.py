@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Unpack
 
 from dpone import errors
 from dpone.credentials.dsn_settings import (
@@ -27,6 +27,7 @@ from dpone.ledger.port import Amendment, ChunkResult, ChunkState, Lease, Restate
 from dpone.ledger.sql import (
     AMENDMENTS,
     CAMPAIGNS,
+    DEFAULT_SCHEMA,
     INSERT_TRANSITION_COLUMNS,
     RESTATEMENTS,
     SCHEMA_VERSION,
@@ -38,6 +39,7 @@ from dpone.ledger.sql import (
     NewTransition,
     ShapeRow,
     SqlLedger,
+    SqlStoreOptions,
     StoredTransition,
     TxMode,
     WriteFailed,
@@ -72,15 +74,26 @@ node is noticed in about a minute, not two hours."""
 CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03", "25P03")
 
 
+def _audit_log(s: str, table: str, columns: str) -> str:
+    """The CREATE TABLE of an append-only audit table: an identity ``seq`` (audit order only)
+    and the campaign's ``run_key`` lead every one, then ``columns``."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {s}.{table} (\n"
+        "            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
+        f"            run_key text NOT NULL,{columns}"
+    )
+
+
 def ddl_v1(s: str) -> list[str]:
     """Version 1 of the audit schema (idempotent statements; run under the DDL advisory lock)."""
     return [
         f"""CREATE TABLE IF NOT EXISTS {s}.schema_version (
             version integer PRIMARY KEY,
             applied_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
-        f"""CREATE TABLE IF NOT EXISTS {s}.campaign (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "campaign",
+            """
             workload text NOT NULL,
             process text NOT NULL,
             plan_hash text NOT NULL,
@@ -90,6 +103,7 @@ def ddl_v1(s: str) -> list[str]:
             cancel_reason text,
             created_by text NOT NULL,
             created_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        ),
         f"CREATE INDEX IF NOT EXISTS campaign_run_key_seq ON {s}.campaign (run_key, seq DESC)",
         f"""CREATE TABLE IF NOT EXISTS {s}.campaign_chunk (
             run_key text NOT NULL,
@@ -98,9 +112,10 @@ def ddl_v1(s: str) -> list[str]:
             chunk_end text NOT NULL,
             idempotency_key text NOT NULL,
             PRIMARY KEY (run_key, chunk_index))""",
-        f"""CREATE TABLE IF NOT EXISTS {s}.chunk_transition (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "chunk_transition",
+            """
             chunk_index integer NOT NULL,
             transition integer NOT NULL,
             state text NOT NULL CHECK (state IN ('pending', 'running', 'committed', 'failed')),
@@ -117,6 +132,7 @@ def ddl_v1(s: str) -> list[str]:
             error_message text,
             recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
             CONSTRAINT chunk_transition_fence UNIQUE (run_key, chunk_index, transition))""",
+        ),
         *chunk_functions(s),
     ]
 
@@ -365,20 +381,23 @@ def ddl_v4(s: str) -> list[str]:
     """Version 4 (additive): ``campaign_amendment``, one row per extension of a campaign, and
     ``chunk_restatement``, one row per committed chunk marked to be moved again."""
     return [
-        f"""CREATE TABLE IF NOT EXISTS {s}.campaign_amendment (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "campaign_amendment",
+            """
             old_plan_hash text NOT NULL,
             new_plan_hash text NOT NULL,
             old_chunk_count integer NOT NULL,
             new_chunk_count integer NOT NULL CHECK (new_chunk_count > old_chunk_count),
             amended_by text NOT NULL,
             amended_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        ),
         f"CREATE INDEX IF NOT EXISTS campaign_amendment_run_key ON {s}.campaign_amendment "
         "(run_key, seq)",
-        f"""CREATE TABLE IF NOT EXISTS {s}.chunk_restatement (
-            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_key text NOT NULL,
+        _audit_log(
+            s,
+            "chunk_restatement",
+            """
             chunk_index integer NOT NULL,
             transition integer NOT NULL,
             reason text NOT NULL,
@@ -387,6 +406,7 @@ def ddl_v4(s: str) -> list[str]:
             prior_checksum text,
             requested_at timestamptz NOT NULL DEFAULT clock_timestamp(),
             UNIQUE (run_key, chunk_index, transition))""",
+        ),
     ]
 
 
@@ -756,28 +776,22 @@ class PostgresLedger(SqlLedger):
     def __init__(
         self,
         dsn: str,
-        schema: str = "dpone_audit",
+        schema: str = DEFAULT_SCHEMA,
         lease_seconds: float = 300.0,
         *,
-        lock_timeout_s: float = 10.0,
-        chunk_lock_timeout_s: float = 30.0,
         idle_timeout_s: float | None = None,
-        application_name: str = "dpone-ledger",
-        create: bool = True,
+        **options: Unpack[SqlStoreOptions],
     ) -> None:
-        super().__init__(schema, lease_seconds, lock_timeout_s, chunk_lock_timeout_s)
-        self.idle_timeout_s = (
-            session_limits().idle_in_transaction_s if idle_timeout_s is None else idle_timeout_s
-        )
-        self.statements = PostgresStatements(self.schema)
+        self._idle_timeout_option = idle_timeout_s
         self.pending_chunk_lock: tuple[str, int] | None = None
-        self._dsn = dsn
-        self._conninfo = connection_info(dsn, application_name)
         self._conn: psycopg.Connection[Any] | None = None
-        if create:
-            self.ensure_schema()
-        else:
-            self.inspect_schema()
+        super().__init__(dsn, schema, lease_seconds, **options)
+
+    def _prepare(self, dsn: str, application_name: str) -> None:
+        option = self._idle_timeout_option
+        self.idle_timeout_s = session_limits().idle_in_transaction_s if option is None else option
+        self.statements = PostgresStatements(self.schema)
+        self._conninfo = connection_info(dsn, application_name)
 
     # --- connection -----------------------------------------------------------------------------
     def _connection(self) -> psycopg.Connection[Any]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypedDict, TypeVar
 
 from dpone import errors
 from dpone.credentials.connections import redact
@@ -58,6 +58,7 @@ detected (DPONE_LEDGER_CORRUPT) instead of the chunk being moved again. Version 
 ``campaign_amendment`` (one row per extension of a campaign's plan, ADR 0020) and
 ``chunk_restatement`` (one row per restated chunk)."""
 
+DEFAULT_SCHEMA = "dpone_audit"
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 ERROR_MESSAGE_LIMIT = 2000
 DISTRIBUTED = Capabilities(
@@ -184,6 +185,12 @@ class RowCodec(Generic[R]):
         columns = [(m[1], self._DECODERS[m[2] or ""], m[3] or m[1]) for m in parsed if m]
         assert len(columns) == len(spec.split()), spec
         self._decoders = tuple(decode for _, decode, _ in columns)
+        #: field name -> (decoder, nullable), in column order: the JSON form's keys
+        self._fields = {
+            field: (decode, (m[2] or "").endswith("?"))
+            for m, (_, decode, field) in zip(parsed, columns, strict=True)
+            if m
+        }
         written = [(name, field) for name, _, field in columns if name not in generated.split()]
         #: the select list, in the order :meth:`decode` reads
         self.selected = ", ".join(name for name, _, _ in columns)
@@ -197,6 +204,27 @@ class RowCodec(Generic[R]):
     def params(self, record: object) -> tuple[Any, ...]:
         values = (getattr(record, name) for name in self._written)
         return tuple(v.value if isinstance(v, Enum) else v for v in values)
+
+    def to_json(self, record: object, *, omit: str = "") -> dict[str, Any]:
+        """The record as a JSON object keyed by field, timestamps as UTC ISO text (the local file
+        store's form); ``omit`` names fields the enclosing object already holds."""
+        entry: dict[str, Any] = {}
+        omitted = omit.split()
+        for name in self._fields:
+            if name not in omitted:
+                value = getattr(record, name)
+                if isinstance(value, dt.datetime):
+                    value = value.astimezone(dt.UTC).isoformat()
+                entry[name] = value.value if isinstance(value, Enum) else value
+        return entry
+
+    def from_json(self, entry: Mapping[str, Any], **known: Any) -> R:
+        """The record :meth:`to_json` wrote; ``known`` gives the omitted fields."""
+        values = dict(known)
+        for name, (decode, nullable) in self._fields.items():
+            if name not in known:
+                values[name] = decode(entry.get(name) if nullable else entry[name])
+        return self._make(**values)
 
 
 def first_line(text: str, limit: int = ERROR_MESSAGE_LIMIT) -> str:
@@ -296,6 +324,33 @@ class NewTransition:
     error_code: str | None = None
     error_message: str | None = None
     source_checksum: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        chunk: ShapeRow,
+        transition: int,
+        state: ChunkState,
+        attempt: int,
+        *,
+        owner: str | None = None,
+        expires: dt.datetime | None = None,
+        started_at: dt.datetime | None = None,
+    ) -> NewTransition:
+        """Transition ``transition`` of the stored chunk (its index, bounds and key), leased to
+        ``owner`` until ``expires`` when it is held; every store builds its records here."""
+        return cls(
+            chunk_index=chunk.chunk_index,
+            transition=transition,
+            state=state,
+            attempt=attempt,
+            idempotency_key=chunk.idempotency_key,
+            chunk_start=chunk.chunk_start,
+            chunk_end=chunk.chunk_end,
+            lease_owner=owner,
+            lease_expires_at=expires,
+            started_at=started_at,
+        )
 
 
 @dataclass(frozen=True)
@@ -514,6 +569,35 @@ AMENDMENTS: RowCodec[Amendment] = RowCodec(
 )
 
 
+@dataclass(frozen=True)
+class Extension:
+    """One extend() request (see the port): grow the stored campaign to ``shape``."""
+
+    shape: CampaignShape
+    config_hash_at: ConfigHashAt
+    owner: str
+
+    def of(
+        self, head: CampaignHead | None, stored_rows: Callable[[], Sequence[ShapeRow]]
+    ) -> tuple[CampaignHead, Amendment] | None:
+        """The grown snapshot and its amendment, or None when there is nothing to grow (no
+        campaign, or one already at ``shape``); the stored rows are read only when needed."""
+        shape = self.shape
+        if head is None or head.plan_hash == shape.plan_hash:
+            return None
+        stored = shape_from_rows(head, stored_rows())
+        check_extension(stored, head.config_hash, shape, self.config_hash_at)
+        amendment = Amendment(
+            run_key=shape.run_key,
+            old_plan_hash=head.plan_hash,
+            new_plan_hash=shape.plan_hash,
+            old_chunk_count=head.chunk_count,
+            new_chunk_count=shape.chunk_count,
+            amended_by=self.owner,
+        )
+        return extended_head(head, shape), amendment
+
+
 def restate_selection(shape: CampaignShape, indexes: Sequence[int]) -> list[Chunk]:
     """The planned chunks of ``indexes``, ascending and once each (the lock order)."""
     wanted = sorted(set(indexes))
@@ -561,19 +645,7 @@ def restate_plan(
 def restated_record(chunk: Chunk, latest: ChunkRecord, transition: int) -> NewTransition:
     """The PENDING transition that hands a committed chunk back to the lease rule (its attempt
     kept: the next lease is attempt + 1)."""
-    shape = ShapeRow.of(chunk)
-    return NewTransition(
-        chunk_index=chunk.index,
-        transition=transition,
-        state=ChunkState.PENDING,
-        attempt=latest.attempt,
-        idempotency_key=chunk.idempotency_key,
-        chunk_start=shape.chunk_start,
-        chunk_end=shape.chunk_end,
-        lease_owner=None,
-        lease_expires_at=None,
-        started_at=None,
-    )
+    return NewTransition.of(ShapeRow.of(chunk), transition, ChunkState.PENDING, latest.attempt)
 
 
 def restatement_of(
@@ -699,17 +771,11 @@ def completion_record(
     """The COMMITTED or FAILED transition that closes a lease (the lease expiry is cleared)."""
     state = ChunkState.COMMITTED if result.committed else ChunkState.FAILED
     shape = ShapeRow.of(chunk)
-    return NewTransition(
-        chunk_index=chunk.index,
-        transition=transition,
-        state=state,
-        attempt=lease.attempt,
-        idempotency_key=chunk.idempotency_key,
-        chunk_start=shape.chunk_start,
-        chunk_end=shape.chunk_end,
-        lease_owner=lease.owner,
-        lease_expires_at=None,
-        started_at=latest.started_at,
+    closing = NewTransition.of(
+        shape, transition, state, lease.attempt, owner=lease.owner, started_at=latest.started_at
+    )
+    return replace(
+        closing,
         rows=result.rows,
         checksum=result.checksum,
         error_code=result.error_code,
@@ -727,18 +793,52 @@ def running_record(
     started: dt.datetime,
 ) -> NewTransition:
     shape = ShapeRow.of(chunk)
-    return NewTransition(
-        chunk_index=chunk.index,
-        transition=transition,
-        state=ChunkState.RUNNING,
-        attempt=attempt,
-        idempotency_key=chunk.idempotency_key,
-        chunk_start=shape.chunk_start,
-        chunk_end=shape.chunk_end,
-        lease_owner=owner,
-        lease_expires_at=expires,
+    return NewTransition.of(
+        shape,
+        transition,
+        ChunkState.RUNNING,
+        attempt,
+        owner=owner,
+        expires=expires,
         started_at=started,
     )
+
+
+def check_renewal(
+    lease: Lease, stored: ShapeRow | None, row: StoredTransition | None
+) -> ChunkRecord:
+    """The running record a renewal extends: the chunk must exist in the stored campaign and
+    its latest transition must be this lease's RUNNING attempt."""
+    if stored is None:
+        raise corrupt(lease.run_key, lease.chunk_index, "no such chunk in the stored campaign")
+    latest = None
+    if row is not None:
+        latest = validate_transition(lease.run_key, {lease.chunk_index: stored}, row)
+    return check_owner(lease, latest)
+
+
+def renewal_record(
+    lease: Lease, running: ChunkRecord, stored: ShapeRow, transition: int, expires: dt.datetime
+) -> NewTransition:
+    """The RUNNING transition of the same attempt with a later expiry."""
+    return NewTransition.of(
+        stored,
+        transition,
+        ChunkState.RUNNING,
+        lease.attempt,
+        owner=lease.owner,
+        expires=expires,
+        started_at=running.started_at,
+    )
+
+
+def check_lease_chunk(lease: Lease, chunk: Chunk) -> None:
+    """A lease completes only the chunk it was taken for."""
+    if lease.chunk_index != chunk.index:
+        raise DponeError(
+            errors.INTERNAL,
+            f"lease of chunk {lease.chunk_index} used to complete chunk {chunk.index}",
+        )
 
 
 @dataclass(frozen=True)
@@ -926,34 +1026,27 @@ class ViewThenAppend:
         return view, Appended(record.transition, record.attempt, None)
 
 
-class SqlLedger(ABC):
-    """The lock / lease / compare-and-set protocol over a SQL audit schema (see the port)."""
-
-    capabilities: Capabilities = DISTRIBUTED
-    name: str = "sql"
-    #: opened without creating (`ledger list`) on a schema that does not exist: no campaigns
-    absent: bool = False
-
-    def __init__(
-        self,
-        schema: str,
-        lease_seconds: float,
-        lock_timeout_s: float,
-        chunk_lock_timeout_s: float,
-    ) -> None:
-        self.schema = check_schema_name(schema)
-        self.lease_seconds = float(lease_seconds)
-        self.lock_timeout_s = float(lock_timeout_s)
-        self.chunk_lock_timeout_s = float(chunk_lock_timeout_s)
-        # Chunk rows of a campaign never change once written: verify them (count, contiguity,
-        # plan hash) on the first load only, so reloading a large campaign reads just the
-        # latest transitions. Every transition is still validated against this shape.
-        self._verified_shapes: dict[tuple[str, str], CampaignShape] = {}
+class StoreBase(ABC):
+    """What every ledger store (SQL or local file) does the same way around its own locking."""
 
     @abstractmethod
-    def _transaction(self, op: str, mode: TxMode) -> AbstractContextManager[LedgerTx]:
-        """Open a transaction; commit on success, roll back on error; translate driver errors
-        (connection loss -> DPONE_CONNECTION_FAILED) but re-raise WriteFailed untouched."""
+    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger: ...
+
+    @abstractmethod
+    def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
+        """Under the campaign lock: apply ``extension.of`` to the stored campaign, if it grows."""
+
+    def extend(
+        self,
+        shape: CampaignShape,
+        config_hash_at: ConfigHashAt,
+        owner: str,
+        lock_timeout_s: float,
+    ) -> Ledger:
+        """Grow the stored campaign to ``shape`` (see the port), then initialize as usual."""
+        check_shape_input(shape)
+        self._grow(Extension(shape, config_hash_at, owner), lock_timeout_s)
+        return self.initialize(shape, owner, lock_timeout_s)
 
     @abstractmethod
     def close(self) -> None: ...
@@ -963,6 +1056,70 @@ class SqlLedger(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SqlStoreOptions(TypedDict, total=False):
+    """The keyword options every SQL store passes through to ``SqlLedger.__init__``."""
+
+    lock_timeout_s: float
+    chunk_lock_timeout_s: float
+    application_name: str
+    create: bool
+
+
+class SqlLedger(StoreBase):
+    """The lock / lease / compare-and-set protocol over a SQL audit schema (see the port)."""
+
+    capabilities: Capabilities = DISTRIBUTED
+    name: str = "sql"
+    #: opened without creating (`ledger list`) on a schema that does not exist: no campaigns
+    absent: bool = False
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str = DEFAULT_SCHEMA,
+        lease_seconds: float = 300.0,
+        *,
+        lock_timeout_s: float = 10.0,
+        chunk_lock_timeout_s: float = 30.0,
+        application_name: str = "dpone-ledger",
+        create: bool = True,
+    ) -> None:
+        """The one constructor of every SQL store: a dialect sets its own options first, then
+        this settles the shared ones, lets the dialect prepare its connection (``_prepare``) and
+        creates or migrates the audit schema (``create``), or only reads its version."""
+        self.schema = check_schema_name(schema)
+        self.lease_seconds = float(lease_seconds)
+        self.lock_timeout_s = float(lock_timeout_s)
+        self.chunk_lock_timeout_s = float(chunk_lock_timeout_s)
+        # Chunk rows of a campaign never change once written: verify them (count, contiguity,
+        # plan hash) on the first load only, so reloading a large campaign reads just the
+        # latest transitions. Every transition is still validated against this shape.
+        self._verified_shapes: dict[tuple[str, str], CampaignShape] = {}
+        self._dsn = dsn
+        self._prepare(dsn, application_name)
+        if create:
+            self.ensure_schema()
+        else:
+            self.inspect_schema()
+
+    @abstractmethod
+    def _prepare(self, dsn: str, application_name: str) -> None:
+        """The dialect's statements and connection settings; no connection is opened yet."""
+
+    @abstractmethod
+    def ensure_schema(self) -> None:
+        """Create or migrate the audit schema, safely from many processes."""
+
+    @abstractmethod
+    def inspect_schema(self) -> None:
+        """Read the audit schema's version without creating or migrating anything."""
+
+    @abstractmethod
+    def _transaction(self, op: str, mode: TxMode) -> AbstractContextManager[LedgerTx]:
+        """Open a transaction; commit on success, roll back on error; translate driver errors
+        (connection loss -> DPONE_CONNECTION_FAILED) but re-raise WriteFailed untouched."""
 
     # --- driver failures, with the DSN redacted and the driver's first line only ---------------
     _dsn: str = ""
@@ -1041,37 +1198,21 @@ class SqlLedger(ABC):
     def load(self, run_key: str) -> Ledger | None:
         return self._load(run_key, None)
 
-    def extend(
-        self,
-        shape: CampaignShape,
-        config_hash_at: ConfigHashAt,
-        owner: str,
-        lock_timeout_s: float,
-    ) -> Ledger:
-        """Grow the stored campaign to ``shape`` (see the port), then initialize as usual: the
-        chunk rows, the snapshot and the amendment commit together under the campaign lock, so
-        many pods of a regenerated DAG extend it once and every other one finds it done."""
-        check_shape_input(shape)
+    def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
+        """The chunk rows, the snapshot and the amendment commit together under the campaign
+        lock, so many pods of a regenerated DAG extend it once and every other one finds it done."""
+        run_key = extension.shape.run_key
         with self._transaction("extend", TxMode.CAMPAIGN) as tx:
-            tx.lock_campaign(shape.run_key, lock_timeout_s)
-            head = tx.campaign_head(shape.run_key)
-            if head is not None and head.plan_hash != shape.plan_hash:
-                stored = shape_from_rows(head, tx.shape_rows(shape.run_key))
-                check_extension(stored, head.config_hash, shape, config_hash_at)
-                grown = [ShapeRow.of(chunk) for chunk in shape.chunks[stored.chunk_count :]]
-                tx.insert_shape(shape.run_key, grown)
-                tx.insert_campaign(extended_head(head, shape))
-                tx.insert_amendment(
-                    Amendment(
-                        run_key=shape.run_key,
-                        old_plan_hash=head.plan_hash,
-                        new_plan_hash=shape.plan_hash,
-                        old_chunk_count=head.chunk_count,
-                        new_chunk_count=shape.chunk_count,
-                        amended_by=owner,
-                    )
-                )
-        return self.initialize(shape, owner, lock_timeout_s)
+            tx.lock_campaign(run_key, lock_timeout_s)
+            head = tx.campaign_head(run_key)
+            grown = extension.of(head, lambda: tx.shape_rows(run_key))
+            if grown is not None:
+                assert head is not None
+                extended, amendment = grown
+                new_chunks = extension.shape.chunks[head.chunk_count :]
+                tx.insert_shape(run_key, [ShapeRow.of(chunk) for chunk in new_chunks])
+                tx.insert_campaign(extended)
+                tx.insert_amendment(amendment)
 
     def amendments(self, run_key: str) -> list[Amendment]:
         with self._transaction("amendments", TxMode.READ) as tx:
@@ -1481,7 +1622,7 @@ class SqlLedger(ABC):
 
     def complete(self, lease: Lease, chunk: Chunk, result: ChunkResult) -> None:
         """Compare-and-set on (owner, attempt) and append COMMITTED or FAILED, in one statement."""
-        self._check_lease_chunk(lease, chunk)
+        check_lease_chunk(lease, chunk)
         with self._transaction("complete", TxMode.CHUNK) as tx:
             tx.lock_chunk(lease.run_key, chunk.index)
             view, appended = tx.close_append(lease.run_key, chunk, lease, result)
@@ -1499,7 +1640,7 @@ class SqlLedger(ABC):
         A raising write (or one that returns committed=False) is rolled back; the FAILED record is
         then appended in a fresh, CAS-checked transaction and the write's exception propagates.
         """
-        self._check_lease_chunk(lease, chunk)
+        check_lease_chunk(lease, chunk)
         try:
             with self._transaction("complete_in_transaction", TxMode.WRITE) as tx:
                 view, latest = self._view(tx, lease.run_key, chunk)
@@ -1538,42 +1679,13 @@ class SqlLedger(ABC):
         with self._transaction("renew", TxMode.CHUNK) as tx:
             tx.lock_chunk(lease.run_key, lease.chunk_index)
             view = tx.chunk_view(lease.run_key, lease.chunk_index)
-            if view.shape is None or not view.campaign_found:
-                raise corrupt(
-                    lease.run_key, lease.chunk_index, "no such chunk in the stored campaign"
-                )
-            latest = None
-            if view.latest is not None:
-                latest = validate_transition(
-                    lease.run_key, {lease.chunk_index: view.shape}, view.latest
-                )
-            running = check_owner(lease, latest)
-            assert view.latest is not None
+            stored = view.shape if view.campaign_found else None
+            running = check_renewal(lease, stored, view.latest)
+            assert stored is not None and view.latest is not None
             expires = view.now + dt.timedelta(seconds=lease_seconds)
-            tx.append_transition(
-                lease.run_key,
-                NewTransition(
-                    chunk_index=lease.chunk_index,
-                    transition=view.latest.transition + 1,
-                    state=ChunkState.RUNNING,
-                    attempt=lease.attempt,
-                    idempotency_key=running.idempotency_key,
-                    chunk_start=view.shape.chunk_start,
-                    chunk_end=view.shape.chunk_end,
-                    lease_owner=lease.owner,
-                    lease_expires_at=expires,
-                    started_at=running.started_at,
-                ),
-            )
+            record = renewal_record(lease, running, stored, view.latest.transition + 1, expires)
+            tx.append_transition(lease.run_key, record)
         return Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
-
-    @staticmethod
-    def _check_lease_chunk(lease: Lease, chunk: Chunk) -> None:
-        if lease.chunk_index != chunk.index:
-            raise DponeError(
-                errors.INTERNAL,
-                f"lease of chunk {lease.chunk_index} used to complete chunk {chunk.index}",
-            )
 
 
 def rows_as_shape(rows: Iterator[Sequence[Any]] | Sequence[Sequence[Any]]) -> list[ShapeRow]:
