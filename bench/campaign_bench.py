@@ -57,10 +57,14 @@ checksum and completion; and the phases of the no-op item.
 
     .venv/bin/python bench/campaign_bench.py [--rows 1000000] [--repeat 1] [--noop-repeat 5]
         [--hours 8760] [--hourly-rows 115] [--dsn DSN] [--keep] [--json] [--no-wheel]
-        [--compare-src OLD_CHECKOUT/runtime/src] [--hourly-only]
+        [--gate-only | --noop-only | --hourly-only] [--compare-src OLD_CHECKOUT/runtime/src]
 
 --hourly-only runs just the hourly pipe and the hourly w4 (and its --compare-src twin),
 interleaved, and prints their ratios: the quickest before/after of the hourly goal.
+
+--noop-only runs just the summary campaign once and then the no-op measurement (the item beside
+its floors, installed wheel included, and its phases), the quickest check of the no-op goal; the
+rows do not matter to it: ``--noop-only --rows 20000 --noop-repeat 15`` takes about a minute.
 
 --hours and --hourly-rows shrink the hourly shape for a quick check of the script (the goal is
 stated for the defaults). --json prints every figure as JSON at the end: each run's seconds,
@@ -748,6 +752,11 @@ def main() -> int:
         help="only the hourly pipe and the hourly w4 (and its --compare-src twin), interleaved",
     )
     parser.add_argument(
+        "--noop-only",
+        action="store_true",
+        help="only the summary campaign once and the no-op item beside its floors",
+    )
+    parser.add_argument(
         "--compare-src",
         help="also run w1, w4, summary and the no-op with this runtime source tree (an older "
         "checkout's runtime/src) first on PYTHONPATH, interleaved with this one in the same run",
@@ -867,16 +876,80 @@ def hourly_only(args: argparse.Namespace, src: str, dst: str, folder: Path) -> i
     return 0 if ratio >= GOALS["hourly w4"] else 1
 
 
+def measure_noop(
+    args: argparse.Namespace,
+    folder: Path,
+    catalog: Path,
+    summary: tuple[list[str], list[dict[str, str]]],
+    base: dict[str, str],
+    old: dict[str, str],
+) -> tuple[dict[str, tuple[float, float, list[float]]], str, dict[str, list[int]]]:
+    """The summary campaign is complete: re-run one item (a cleared task) several times beside
+    the floors no dpone change can go below (the interpreter, importing psycopg, ...); then once
+    with DPONE_TIMING, timed apart. The runs, the load before them and the phases."""
+    command, envs = summary
+    noop_env = {**base, **envs[0]}
+    run_dpone(command, noop_env)  # warm the page cache
+    noop_load = load()
+    python = [sys.executable, "-c", "pass"]
+    starts = {NOOP_ITEM: (command, noop_env)}
+    if old:
+        starts["no-op item re-run (compared)"] = (command, {**old, **envs[0]})
+    starts["floor: python -c pass"] = (python, noop_env)
+    starts["floor: python -c 'import psycopg'"] = ([*python[:2], "import psycopg"], noop_env)
+    starts[NOOP_GOAL_FLOOR] = ([*python[:2], noop_goal_floor_code()], noop_env)
+    wheel_venv = installed_runtime(folder / "installed") if not args.no_wheel else None
+    if wheel_venv is not None:
+        installed = [str(wheel_venv / "bin" / "dpone"), *command[1:]]
+        starts[NOOP_ITEM_INSTALLED] = (installed, noop_env)
+        wheel_python = str(wheel_venv / "bin" / "python")
+        starts["floor: installed venv, python -c pass"] = ([wheel_python, "-c", "pass"], noop_env)
+        starts["floor: installed venv, import psycopg"] = (
+            [wheel_python, "-c", "import psycopg"],
+            noop_env,
+        )
+        starts[NOOP_FLOOR] = ([wheel_python, "-c", noop_floor_code(catalog)], noop_env)
+        starts[NOOP_GOAL_FLOOR_INSTALLED] = ([wheel_python, "-c", noop_goal_floor_code()], noop_env)
+    measured = timed_runs(starts, args.noop_repeat)
+    with timing_file(folder, "noop") as path:
+        run_dpone(command, {**noop_env, "DPONE_TIMING": str(path)})
+        noop_phases = phase_totals(path)
+    return measured, noop_load, noop_phases
+
+
+def noop_only(
+    args: argparse.Namespace,
+    folder: Path,
+    catalog: Path,
+    summary: tuple[list[str], list[dict[str, str]]],
+    base: dict[str, str],
+    old: dict[str, str],
+) -> int:
+    """--noop-only: the summary campaign once (so every item's chunks are committed), then the
+    no-op item beside its floors and its phases; exit 1 when the goal is not met."""
+    run_summary(*summary, base)
+    measured, noop_load, noop_phases = measure_noop(args, folder, catalog, summary, base, old)
+    noop_goal = noop_above_floor(measured, noop_load)
+    breakdown = print_breakdown(
+        "no-op item, one process (exclusive ms; the rest is interpreter start and imports):",
+        noop_phases,
+        1,
+    )
+    if args.json:
+        print(json.dumps({"noop_goal": noop_goal, "noop_breakdown": breakdown}, indent=2))
+    return 0 if noop_goal["met"] else 1
+
+
 def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     compile_bytecode(args.compare_src)
     if args.hourly_only:
         return hourly_only(args, src, dst, folder)
     seed_source(src, args.rows)
-    if not args.gate_only:
+    if not (args.gate_only or args.noop_only):
         seed_hourly_source(src, args.hours, args.hourly_rows)
     prepare_target(dst)
     expected = {TABLE: table_facts(src)}
-    if not args.gate_only:
+    if not (args.gate_only or args.noop_only):
         expected[HOURLY] = table_facts(src, "hourly")
     catalog = write_project(folder, args.hours)
     dags = folder / "dags"
@@ -894,6 +967,8 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
         raise SystemExit(f"the generated DAG has {len(envs)} items, not {ITEMS}")
     base = clean_env(src, dst)
     old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())} if args.compare_src else {}
+    if args.noop_only:
+        return noop_only(args, folder, catalog, (command, envs), base, old)
 
     runs: dict[str, Callable[[], object]] = {"pipe": lambda: run_pipe(src, dst)}
     for name, workload in GATE_LEVELS.items():  # w1 at each read-back level, beside w1 itself
@@ -951,34 +1026,9 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     if name == RELAY["summary"]:  # ran last: the no-op below needs dpone's summary campaign
         reset_target(dst)
         run_summary(command, envs, base)
-    # The summary campaign is complete now: re-run one item (a cleared task) several times.
-    # Beside it, the floor no dpone change can go below: the interpreter, and importing psycopg.
-    noop_env = {**base, **envs[0]}
-    run_dpone(command, noop_env)  # warm the page cache
-    noop_load = load()
-    python = [sys.executable, "-c", "pass"]
-    starts = {NOOP_ITEM: (command, noop_env)}
-    if old:
-        starts["no-op item re-run (compared)"] = (command, {**old, **envs[0]})
-    starts["floor: python -c pass"] = (python, noop_env)
-    starts["floor: python -c 'import psycopg'"] = ([*python[:2], "import psycopg"], noop_env)
-    starts[NOOP_GOAL_FLOOR] = ([*python[:2], noop_goal_floor_code()], noop_env)
-    wheel_venv = installed_runtime(folder / "installed") if not args.no_wheel else None
-    if wheel_venv is not None:
-        installed = [str(wheel_venv / "bin" / "dpone"), *command[1:]]
-        starts[NOOP_ITEM_INSTALLED] = (installed, noop_env)
-        wheel_python = str(wheel_venv / "bin" / "python")
-        starts["floor: installed venv, python -c pass"] = ([wheel_python, "-c", "pass"], noop_env)
-        starts["floor: installed venv, import psycopg"] = (
-            [wheel_python, "-c", "import psycopg"],
-            noop_env,
-        )
-        starts[NOOP_FLOOR] = ([wheel_python, "-c", noop_floor_code(catalog)], noop_env)
-        starts[NOOP_GOAL_FLOOR_INSTALLED] = ([wheel_python, "-c", noop_goal_floor_code()], noop_env)
-    measured = timed_runs(starts, args.noop_repeat)
-    with timing_file(folder, "noop") as path:  # printed below; timed apart from the runs above
-        run_dpone(command, {**noop_env, "DPONE_TIMING": str(path)})
-        noop_phases = phase_totals(path)
+    measured, noop_load, noop_phases = measure_noop(
+        args, folder, catalog, (command, envs), base, old
+    )
     floors = measure_floors(args, src, dst, times["pipe"])  # resets the target: after the no-op
 
     with psycopg.connect(src) as conn:
