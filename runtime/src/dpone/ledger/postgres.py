@@ -798,21 +798,32 @@ class PostgresLedger(SqlLedger):
         """The store's one connection, reopened after a loss (the failed call already raised)."""
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
+        conn = self._open()[0]
+        conn.autocommit = False
+        return conn
+
+    def _open(
+        self, probe: str = "", params: Sequence[Any] = ()
+    ) -> tuple[psycopg.Connection[Any], tuple[Any, ...]]:
+        """Connect and set the session up in one statement (autocommit: no BEGIN or COMMIT
+        round trip), with ``probe``'s columns read in that same statement (the schema check's);
+        returns the connection, still in autocommit (the caller turns it off), and those
+        columns."""
         if self._conn is not None:
             self._conn.close()
+            self._conn = None
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=False)
+            conn = psycopg.connect(self._conninfo, autocommit=True)
             # Server-side: the server, not only this client, gives up on a silent peer, and a
             # stuck statement ends (docs/ledger.md "Lost pods").
             # And the text forms a chunk written inside the ledger's transaction depends on.
             settings = TEXT_FORM_SETTINGS + session_limits().postgres_settings(
                 conn.info.server_version
             )
-            conn.execute(
-                "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
-                [value for pair in settings for value in pair],
-            )
-            conn.commit()
+            row = conn.execute(
+                "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings) + probe,
+                [*(value for pair in settings for value in pair), *params],
+            ).fetchone()
             mark_text_forms(conn)
             self._conn = conn
         except psycopg.Error as exc:
@@ -820,7 +831,8 @@ class PostgresLedger(SqlLedger):
             if setting is not None:
                 raise invalid_setting("the ledger database", setting) from None
             raise self._unreachable(first_line(str(exc))) from exc
-        return self._conn
+        assert row is not None
+        return conn, tuple(row[len(settings) :])
 
     def close(self) -> None:
         if self._conn is not None:
@@ -903,12 +915,11 @@ class PostgresLedger(SqlLedger):
         """Create or migrate the audit schema once, safely from many processes at once."""
         sql = self.statements
         try:
-            conn = self._connection()
-            with conn.transaction():
-                version = self._stored_version(conn)
+            version = self._opened_version()
             if version == SCHEMA_VERSION:
                 return
             self._check_version(version)
+            conn = self._connection()
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema_lock_key(self.schema),))
                 version = self._stored_version(conn)
@@ -930,30 +941,48 @@ class PostgresLedger(SqlLedger):
         no schema yet is an empty ledger; an older one is refused, since reading it needs the
         migration a run applies."""
         try:
-            conn = self._connection()
-            with conn.transaction():
-                version = self._stored_version(conn)
+            version = self._opened_version()
         except psycopg.Error as exc:
             raise self._translate(exc, "reading the schema version") from exc
         self._inspected(version)
+
+    #: what tells a dpone schema_version table from another's, and whether the schema holds a
+    #: campaign table: one statement (the version itself needs the table to exist to be named)
+    _SCHEMA_PROBE = (
+        ", to_regclass(%s) IS NOT NULL, (SELECT format_type(atttypid, atttypmod) "
+        "FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'version' "
+        "AND attnum > 0 AND NOT attisdropped), to_regclass(%s) IS NOT NULL"
+    )
+
+    def _opened_version(self) -> int | None:
+        """Connect, set the session up and probe the schema in one autocommit statement, then
+        read the version (a second one) when the table is there: two round trips in all."""
+        table = f"{self.statements.schema}.schema_version"
+        campaign = f"{self.statements.schema}.campaign"
+        conn, (exists, kind, present) = self._open(self._SCHEMA_PROBE, (table, table, campaign))
+        try:  # still in autocommit: the one read needs no BEGIN or COMMIT round trip
+            return self._version_of(conn, kind, present) if exists else None
+        finally:
+            conn.autocommit = False
 
     def _stored_version(self, conn: psycopg.Connection[Any]) -> int | None:
         """The audit schema's version, None when it has no schema_version table yet. A table of
         that name that is not dpone's (another tool's migrations) is refused, not migrated."""
         table = f"{self.statements.schema}.schema_version"
-        exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-        if exists is None or exists[0] is None:
-            return None
-        kind = conn.execute(
-            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
-            "to_regclass(%s) AND attname = 'version' AND attnum > 0 AND NOT attisdropped",
-            (table,),
-        ).fetchone()
-        if kind is not None and kind[0] == "integer":
+        campaign = f"{self.statements.schema}.campaign"
+        row = conn.execute("SELECT true" + self._SCHEMA_PROBE, (table, table, campaign)).fetchone()
+        assert row is not None
+        _, exists, kind, present = row
+        return self._version_of(conn, kind, present) if exists else None
+
+    def _version_of(
+        self, conn: psycopg.Connection[Any], kind: str | None, present: bool
+    ) -> int | None:
+        """The version a dpone schema_version table holds (``kind``: its version column's type;
+        ``present``: the campaign table exists); another tool's table is refused."""
+        if kind == "integer":
             found = conn.execute(self.statements.version).fetchone()
             version = None if found is None or found[0] is None else int(found[0])
-            campaign = f"{self.statements.schema}.campaign"
-            present = conn.execute("SELECT to_regclass(%s)", (campaign,)).fetchone()
-            if version is None or (present is not None and present[0] is not None):
+            if version is None or present:
                 return version
         raise self._foreign_version_table()
