@@ -150,6 +150,9 @@ NOOP_FLOOR = "floor: installed venv, no-op subset"
 NOOP_ITEM = "no-op item re-run (all chunks committed)"
 NOOP_ITEM_INSTALLED = "no-op item re-run, installed wheel"
 NOOP_GOAL_FLOOR = "floor: python + import psycopg + connect + ledger read"
+NOOP_BREAKDOWN = (
+    "no-op item, one process (exclusive ms; the rest is interpreter start and imports):"
+)
 NOOP_GOAL_FLOOR_INSTALLED = "floor: installed venv, python + psycopg + connect + ledger read"
 BREAKDOWN = ("lease", "cas", "sink_other", "delete", "copy_out", "copy_in", "checksum")
 BREAKDOWN += ("read_back", "completion", "chunk")
@@ -917,21 +920,17 @@ def measure_noop(
     return measured, noop_load, noop_phases
 
 
-def noop_only(
+def report_noop_only(
     args: argparse.Namespace,
-    folder: Path,
-    catalog: Path,
-    summary: tuple[list[str], list[dict[str, str]]],
-    base: dict[str, str],
-    old: dict[str, str],
+    measured: dict[str, tuple[float, float, list[float]]],
+    noop_load: str,
+    noop_phases: dict[str, list[int]],
 ) -> int:
-    """--noop-only: the summary campaign once (so every item's chunks are committed), then the
-    no-op item beside its floors and its phases; exit 1 when the goal is not met."""
-    run_summary(*summary, base)
-    measured, noop_load, noop_phases = measure_noop(args, folder, catalog, summary, base, old)
+    """--noop-only: the no-op item beside its floors and its phases (measured once the summary
+    campaign ran, so every item's chunks are committed); exit 1 when the goal is not met."""
     noop_goal = noop_above_floor(measured, noop_load)
     breakdown = print_breakdown(
-        "no-op item, one process (exclusive ms; the rest is interpreter start and imports):",
+        NOOP_BREAKDOWN,
         noop_phases,
         1,
     )
@@ -968,7 +967,10 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     base = clean_env(src, dst)
     old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())} if args.compare_src else {}
     if args.noop_only:
-        return noop_only(args, folder, catalog, (command, envs), base, old)
+        run_summary(command, envs, base)
+        return report_noop_only(
+            args, *measure_noop(args, folder, catalog, (command, envs), base, old)
+        )
 
     runs: dict[str, Callable[[], object]] = {"pipe": lambda: run_pipe(src, dst)}
     for name, workload in GATE_LEVELS.items():  # w1 at each read-back level, beside w1 itself
@@ -1115,7 +1117,7 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
 
     # Breakdown pass (timed separately: the timing hook itself costs a little).
     report["noop_breakdown"] = print_breakdown(
-        "no-op item, one process (exclusive ms; the rest is interpreter start and imports):",
+        NOOP_BREAKDOWN,
         noop_phases,
         1,
     )
