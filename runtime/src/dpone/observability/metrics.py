@@ -59,7 +59,7 @@ INSTRUMENTS: tuple[tuple[str, str, str, str], ...] = (
     ("gauge", "dpone.campaign.chunks_selected", "{chunk}", "Chunks this process was given"),
 )
 #: RunLabels' fields every data point carries as ``dpone.<field>``.
-_DPONE_LABELS = ("workload", "process", "mode", "item")
+_LABEL_FIELDS = ("workload", "process", "mode", "item")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class RunLabels:
     task_id: str | None = None  # the Airflow task id, None outside Airflow
 
     def attributes(self) -> dict[str, str]:
-        attributes = {f"dpone.{name}": getattr(self, name) for name in _DPONE_LABELS}
+        attributes = {f"dpone.{name}": getattr(self, name) for name in _LABEL_FIELDS}
         if self.dag_id is not None:
             attributes["airflow.dag_id"] = self.dag_id
         if self.task_id is not None:
