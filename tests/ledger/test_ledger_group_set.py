@@ -51,9 +51,14 @@ def _history(backend: Backend, run_key: str) -> list[tuple[Any, ...]]:
         return conn.execute(HISTORY.format(table=table), (run_key,)).fetchall()
 
 
+#: Groups of several chunks need the Postgres store's try-locks; the MSSQL store has none.
+ON_POSTGRES = pytest.mark.parametrize(
+    "sql_backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+WITHOUT_TRY_LOCKS = pytest.mark.parametrize("sql_backend", ["mssql_double"], indirect=True)
+
+
 def _started(backend: Backend, shape: CampaignShape) -> Any:
-    if backend.name != "postgres":
-        pytest.skip("groups of several chunks need the Postgres store's try-locks")
     store = backend.open()
     store.initialize(shape, "a", 5)
     return store
@@ -66,9 +71,8 @@ def _attempts(backend: Backend, shape: CampaignShape) -> dict[int, list[tuple[st
     return out
 
 
+@WITHOUT_TRY_LOCKS
 def test_a_group_without_try_locks_is_one_chunk(sql_backend: Backend) -> None:
-    if sql_backend.name == "postgres":
-        pytest.skip("the store without try-locks")
     shape = make_shape()
     store = sql_backend.open()
     store.initialize(shape, "a", 5)
@@ -79,6 +83,7 @@ def test_a_group_without_try_locks_is_one_chunk(sql_backend: Backend) -> None:
     assert store.load(shape.run_key).records[1].state.value == "committed"
 
 
+@ON_POSTGRES
 def test_a_group_records_what_one_chunk_at_a_time_records(sql_backend: Backend) -> None:
     grouped, alone = make_shape("bf-group"), make_shape("bf-alone")
     store = _started(sql_backend, grouped)
@@ -108,6 +113,7 @@ def test_a_group_records_what_one_chunk_at_a_time_records(sql_backend: Backend) 
     assert len(seen) == 1  # nothing written twice
 
 
+@ON_POSTGRES
 def test_a_chunk_locked_elsewhere_ends_the_group_before_it(sql_backend: Backend) -> None:
     shape = make_shape()
     store = _started(sql_backend, shape)
@@ -124,6 +130,7 @@ def test_a_chunk_locked_elsewhere_ends_the_group_before_it(sql_backend: Backend)
     assert [c.index for c, _, _ in rest.members] == [3, 4, 5] and seen[-1] == [3, 4, 5]
 
 
+@ON_POSTGRES
 def test_a_refused_lease_ends_the_group_as_its_last_member(sql_backend: Backend) -> None:
     shape = make_shape()
     store = _started(sql_backend, shape)
@@ -139,6 +146,7 @@ def test_a_refused_lease_ends_the_group_as_its_last_member(sql_backend: Backend)
     assert sorted(_attempts(sql_backend, shape)) == [1, 2, 3]  # chunks 4 and 5 untouched
 
 
+@ON_POSTGRES
 def test_a_cancelled_campaign_refuses_the_group(sql_backend: Backend) -> None:
     shape = make_shape()
     store = _started(sql_backend, shape)
@@ -152,6 +160,7 @@ def test_a_cancelled_campaign_refuses_the_group(sql_backend: Backend) -> None:
     ]
 
 
+@ON_POSTGRES
 def test_a_tampered_record_in_a_group_is_refused_and_nothing_recorded(
     sql_backend: Backend,
 ) -> None:
@@ -169,6 +178,7 @@ def test_a_tampered_record_in_a_group_is_refused_and_nothing_recorded(
     assert first.value.code == errors.LEDGER_CORRUPT
 
 
+@ON_POSTGRES
 def test_a_failed_write_of_a_group_rolls_it_back(sql_backend: Backend) -> None:
     shape = make_shape()
     store = _started(sql_backend, shape)
@@ -183,6 +193,7 @@ def test_a_failed_write_of_a_group_rolls_it_back(sql_backend: Backend) -> None:
     assert _attempts(sql_backend, shape) == {}  # nothing recorded
 
 
+@ON_POSTGRES
 def test_a_lease_the_owner_still_holds_is_reused_and_the_group_goes_on(
     sql_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -214,6 +225,7 @@ def test_a_lease_the_owner_still_holds_is_reused_and_the_group_goes_on(
     assert _attempts(sql_backend, shape) == {1: committed, 2: committed, 3: committed, 4: committed}
 
 
+@ON_POSTGRES
 def test_the_first_chunk_waits_for_its_lock_then_the_group_is_busy(sql_backend: Backend) -> None:
     shape = make_shape()
     _started(sql_backend, shape).close()
