@@ -71,6 +71,17 @@ SAME = Variant(
     ("campaign_locked", "lease_locked", "chunk_written", "group_closed"),
     stalls=False,
 )
+# The same placement with inner_mode replace: a worker's chunks move as set-based groups (one
+# delete, one copy, one grouped checksum a side, the group's leases and completions in one round
+# trip each: ADR 0022).
+SAME_SET = Variant(
+    "chaos_same_set",
+    "dst_same_set",
+    "chaos_audit_same_set",
+    False,
+    ("campaign_locked", "lease_locked", "chunk_leased", "chunk_written", "group_closed"),
+    stalls=False,
+)
 SPLIT = Variant(
     "chaos_split",
     "dst_split",
@@ -193,6 +204,11 @@ def seed(data_dsn: str, rows_per_day: int = ROWS_PER_DAY, days: int = DAYS) -> N
             "amount numeric(12,2) NOT NULL, note text)"
         )
         conn.execute("CREATE INDEX ON chaos.dst_same (d)")
+        conn.execute(
+            "CREATE TABLE chaos.dst_same_set (id bigint NOT NULL, d date NOT NULL, "
+            "amount numeric(12,2) NOT NULL, note text)"
+        )
+        conn.execute("CREATE INDEX ON chaos.dst_same_set (d)")
         conn.execute(
             "CREATE TABLE chaos.dst_split (id bigint NOT NULL, d date NOT NULL, "
             "amount numeric(12,2) NOT NULL, note text)"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import chaoskit
 import pytest
-from chaoskit import MYSQL, SAME, SPLIT, Variant
+from chaoskit import MYSQL, SAME, SAME_SET, SPLIT, Variant
 
 CI_KILLS = 26  # per variant: at least 52 crash-and-restart rounds in CI
 # A campaign hands its forced fault points to half of its launches, at random: a campaign can end
@@ -100,6 +100,16 @@ def test_chaos_ledger_in_sink_database_append_is_exactly_once(
 
 
 @pytest.mark.postgres
+def test_chaos_set_based_groups_in_the_sink_database_replace(
+    dbs: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """Set-based groups: one transaction holds several chunks' leases (one round trip), one
+    delete and one copy of their span, their grouped read-back and their completions (one
+    round trip); a crash anywhere in it commits none of them."""
+    run_campaigns(dbs, SAME_SET, CI_KILLS, seed=4, tmp_path=tmp_path)
+
+
+@pytest.mark.postgres
 def test_chaos_ledger_in_other_database_replace(dbs: tuple[str, str, str], tmp_path: Path) -> None:
     """Completion is a separate transaction after the data commit; stalls make stale owners."""
     run_campaigns(dbs, SPLIT, CI_KILLS, seed=2, tmp_path=tmp_path)
@@ -114,7 +124,7 @@ def test_chaos_mysql_sink_replace(dbs: tuple[str, str, str], mysql_db: str, tmp_
 
 @pytest.mark.postgres
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [SAME, SPLIT, MYSQL], ids=lambda v: v.workload)
+@pytest.mark.parametrize("variant", [SAME, SAME_SET, SPLIT, MYSQL], ids=lambda v: v.workload)
 def test_chaos_long(
     dbs: tuple[str, str, str], mysql_db: str, tmp_path: Path, variant: Variant
 ) -> None:
