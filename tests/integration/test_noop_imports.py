@@ -116,6 +116,7 @@ NEEDED = frozenset(
         "dpone.plan.canonical",
         "dpone.plan.chunks",
         "dpone.plan.mapping",
+        "dpone.records",
         "dpone.run",
         "dpone.run.orchestrator",
         "dpone.run.refusal",

@@ -21,6 +21,7 @@ RUNTIME = ROOT / "runtime" / "src"
 
 # Bottom first. A unit is a sub-package of dpone or a top-level module.
 LAYERS: tuple[tuple[str, ...], ...] = (
+    ("dpone.records",),  # the frozen record every runtime record is (stdlib only)
     ("dpone.errors", "dpone.suggest"),  # foundation: error codes, "did you mean" (stdlib only)
     ("dpone.plan",),  # the pure planning core (stdlib only)
     ("dpone.credentials", "dpone.lifecycle", "dpone.task"),  # DSNs; signals, limits; task env
@@ -36,9 +37,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 # The pure core, and everything it imports, uses only the standard library and these units.
 PURE = {
-    "dpone.plan": {"dpone.errors", "dpone.suggest"},
-    "dpone.errors": set(),
-    "dpone.suggest": set(),
+    "dpone.plan": {"dpone.errors", "dpone.suggest", "dpone.records"},
+    "dpone.errors": {"dpone.records"},
+    "dpone.records": set(),
+    "dpone.suggest": {"dpone.records"},
 }
 
 

@@ -12,8 +12,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpone.records import record
 
-@dataclass(frozen=True)
+
+@record
 class Location:
     """Where in an input file a problem sits (1-based line and column)."""
 
@@ -30,7 +32,7 @@ class Location:
         return ":".join(parts)
 
 
-@dataclass(frozen=True)
+@record
 class ErrorCode:
     """A registered code: what it means, why it usually happens and how to fix it."""
 
@@ -399,7 +401,7 @@ CONFIG_INVALID = _register(
 )
 
 
-@dataclass(frozen=True)
+@record
 class ErrorRecord:
     """One problem as data (the dpone.error.v1 shape), not yet raised."""
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from dpone.errors import Location
 from dpone.plan.canonical import FieldRecord
 from dpone.plan.chunks import ChunkSpec
 from dpone.plan.mapping import MappingPolicy
+from dpone.records import record
 
 
-@dataclass(frozen=True)
+@record
 class TableName(FieldRecord):
     schema: str | None
     name: str
@@ -21,7 +22,7 @@ class TableName(FieldRecord):
         return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
-@dataclass(frozen=True)
+@record
 class SourceConfig:
     connection: str
     table: TableName | None
@@ -37,7 +38,7 @@ class SourceConfig:
         }
 
 
-@dataclass(frozen=True)
+@record
 class SinkConfig:
     connection: str
     table: TableName
@@ -72,7 +73,7 @@ DEFAULT_COALESCE_SECONDS = 2.0
 DEFAULT_COALESCE_CHUNKS = 200
 
 
-@dataclass(frozen=True)
+@record
 class CoalesceConfig:
     """``backfill.coalesce``: consecutive chunks of one worker in one sink transaction, up to
     a row and a time budget (only where the ledger lives in the sink's Postgres database)."""
@@ -93,7 +94,7 @@ class CoalesceConfig:
         }
 
 
-@dataclass(frozen=True)
+@record
 class BackfillConfig:
     chunk: ChunkSpec
     inner_mode: str
@@ -115,7 +116,7 @@ class BackfillConfig:
         return out
 
 
-@dataclass(frozen=True)
+@record
 class StateConfig(FieldRecord):
     backend: str
     connection: str | None
@@ -124,7 +125,7 @@ class StateConfig(FieldRecord):
     require_distributed_lock: bool
 
 
-@dataclass(frozen=True)
+@record
 class ProcessConfig:
     name: str
     source: SourceConfig
@@ -134,7 +135,7 @@ class ProcessConfig:
     location: Location  # the process node, for errors found after loading
 
 
-@dataclass(frozen=True)
+@record
 class Manifest:
     path: str
     name: str | None
@@ -143,13 +144,13 @@ class Manifest:
     mapping_location: Location | None
 
 
-@dataclass(frozen=True)
+@record
 class Hook:
     name: str
     command: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class SecretRef:
     """One Kubernetes secret key projected into DPONE_CONN_<NAME> (field "dsn") or into one part
     of the connection, DPONE_CONN_<NAME>_<FIELD> (dpone.credentials.credential_parts)."""
@@ -160,7 +161,7 @@ class SecretRef:
     field: str = "dsn"
 
 
-@dataclass(frozen=True)
+@record
 class SecretFile:
     """A file (a mounted secret volume) holding the DSN or one part of a connection: the task
     gets DPONE_CONN_<NAME>[_<FIELD>]_FILE and the runtime reads the file at each connect."""
@@ -170,7 +171,7 @@ class SecretFile:
     path: str
 
 
-@dataclass(frozen=True)
+@record
 class AirflowConnectionRef:
     """subprocess flavour: an Airflow Connection the operator resolves at execute time into
     DPONE_CONN_<NAME> of the child process's environment."""
@@ -179,7 +180,7 @@ class AirflowConnectionRef:
     conn_id: str
 
 
-@dataclass(frozen=True)
+@record
 class AirflowConfig:
     dag_id: str
     schedule: str | None
@@ -206,7 +207,7 @@ class AirflowConfig:
     airflow_connections: tuple[AirflowConnectionRef, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Workload:
     name: str
     manifest: Manifest
@@ -216,7 +217,7 @@ class Workload:
     mapping_location: Location
 
 
-@dataclass(frozen=True)
+@record
 class Catalog:
     path: str  # as given by the user (display form)
     workloads: tuple[Workload, ...]

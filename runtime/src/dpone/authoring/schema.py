@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from dpone.records import record
 from dpone.suggest import did_you_mean
 
 Path = tuple[str | int, ...]
 
 
-@dataclass(frozen=True)
+@record
 class SchemaViolation:
     path: Path
     message: str

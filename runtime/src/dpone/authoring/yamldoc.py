@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import stat
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from ruamel.yaml.scanner import Scanner, ScannerError
 
 from dpone import errors
 from dpone.errors import ErrorRecord, Location
+from dpone.records import record
 
 MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
 MAX_NODES = 200_000
@@ -154,7 +154,7 @@ class _Builder:
         return self.scalar(node)
 
 
-@dataclass(frozen=True)
+@record
 class YamlDocument:
     """A parsed document: plain data plus a path -> (line, column) index (1-based)."""
 

@@ -10,11 +10,11 @@ whose committed chunks are not reused; the same key with any other plan is refus
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from dpone.packing.pack import ProcessPlan
 from dpone.plan.chunks import plan_hash
+from dpone.records import record
 
 LINE_PREFIX = "# campaign "
 _LINE = re.compile(
@@ -24,7 +24,7 @@ _LINE = re.compile(
 KEEPS, EXTENDS, REPLACES, CONFLICTS, NEW = "keeps", "extends", "replaces", "conflicts", "new"
 
 
-@dataclass(frozen=True)
+@record
 class PriorCampaign:
     """A campaign as a previously generated DAG file names it."""
 

@@ -17,7 +17,6 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
@@ -27,12 +26,13 @@ from dpone.errors import DponeError, ErrorRecord
 from dpone.observability.reporting import EXIT_FAILED, EXIT_OK, report_error
 from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack, select_process
 from dpone.plan.chunks import Bound
+from dpone.records import record
 
 REPORT_SCHEMA = "dpone.verify-report.v1"
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
-@dataclass(frozen=True)
+@record
 class ChunkComparison:
     """One chunk's two sides; ``lower``/``upper`` are None for a full refresh (every row)."""
 

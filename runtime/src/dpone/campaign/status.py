@@ -14,7 +14,6 @@ import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from dpone.observability.reporting import use_colour
 from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.packing.task_env import runtime_task_id
 from dpone.plan.mapping import MappingItem
+from dpone.records import record
 from dpone.suggest import not_in
 from dpone.task.airflow_context import attribution, describe_attribution
 
@@ -51,7 +51,7 @@ def glyphs_for(stream: Any) -> dict[str, str]:
     return GLYPH
 
 
-@dataclass(frozen=True)
+@record
 class Group:
     """A run of chunks shown together: one mapped item, or a row of an internal campaign."""
 

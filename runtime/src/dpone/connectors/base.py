@@ -19,13 +19,14 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import TracebackType
 from typing import Literal, Self
 
 from dpone import errors
 from dpone.connectors.column_types import ColumnType
 from dpone.errors import DponeError
+from dpone.records import record
 
 #: The contract :mod:`dpone.connectors` re-exports: what callers build specs, sources and sinks with.
 __all__ = [
@@ -58,7 +59,7 @@ _TIMESTAMP_BOUND = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})Z$")
 
 
 # --- specs ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class TableRef:
     """A table by schema (None: the connection's default) and name; never pre-quoted."""
 
@@ -70,7 +71,7 @@ class TableRef:
         return self.name if self.schema is None else f"{self.schema}.{self.name}"
 
 
-@dataclass(frozen=True)
+@record
 class SourceSpec:
     """Where a chunk's rows come from: a table or a trusted SELECT (exactly one), optional columns.
 
@@ -113,7 +114,7 @@ class SourceSpec:
         return errors.SOURCE_FAILED if self.role == "source" else errors.SINK_FAILED
 
 
-@dataclass(frozen=True)
+@record
 class SinkSpec:
     """Where rows are written and how: replace the chunk's range, merge on keys, append, or
     full_refresh (delete every row of the target, then insert what was read)."""
@@ -141,7 +142,7 @@ class SinkSpec:
         return f"sink {self.connection!r} table {self.table.display()!r}"
 
 
-@dataclass(frozen=True)
+@record
 class ChunkWindow:
     """One chunk: the half-open range [lower, upper) on ``column`` of type date|timestamp|integer.
 
@@ -186,7 +187,7 @@ def scope_display(window: Scope) -> str:
     return "all rows" if window is None else f"chunk {window.display()}"
 
 
-@dataclass(frozen=True)
+@record
 class ChunkWrite:
     """What one write (a chunk, or every row) wrote: its row count, its read-back checksum (None
     if disabled), the path used and, when the read-back gate compared content, the source's
@@ -203,7 +204,7 @@ FENCE_TABLE = "dpone_chunk_fence"
 _FENCE_CAMPAIGN = re.compile(r"^[A-Za-z0-9:_.\-]{1,120}$")
 
 
-@dataclass(frozen=True)
+@record
 class ChunkFence:
     """The fencing token of one chunk attempt, checked inside the sink's own data transaction.
 
@@ -238,7 +239,7 @@ class ChunkFence:
         )
 
 
-@dataclass(frozen=True)
+@record
 class SinkOptions:
     """Tuning knobs; the defaults are what the orchestrator uses.
 

@@ -11,8 +11,9 @@ and imports only the standard library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from dpone.records import record
 
 Family = Literal[
     "integer",
@@ -34,7 +35,7 @@ _EXACT_AS_TEXT = frozenset({"integer", "decimal", "uuid", "json", "other"})
 _FLOAT_DIGITS = {24: 6, 53: 15}
 
 
-@dataclass(frozen=True)
+@record
 class ColumnType:
     """One column's type, reduced to what decides whether a value survives being stored.
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -50,6 +50,7 @@ from dpone.connectors.dialect_types import mysql_column_type
 from dpone.credentials.dsn_settings import missing_file
 from dpone.errors import DponeError
 from dpone.lifecycle.session_limits import SessionLimits, session_limits
+from dpone.records import record
 
 MAX_IDENTIFIER_CHARS = 64  # longer names are refused by the server
 DEFAULT_PORT = 3306
@@ -84,7 +85,7 @@ _TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r
 
 
 # --- DSNs -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class MysqlDsn:
     """``mysql://user:password@host:port/database?option=value`` (``mariadb://`` too), parsed.
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from dpone.credentials import redaction
+from dpone.records import record
 
 #: a password fragment shorter than this is registered only when a driver parsed it as a part
 MIN_FRAGMENT = 3
@@ -32,7 +32,7 @@ _DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306, "mssql": 1433}
 _PART_KEYS = ("host", "hostaddr", "port", "dbname", "user")
 
 
-@dataclass(frozen=True)
+@record
 class ServerParts:
     """Validated parts of a DSN: safe to show in a name."""
 

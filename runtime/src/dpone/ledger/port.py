@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from dpone.plan.chunks import Bound, Chunk
+from dpone.records import record
 
 T = TypeVar("T")
 
@@ -24,7 +25,7 @@ class ChunkState(StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True)
+@record
 class Capabilities:
     distributed_lock: bool
     distributed_chunk_lease: bool
@@ -39,7 +40,7 @@ class Capabilities:
         )
 
 
-@dataclass(frozen=True)
+@record
 class CampaignShape:
     """What a campaign is: its key, the chunk list and the hashes that must not drift."""
 
@@ -55,7 +56,7 @@ class CampaignShape:
         return len(self.chunks)
 
 
-@dataclass(frozen=True)
+@record
 class ChunkRecord:
     """The latest known transition of one chunk (a ledger row, merged latest-wins per chunk)."""
 
@@ -76,7 +77,7 @@ class ChunkRecord:
     source_checksum: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Ledger:
     """A merged view: the campaign snapshot plus the latest record of every chunk."""
 
@@ -95,7 +96,7 @@ class Ledger:
         return all(self.state_of(c.index) is ChunkState.COMMITTED for c in self.shape.chunks)
 
 
-@dataclass(frozen=True)
+@record
 class Amendment:
     """One extension of a campaign's plan, as the ledger recorded it (ADR 0020)."""
 
@@ -108,7 +109,7 @@ class Amendment:
     amended_at: dt.datetime | None = None  # the store's clock
 
 
-@dataclass(frozen=True)
+@record
 class Restatement:
     """A committed chunk marked to be moved again, as the ledger recorded it."""
 
@@ -127,7 +128,7 @@ ConfigHashAt = Callable[[Bound], str]
 what the stored campaign's config_hash must be when only the end moved."""
 
 
-@dataclass(frozen=True)
+@record
 class Lease:
     """Proof of ownership of one chunk attempt; completion is compare-and-set on (owner, attempt)."""
 
@@ -145,7 +146,7 @@ class LeaseStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-@dataclass(frozen=True)
+@record
 class LeaseOutcome:
     status: LeaseStatus
     lease: Lease | None = None
@@ -153,7 +154,7 @@ class LeaseOutcome:
     cancel_reason: str | None = None  # set with CANCELLED: what the operator recorded
 
 
-@dataclass(frozen=True)
+@record
 class ChunkResult:
     """What a chunk attempt achieved; written by complete()."""
 

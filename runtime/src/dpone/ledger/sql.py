@@ -47,6 +47,7 @@ from dpone.ledger.port import (
 from dpone.lifecycle.faults import fault_point
 from dpone.plan.canonical import json_scalar
 from dpone.plan.chunks import Bound, Chunk, plan_hash
+from dpone.records import record
 
 SCHEMA_VERSION = 4
 """The audit-schema version this release writes; a newer stored version is refused.
@@ -246,7 +247,7 @@ def failure_from_exception(exc: BaseException) -> tuple[str, str]:
     return errors.SINK_FAILED, first_line(redact_text(f"{type(exc).__name__}: {exc}"))
 
 
-@dataclass(frozen=True)
+@record
 class CampaignHead:
     """The latest campaign snapshot row, without its chunk list."""
 
@@ -282,7 +283,7 @@ class CampaignHead:
         return replace(self, cancelled=not undo, cancel_reason=stored_text(reason))
 
 
-@dataclass(frozen=True)
+@record
 class StoredTransition:
     """One chunk transition row exactly as stored (state and bounds not yet validated)."""
 
@@ -305,7 +306,7 @@ class StoredTransition:
     source_checksum: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class NewTransition:
     """A transition to append; recorded_at and seq come from the database."""
 
@@ -353,7 +354,7 @@ class NewTransition:
         )
 
 
-@dataclass(frozen=True)
+@record
 class ShapeRow:
     """One chunk of the stored campaign shape: bounds as stored and its idempotency key."""
 
@@ -375,7 +376,7 @@ def _shape_row(chunk: Chunk) -> ShapeRow:
     )
 
 
-@dataclass(frozen=True)
+@record
 class ChunkView:
     """Everything a chunk decision needs, read in one statement under the chunk's lock."""
 
@@ -569,7 +570,7 @@ AMENDMENTS: RowCodec[Amendment] = RowCodec(
 )
 
 
-@dataclass(frozen=True)
+@record
 class Extension:
     """One extend() request (see the port): grow the stored campaign to ``shape``."""
 
@@ -715,7 +716,7 @@ def check_chunk(run_key: str, chunk: Chunk, stored: ShapeRow | None) -> None:
         )
 
 
-@dataclass(frozen=True)
+@record
 class LeaseDecision:
     """What acquire_lease does with a chunk: the outcome status and the attempt to write, if any."""
 
@@ -841,7 +842,7 @@ def check_lease_chunk(lease: Lease, chunk: Chunk) -> None:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Appended:
     """What a combined read-and-append step wrote (None when its condition did not hold)."""
 

@@ -16,13 +16,13 @@ import math
 import os
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from dpone import errors
 from dpone.errors import DponeError
+from dpone.records import record
 
 
-@dataclass(frozen=True)
+@record
 class LimitVariable:
     env: str
     default: float
@@ -50,7 +50,7 @@ VARIABLES: tuple[LimitVariable, ...] = (
 """Seconds, except the keepalive count. Documented in docs/ledger.md and docs/cli.md."""
 
 
-@dataclass(frozen=True)
+@record
 class SessionLimits:
     idle_in_transaction_s: float
     statement_s: float

@@ -21,7 +21,6 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +35,7 @@ from dpone.observability.exporting import (
     build_client,
     lineage_requested,
 )
+from dpone.records import record
 
 DEFAULT_JOB_NAMESPACE = "dpone"
 FACET_NAME = "dpone_chunks"
@@ -43,7 +43,7 @@ FACET_SCHEMA_URL = "urn:dpone:openlineage:DponeChunksRunFacet:1"
 PRODUCER = "urn:dpone:runtime"
 
 
-@dataclass(frozen=True)
+@record
 class DatasetName:
     """An OpenLineage dataset identity: the datasource namespace and the dataset's name."""
 
@@ -76,7 +76,7 @@ def dataset_name(dsn: str, schema: str | None, table: str) -> DatasetName:
 
 
 # --- the run --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class LineageRun:
     """What the events of one run say, gathered before any I/O (names only, no secrets)."""
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +27,7 @@ from dpone.observability.exporting import (
     metrics_requested,
 )
 from dpone.observability.result import ChunkTiming
+from dpone.records import record
 
 METER_NAME = "dpone"
 #: ChunkTiming statuses that moved (or tried to move) data: their duration is measured.
@@ -62,7 +62,7 @@ INSTRUMENTS: tuple[tuple[str, str, str, str], ...] = (
 _LABEL_FIELDS = ("workload", "process", "mode", "item")
 
 
-@dataclass(frozen=True)
+@record
 class RunLabels:
     """The attributes every data point of one `dpone run` process carries.
 

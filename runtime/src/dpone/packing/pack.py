@@ -7,7 +7,7 @@ schedule) are deliberately outside it: a catalog inside an image cannot know its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from dpone import errors
@@ -16,12 +16,13 @@ from dpone.errors import DponeError, ErrorCollector, ErrorRecord, Location
 from dpone.plan.canonical import fingerprint
 from dpone.plan.chunks import Bound, Chunk, ChunkPlanError, backfill_run_key, plan_chunks_hashed
 from dpone.plan.mapping import MappingPlan, MappingPlanError, MappingPolicy, plan_mapping
+from dpone.records import record
 from dpone.suggest import not_in
 
 PACK_SCHEMA = "dpone.workload-pack.v1"
 
 
-@dataclass(frozen=True)
+@record
 class ProcessPlan:
     """One process, compiled: its configuration, campaign key, chunks and mapping plan."""
 
@@ -64,7 +65,7 @@ class ProcessPlan:
         }
 
 
-@dataclass(frozen=True)
+@record
 class WorkloadPack:
     workload: Workload
     processes: tuple[ProcessPlan, ...]

@@ -6,19 +6,18 @@ predicate) comes only from the recompiled plan, never from the environment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.packing.pack import ProcessPlan, WorkloadPack
 from dpone.packing.task_env import run_identity
 from dpone.plan.chunks import Chunk
 from dpone.plan.mapping import MappingItem
+from dpone.records import record
 from dpone.task.identity import RunIdentity
 from dpone.task.item import ParsedItem
 
 
-@dataclass(frozen=True)
+@record
 class Selection:
     """What this run executes: the chunk tuple, and the mapped item when there is one."""
 

@@ -14,11 +14,11 @@ import gc
 import hashlib
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import cast
 
 from dpone.plan.canonical import FieldRecord, fingerprint, fingerprint_text, json_scalar
+from dpone.records import record
 
 CHUNK_TYPES = ("date", "timestamp", "integer")
 UNITS_BY_TYPE: dict[str, tuple[str, ...]] = {
@@ -36,7 +36,7 @@ class ChunkPlanError(ValueError):
     """A window that cannot be planned; the caller turns it into a located dpone error."""
 
 
-@dataclass(frozen=True)
+@record
 class ChunkSpec(FieldRecord):
     """What to split: the column, its type, the half-open window and the step."""
 
@@ -48,7 +48,7 @@ class ChunkSpec(FieldRecord):
     unit: str
 
 
-@dataclass(frozen=True)
+@record
 class Chunk(FieldRecord):
     """One half-open slice ``[start, end)`` of the window with its idempotency key."""
 

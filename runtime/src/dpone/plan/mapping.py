@@ -7,10 +7,10 @@ instances; it decides nothing about commit state, which belongs to the ledger.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from dpone.plan.canonical import FieldRecord, canonical_text, field_values, fingerprint, json_scalar
+from dpone.records import record
 
 PLAN_SCHEMA = "dpone.airflow-mapping-plan.v1"
 ITEM_SCHEMA = "dpone.airflow-mapping-item.v1"
@@ -27,7 +27,7 @@ POLICY_FIELDS = ("mode", "max_items", "max_active", "pool")
 _ITEM_SCHEMA_JSON = '"' + ITEM_SCHEMA + '"'  # plain ASCII: its JSON string is itself in quotes
 
 
-@dataclass(frozen=True)
+@record
 class PolicyProblem:
     """One rule the raw policy breaks: which field, which code, what to say."""
 
@@ -36,7 +36,7 @@ class PolicyProblem:
     message: str
 
 
-@dataclass(frozen=True)
+@record
 class MappingPolicy(FieldRecord):
     mode: str = "internal"
     max_items: int = DEFAULT_MAX_ITEMS
@@ -115,7 +115,7 @@ def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProb
     return MappingPolicy(mode, max_items, max_active, pool), []
 
 
-@dataclass(frozen=True)
+@record
 class MappingItem:
     """One mapped task's execution scope: a contiguous, one-based chunk range."""
 
@@ -132,7 +132,7 @@ class MappingItem:
         return {**field_values(self, MappingItem), "chunks_count": self.chunks_count}
 
 
-@dataclass(frozen=True)
+@record
 class MappingPlan:
     """``dpone.airflow-mapping-plan.v1``: the static, fingerprinted item list of one process."""
 

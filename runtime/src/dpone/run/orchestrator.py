@@ -43,6 +43,7 @@ from dpone.observability.result import ChunkTiming, RunOutcome
 from dpone.packing.pack import ProcessPlan, WorkloadPack, config_hash_at
 from dpone.packing.verify import Selection
 from dpone.plan.chunks import Chunk
+from dpone.records import record
 
 
 class ProgressSink(Protocol):
@@ -72,7 +73,7 @@ def new_owner(prefix: str = "") -> str:
     return f"{prefix}{host}:{os.getpid()}:{os.urandom(6).hex()}"
 
 
-@dataclass(frozen=True)
+@record
 class RunContext:
     pack: WorkloadPack
     plan: ProcessPlan

@@ -9,12 +9,12 @@ widens or narrows what runs. A run without it ran outside Airflow and says so.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.plan.canonical import field_values, strict_json_object
+from dpone.records import record
 from dpone.task.item import ENV_CONTEXT
 
 CONTEXT_SCHEMA = "dpone.airflow-context.v1"
@@ -41,7 +41,7 @@ _OWNER = re.compile(r"^airflow try=(\d+) map=(-?\d+) run=(.+) on [^ ]+$")
 LOCAL_OWNER_PREFIX = "local on "
 
 
-@dataclass(frozen=True)
+@record
 class AirflowContext:
     dag_id: str
     task_id: str

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
 from dpone.errors import DponeError
 from dpone.plan.canonical import canonical_text, field_values, is_fingerprint, strict_json_object
+from dpone.records import record
 
 RUN_IDENTITY_SCHEMA = "dpone.airflow-run-identity.v1"
 IDENTITY_MAX_BYTES = 4096
 _FIELDS = ("schema", "dag_id", "workload", "process", "pack_fingerprint", "flavour", "image")
 
 
-@dataclass(frozen=True)
+@record
 class RunIdentity:
     dag_id: str
     workload: str

@@ -6,7 +6,6 @@ or connector built, and everything in it is checked against the re-derived plan 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from dpone import errors
@@ -20,6 +19,7 @@ from dpone.plan.mapping import (
     MAPPED_MODES,
     MappingItem,
 )
+from dpone.records import record
 
 ENV_ITEM = "DPONE_AIRFLOW_MAPPING_ITEM"
 ENV_RUN_IDENTITY = "DPONE_AIRFLOW_RUN_IDENTITY"
@@ -38,7 +38,7 @@ ITEM_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class ParsedItem(MappingItem):
     """A mapped task's item as its environment carries it: the chunk range, plus the plan it
     was cut from."""
