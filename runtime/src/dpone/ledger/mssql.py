@@ -364,6 +364,9 @@ class MssqlTx(ledger_sql.ViewThenAppend):
     def committed_marks(self, run_key: str) -> set[int]:
         return {int(row[0]) for row in self._all(self.sql.committed_marks, run_key)}
 
+    def load_state(self, run_key: str, with_shape: bool) -> ledger_sql.StoredState:
+        return ledger_sql.state_in_turn(self, run_key, with_shape)
+
     def shape_rows(self, run_key: str) -> list[ledger_sql.ShapeRow]:
         return ledger_sql.rows_as_shape(self._all(self.sql.shape_rows, run_key))
 

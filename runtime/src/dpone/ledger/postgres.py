@@ -40,6 +40,7 @@ from dpone.ledger.sql import (
     ShapeRow,
     SqlLedger,
     SqlStoreOptions,
+    StoredState,
     StoredTransition,
     TxMode,
     WriteFailed,
@@ -732,6 +733,26 @@ class PostgresTx:
     def committed_marks(self, run_key: str) -> set[int]:
         rows = self.connection.execute(self.sql.committed_marks, (run_key,)).fetchall()
         return {int(row[0]) for row in rows}
+
+    def load_state(self, run_key: str, with_shape: bool) -> StoredState:
+        """A load's reads in ONE round trip (a pipeline): the head with the clock, the chunk
+        rows when asked for, the latest transitions, the committed marks."""
+        conn = self.connection
+        with conn.pipeline():
+            head = conn.execute(self.sql.campaign_head, (run_key,))
+            rows = conn.execute(self.sql.shape_rows, (run_key,)) if with_shape else None
+            latest = conn.execute(self.sql.latest_transitions, (run_key,))
+            marks = conn.execute(self.sql.committed_marks, (run_key,))
+        found = head.fetchone()
+        if found is None:
+            return StoredState(None)
+        return StoredState(
+            CAMPAIGNS.decode(found),
+            utc(found[-1]),
+            None if rows is None else rows_as_shape(rows.fetchall()),
+            [TRANSITIONS.decode(row) for row in latest.fetchall()],
+            {int(row[0]) for row in marks.fetchall()},
+        )
 
     def insert_amendment(self, amendment: Amendment) -> None:
         self.connection.execute(self.sql.insert_amendment, AMENDMENTS.params(amendment))

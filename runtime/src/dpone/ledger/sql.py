@@ -871,6 +871,29 @@ def _reason_of(decision: LeaseDecision, view: ChunkView) -> str | None:
     return view.cancel_reason if decision.status is LeaseStatus.CANCELLED else None
 
 
+@record
+class StoredState:
+    """What a load reads of a campaign in one transaction: its head (None: no such campaign)
+    with the database clock read beside it, its chunk rows (None when not asked for), each
+    chunk's latest transition and the chunks ever committed."""
+
+    head: CampaignHead | None
+    now: dt.datetime | None = None
+    shape_rows: list[ShapeRow] | None = None
+    latest: list[StoredTransition] = field(default_factory=list)
+    marks: set[int] = field(default_factory=set)
+
+
+def state_in_turn(tx: LedgerTx, run_key: str, with_shape: bool) -> StoredState:
+    """A load's reads one statement after the other (a dialect without pipelining)."""
+    head = tx.campaign_head(run_key)
+    if head is None:
+        return StoredState(None)
+    now = tx.db_now()
+    rows = tx.shape_rows(run_key) if with_shape else None
+    return StoredState(head, now, rows, tx.latest_transitions(run_key), tx.committed_marks(run_key))
+
+
 class LedgerTx(Protocol):
     """One open ledger transaction of a SQL dialect. Locks are transaction-scoped: commit or
     rollback releases them, so a crashed process can never leave one behind."""
@@ -909,6 +932,9 @@ class LedgerTx(Protocol):
 
     def committed_marks(self, run_key: str) -> set[int]:
         """Indexes of the campaign's chunks that were ever committed (schema version 2)."""
+
+    def load_state(self, run_key: str, with_shape: bool) -> StoredState:
+        """What a load reads, in this one transaction (see :func:`state_in_turn`)."""
 
     def insert_amendment(self, amendment: Amendment) -> None:
         """Record one extension (schema version 4); the store's clock stamps it."""
@@ -1252,18 +1278,20 @@ class SqlLedger(StoreBase):
             return len(tx.committed_marks(run_key))
 
     def _load(self, run_key: str, planned: CampaignShape | None) -> Ledger | None:
+        """The campaign's reads in one transaction (pipelined where the dialect can); its chunk
+        rows are read and verified once per plan of the campaign."""
+        known = any(key[0] == run_key for key in self._verified_shapes)
         with self._transaction("load", TxMode.READ) as tx:
-            head = tx.campaign_head(run_key)
+            state = tx.load_state(run_key, with_shape=not known)
+            head = state.head
             if head is None:
                 return None
-            now = tx.db_now()
             shape = self._verified_shapes.get((run_key, head.plan_hash))
             if shape is None:
-                shape = verified_shape(head, tx.shape_rows(run_key), planned)
-            latest = tx.latest_transitions(run_key)
-            marks = tx.committed_marks(run_key)
+                rows = tx.shape_rows(run_key) if state.shape_rows is None else state.shape_rows
+                shape = verified_shape(head, rows, planned)
         self._verified_shapes[(run_key, head.plan_hash)] = shape
-        return merge_ledger(head, shape, latest, now, marks)
+        return merge_ledger(head, shape, state.latest, state.now, state.marks)
 
     def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
         """Append a snapshot with the cancelled flag flipped (under the campaign lock)."""
