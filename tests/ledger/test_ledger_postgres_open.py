@@ -114,3 +114,21 @@ def test_a_newer_schema_is_refused(pg_dsn: str, pg_schema: str) -> None:
         PostgresLedger(pg_dsn, pg_schema)
     assert refused.value.code == errors.LEDGER_UNAVAILABLE
     assert "upgrade dpone" in refused.value.message
+
+
+def test_a_connection_left_with_a_command_in_progress_is_replaced(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """A send that failed as the server went away can leave libpq ACTIVE without marking the
+    connection broken; every later call on it would fail ("another command is already in
+    progress"). The next call opens a new connection and works."""
+    store = PostgresLedger(pg_dsn, pg_schema)
+    try:
+        stuck = store._connection()
+        stuck.pgconn.send_query(b"SELECT 1")  # a command whose result nobody reads
+        assert stuck.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE
+        assert store.list_campaigns() == []
+        assert store._connection() is not stuck and stuck.closed
+        assert session_of(store) == SESSION
+    finally:
+        store.close()

@@ -17,8 +17,6 @@ from dpone.credentials.credential_parts import has_any, resolve_parts
 from dpone.credentials.dsn_parts import register_driver_secrets
 from dpone.errors import DponeError, ErrorRecord
 
-CONNECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-
 
 def env_key(name: str) -> str:
     """DPONE_CONN_ + the upper-cased connection name."""

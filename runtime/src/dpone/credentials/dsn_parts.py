@@ -21,13 +21,15 @@ from dpone.records import record
 
 #: a password fragment shorter than this is registered only when a driver parsed it as a part
 MIN_FRAGMENT = 3
-_DELIMITERS = re.compile(r"[/@:?#&;=\[\]]+")
-_HOST = re.compile(
+# The patterns are texts, compiled by ``re`` on first use (a pod that never splits a password or
+# checks a host pays nothing for them).
+_DELIMITERS = r"[/@:?#&;=\[\]]+"
+_HOST = (
     r"[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?"  # a DNS name or an IPv4 address
     r"|\[?[0-9A-Fa-f:.]{2,45}\]?"  # an IPv6 address
     r"|/[A-Za-z0-9._/\-]{0,200}"  # a Unix-domain socket folder (libpq)
 )
-_DATABASE = re.compile(r"[A-Za-z0-9_$.\-]{1,128}")
+_DATABASE = r"[A-Za-z0-9_$.\-]{1,128}"
 _DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306, "mssql": 1433}
 _PART_KEYS = ("host", "hostaddr", "port", "dbname", "user")
 
@@ -73,7 +75,7 @@ def _url_view(dsn: str) -> dict[str, str] | None:
 
 def _fragments(value: str) -> set[str]:
     """``value`` and its pieces between the characters parsers split a DSN at."""
-    pieces = {piece for piece in _DELIMITERS.split(value) if len(piece) >= MIN_FRAGMENT}
+    pieces = {piece for piece in re.split(_DELIMITERS, value) if len(piece) >= MIN_FRAGMENT}
     return {value, unquote(value), *pieces} - {""}
 
 
@@ -111,9 +113,9 @@ def register_driver_secrets(dsn: str) -> None:
 
 
 def _valid(host: str, port: int, database: str | None) -> ServerParts | None:
-    if not _HOST.fullmatch(host) or not 0 < port < 65536:
+    if not re.fullmatch(_HOST, host) or not 0 < port < 65536:
         return None
-    if database is not None and not _DATABASE.fullmatch(database):
+    if database is not None and not re.fullmatch(_DATABASE, database):
         return None
     for text in (host, database or ""):
         if redaction.redact_text(text) != text:  # it holds a registered secret

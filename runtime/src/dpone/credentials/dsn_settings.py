@@ -15,39 +15,40 @@ from collections.abc import Mapping
 from dpone import errors
 from dpone.errors import DponeError
 
+# The patterns are texts, compiled by ``re`` on first use (only a refused connection needs them).
 #: libpq's own checks of a connection option (``connection is bad: ...``)
-_CLIENT_OPTION = re.compile(
+_CLIENT_OPTION = (
     r'invalid integer value "[^"]*" for connection option "(?P<option>\w+)"'
     r"|invalid (?P<port>port number)"
     r"|invalid (?P<named>\w+) value:"
 )
 #: the server's refusals of the startup packet's ``options`` (``FATAL:  ...``)
-_SERVER_OPTION = re.compile(
+_SERVER_OPTION = (
     r'unrecognized configuration parameter "(?P<unknown>[^"]{1,63})"'
     r'|invalid value for parameter "(?P<invalid>[^"]{1,63})"'
     r'|parameter "(?P<fixed>[^"]{1,63})" cannot be (?:changed|set)'
     r"|(?P<argument>invalid command-line argument for server process)"
 )
-_SERVER_PARAMETER = re.compile(r"[a-z_][a-z0-9_.]*")
+_SERVER_PARAMETER = r"[a-z_][a-z0-9_.]*"
 _VERIFYING = ("verify-ca", "verify-full")
 
 
 def postgres_setting_problem(message: str) -> str | None:
     """The DSN setting a failed Postgres connect refused, from the driver's message; None when
     the failure is anything else (an outage, credentials, a missing database)."""
-    client = _CLIENT_OPTION.search(message)
+    client = re.search(_CLIENT_OPTION, message)
     if client is not None:
         if client.group("port"):
             return "port (not a valid port number)"
         name = client.group("option") or client.group("named")
         return f"{name} (not a value libpq accepts)"
-    server = _SERVER_OPTION.search(message)
+    server = re.search(_SERVER_OPTION, message)
     if server is None:
         return None
     if server.group("argument"):
         return "options (not a server command line: use -c name=value)"
     parameter = server.group("unknown") or server.group("invalid") or server.group("fixed") or ""
-    shown = repr(parameter) if _SERVER_PARAMETER.fullmatch(parameter) else "a parameter"
+    shown = repr(parameter) if re.fullmatch(_SERVER_PARAMETER, parameter) else "a parameter"
     if server.group("unknown"):
         return f"options (sets {shown}, which the server does not know)"
     if server.group("invalid"):

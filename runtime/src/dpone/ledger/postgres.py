@@ -73,6 +73,8 @@ node is noticed in about a minute, not two hours."""
 
 # SQLSTATE classes that mean the session is gone (connection exception, admin shutdown).
 CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03", "25P03")
+#: the states a connection is left in by a command the server never answered
+_UNUSABLE = (psycopg.pq.TransactionStatus.ACTIVE, psycopg.pq.TransactionStatus.UNKNOWN)
 
 
 def _audit_log(s: str, table: str, columns: str) -> str:
@@ -816,9 +818,16 @@ class PostgresLedger(SqlLedger):
 
     # --- connection -----------------------------------------------------------------------------
     def _connection(self) -> psycopg.Connection[Any]:
-        """The store's one connection, reopened after a loss (the failed call already raised)."""
-        if self._conn is not None and not self._conn.closed and not self._conn.broken:
-            return self._conn
+        """The store's one connection, reopened after a loss (the failed call already raised).
+
+        Between calls a live connection has no command in progress: one left ACTIVE (a send
+        that failed as the server went away, before libpq read the connection's end) or in an
+        unknown state would refuse every later call ("another command is already in
+        progress"), so it is replaced like a closed one."""
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            if conn.info.transaction_status not in _UNUSABLE:
+                return conn
         conn = self._open()[0]
         conn.autocommit = False
         return conn
