@@ -737,8 +737,8 @@ class PostgresTx:
         return {int(row[0]) for row in rows}
 
     def load_state(self, run_key: str, with_shape: bool) -> StoredState:
-        """A load's reads in ONE round trip (a pipeline): the head with the clock, the chunk
-        rows when asked for, the latest transitions, the committed marks."""
+        """A load's reads as one pipeline, their results read after one sync: the head with
+        the clock, the chunk rows when asked for, the latest transitions, the committed marks."""
         conn = self.connection
         with conn.pipeline():
             head = conn.execute(self.sql.campaign_head, (run_key,))
