@@ -68,6 +68,7 @@ ABSENT = (
     "dpone.campaign.restate",
     "dpone_generator",
     "jinja2",
+    "ruamel",  # the catalog and manifest are in the subset yaml_subset reads
     "openlineage",
     "opentelemetry",
     "pymysql",
@@ -83,6 +84,7 @@ NEEDED = frozenset(
         "dpone.authoring.loader",
         "dpone.authoring.models",
         "dpone.authoring.schema",
+        "dpone.authoring.yaml_subset",
         "dpone.authoring.yamldoc",
         "dpone.cli",
         "dpone.credentials",
