@@ -149,6 +149,13 @@ def test_every_item_commits_once_and_target_equals_source(project, monkeypatch, 
     doc = json.loads(verification.read_text())
     assert validate(doc, load_schema("backfill-verification.v1.schema.json")) == []
     assert doc["rows_total"] == 3000 and doc["chunks_total"] == 30
+    # a cleared item re-run loads only its chunks' records, yet says the campaign is complete
+    # and writes the verification from every chunk's record, as the last mover did
+    verification.unlink()
+    code, result, _ = _run_item(catalog, plan, 2, monkeypatch, capsys)
+    assert code == 0 and result["backfill"]["mapping"]["item_status"] == "chunks_skipped_resume"
+    assert result["backfill"]["campaign_complete"] is True
+    assert json.loads(verification.read_text()) == doc
 
 
 def test_a_committed_item_reruns_as_a_no_op_without_touching_the_source(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]

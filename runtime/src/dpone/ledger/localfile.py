@@ -369,8 +369,13 @@ class LocalFileLedger(StoreBase):
 
     # --- the port -------------------------------------------------------------------------------
     def initialize(
-        self, shape: port.CampaignShape, owner: str, lock_timeout_s: float
+        self,
+        shape: port.CampaignShape,
+        owner: str,
+        lock_timeout_s: float,
+        scope: tuple[int, int] | None = None,
     ) -> port.Ledger:
+        """The whole campaign's ledger whatever the scope: the file holds it in memory."""
         check_shape_input(shape)
         with self._locked(lock_timeout_s):
             existing = self._campaigns.get(shape.run_key)

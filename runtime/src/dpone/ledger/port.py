@@ -86,13 +86,22 @@ class Ledger:
     cancelled: bool = False
     cancel_reason: str | None = None
     now: dt.datetime | None = None  # the store's clock when loaded (database clock for SQL)
+    #: the first and last chunk whose records were loaded (a mapped item's chunks: the store
+    #: checked the rest of the campaign where it lives); None: every chunk's
+    scope: tuple[int, int] | None = None
+    #: with a scope, how many of the campaign's chunks are committed
+    committed_total: int = 0
 
     def state_of(self, index: int) -> ChunkState:
+        if self.scope is not None and not self.scope[0] <= index <= self.scope[1]:
+            raise ValueError(f"chunk {index} is outside the loaded chunks {self.scope}")
         record = self.records.get(index)
         return record.state if record else ChunkState.PENDING
 
     @property
     def complete(self) -> bool:
+        if self.scope is not None:
+            return self.committed_total == self.shape.chunk_count
         return all(self.state_of(c.index) is ChunkState.COMMITTED for c in self.shape.chunks)
 
 
@@ -174,6 +183,11 @@ class LedgerStore(Protocol):
     - initialize: under a short campaign lock (bounded wait, then DPONE_AIRFLOW_MAPPING_CAMPAIGN_BUSY)
       create the campaign if absent, else verify plan_hash, config_hash and chunk count
       (DPONE_LEDGER_SHAPE_MISMATCH); return the merged ledger. Never held while data moves.
+      With ``scope`` (a mapped item's first and last chunk), a store that can check the whole
+      campaign where it lives (its chunk rows equal the plan's, every latest record agrees
+      with its chunk, every committed mark is still committed) loads only those chunks'
+      records and says how many of the campaign's are committed; any disagreement, or a
+      store that cannot, loads every record (and names what is wrong).
     - acquire_lease: under the chunk's lock: cancelled -> CANCELLED; committed -> ALREADY_COMMITTED;
       running with unexpired lease (database clock) -> BUSY; else write RUNNING(owner, attempt+1,
       expiry = db now + lease_seconds).
@@ -211,7 +225,13 @@ class LedgerStore(Protocol):
     capabilities: Capabilities
     name: str
 
-    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger: ...
+    def initialize(
+        self,
+        shape: CampaignShape,
+        owner: str,
+        lock_timeout_s: float,
+        scope: tuple[int, int] | None = None,
+    ) -> Ledger: ...
 
     def load(self, run_key: str) -> Ledger | None: ...
 

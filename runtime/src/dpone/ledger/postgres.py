@@ -23,7 +23,15 @@ from dpone.credentials.dsn_settings import (
 )
 from dpone.credentials.redaction import mask_quoted
 from dpone.errors import DponeError
-from dpone.ledger.port import Amendment, ChunkResult, ChunkState, Lease, Restatement
+from dpone.ledger.port import (
+    Amendment,
+    CampaignShape,
+    ChunkResult,
+    ChunkState,
+    Lease,
+    Ledger,
+    Restatement,
+)
 from dpone.ledger.sql import (
     AMENDMENTS,
     CAMPAIGNS,
@@ -33,10 +41,12 @@ from dpone.ledger.sql import (
     SCHEMA_VERSION,
     TRANSITIONS,
     Appended,
+    CampaignCheck,
     CampaignHead,
     ChunkLockTimeout,
     ChunkView,
     NewTransition,
+    ScopedState,
     ShapeRow,
     SqlLedger,
     SqlStoreOptions,
@@ -49,6 +59,7 @@ from dpone.ledger.sql import (
     first_line,
     rows_as_shape,
     schema_lock_key,
+    scoped_ledger,
     stored_text,
     transition_params,
     utc,
@@ -467,6 +478,39 @@ class PostgresStatements:
             "WHERE run_key = %s ORDER BY chunk_index, transition DESC"
         )
         self.committed_marks = f"SELECT chunk_index FROM {s}.committed_chunk WHERE run_key = %s"
+        self.latest_in_scope = (
+            f"SELECT DISTINCT ON (chunk_index) {TRANSITIONS.selected} FROM {s}.chunk_transition "
+            "WHERE run_key = %s AND chunk_index BETWEEN %s AND %s "
+            "ORDER BY chunk_index, transition DESC"
+        )
+        # sql.CampaignCheck in one statement: the chunk rows' count and plan hash, the latest
+        # records validate_transition would refuse (NULLs count as refused), the committed
+        # marks merge_ledger would refuse, and the committed chunks
+        self.campaign_check = (
+            "WITH latest AS (SELECT DISTINCT ON (chunk_index) chunk_index, state, attempt, "
+            "idempotency_key, chunk_start, chunk_end, lease_owner, lease_expires_at "
+            f"FROM {s}.chunk_transition WHERE run_key = %(rk)s "
+            "ORDER BY chunk_index, transition DESC), "
+            "shape AS (SELECT chunk_index, chunk_start, chunk_end, idempotency_key "
+            f"FROM {s}.campaign_chunk WHERE run_key = %(rk)s) "
+            "SELECT (SELECT count(*) FROM shape), "
+            "(SELECT 'sha256:' || encode(sha256(convert_to('[' || string_agg('{\"end\":' "
+            '|| chunk_end || \',"idempotency_key":"\' || idempotency_key || \'","index":\' '
+            "|| chunk_index::text || ',\"start\":' || chunk_start || '}', ',' "
+            "ORDER BY chunk_index) || ']', 'UTF8')), 'hex') FROM shape), "
+            "(SELECT count(*) FROM latest AS l LEFT JOIN shape AS sh USING (chunk_index) "
+            "WHERE sh.chunk_index IS NULL "
+            "OR l.idempotency_key IS DISTINCT FROM sh.idempotency_key "
+            "OR l.chunk_start IS DISTINCT FROM sh.chunk_start "
+            "OR l.chunk_end IS DISTINCT FROM sh.chunk_end "
+            "OR l.state IS NULL OR l.state NOT IN ('pending', 'running', 'committed', 'failed') "
+            "OR l.attempt IS NULL OR l.attempt < 1 "
+            "OR (l.state = 'running' AND (l.lease_owner IS NULL OR l.lease_expires_at IS NULL))), "
+            f"(SELECT count(*) FROM {s}.committed_chunk AS m LEFT JOIN latest AS l "
+            "USING (chunk_index) WHERE m.run_key = %(rk)s "
+            "AND l.state IS DISTINCT FROM 'committed'), "
+            "(SELECT count(*) FROM latest WHERE state = 'committed')"
+        )
         self.insert_amendment = (
             f"INSERT INTO {s}.campaign_amendment ({AMENDMENTS.inserted}) "
             "VALUES (%s, %s, %s, %s, %s, %s)"
@@ -756,6 +800,29 @@ class PostgresTx:
             {int(row[0]) for row in marks.fetchall()},
         )
 
+    def load_scoped(self, run_key: str, first: int, last: int) -> ScopedState:
+        """A scoped load's reads as one pipeline: the head with the clock, the campaign's check
+        in the database, the latest transitions of chunks ``first``..``last``."""
+        conn = self.connection
+        with conn.pipeline():
+            head = conn.execute(self.sql.campaign_head, (run_key,))
+            check = conn.execute(self.sql.campaign_check, {"rk": run_key})
+            latest = conn.execute(self.sql.latest_in_scope, (run_key, first, last))
+        found = head.fetchone()
+        if found is None:
+            return ScopedState(None)
+        checked = check.fetchone()
+        assert checked is not None
+        chunk_rows, rows_plan_hash, bad_records, lost_marks, committed = checked
+        return ScopedState(
+            CAMPAIGNS.decode(found),
+            utc(found[-1]),
+            CampaignCheck(
+                int(chunk_rows), rows_plan_hash, int(bad_records), int(lost_marks), int(committed)
+            ),
+            [TRANSITIONS.decode(row) for row in latest.fetchall()],
+        )
+
     def insert_amendment(self, amendment: Amendment) -> None:
         self.connection.execute(self.sql.insert_amendment, AMENDMENTS.params(amendment))
 
@@ -890,6 +957,16 @@ class PostgresLedger(SqlLedger):
         if lost or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
             return self._lost_during(op, first_line(str(exc)))
         return self._database_error(op, f"{state} {first_line(str(exc))}")
+
+    def _load_scope(self, planned: CampaignShape, scope: tuple[int, int]) -> Ledger | None:
+        """The campaign checked in the database and only the scope's records read (one
+        pipeline): a mapped item's load no longer grows with the campaign."""
+        with self._transaction("load", TxMode.READ) as tx:
+            state = tx.load_scoped(planned.run_key, *scope)
+        ledger = scoped_ledger(planned, scope, state)
+        if ledger is not None:
+            self._verified_shapes[(planned.run_key, planned.plan_hash)] = planned
+        return ledger
 
     @contextmanager
     def _transaction(self, op: str, mode: TxMode) -> Iterator[PostgresTx]:

@@ -884,6 +884,71 @@ class StoredState:
     marks: set[int] = field(default_factory=set)
 
 
+@record
+class CampaignCheck:
+    """A campaign checked where it is stored, in one statement: its chunk rows (their count,
+    and the plan hash of their text, built as :func:`dpone.plan.chunks.plan_hash` builds it),
+    the latest records that disagree with their chunk row or break a record rule (what
+    :func:`validate_transition` refuses), the committed marks whose chunk is no longer
+    committed (what :func:`merge_ledger` refuses) and the chunks committed."""
+
+    chunk_rows: int
+    rows_plan_hash: str | None
+    bad_records: int
+    lost_marks: int
+    committed: int
+
+    def agrees(self, head: CampaignHead, planned: CampaignShape) -> bool:
+        """Whether the stored campaign is the planned one with nothing wrong in it: its chunk
+        rows are the plan's text for text (a different row, or a row text the plan would have
+        written otherwise, gives another hash)."""
+        count = len(planned.chunks)
+        return (
+            head.plan_hash == planned.plan_hash == self.rows_plan_hash
+            and head.chunk_count == count
+            and self.chunk_rows == count
+            and self.bad_records == 0
+            and self.lost_marks == 0
+        )
+
+
+@record
+class ScopedState:
+    """What a scoped load reads in one transaction: the head with the database clock, the
+    whole campaign's check, and the latest transition of each chunk in the scope."""
+
+    head: CampaignHead | None
+    now: dt.datetime | None = None
+    check: CampaignCheck | None = None
+    latest: list[StoredTransition] = field(default_factory=list)
+
+
+def scoped_ledger(
+    planned: CampaignShape, scope: tuple[int, int], state: ScopedState
+) -> Ledger | None:
+    """The ledger of the scope's chunks when the stored campaign checked out as the planned
+    one; None when it did not (the full load then names what is wrong)."""
+    head, check = state.head, state.check
+    if head is None or check is None or not check.agrees(head, planned):
+        return None
+    first, last = scope
+    rows = {chunk.index: ShapeRow.of(chunk) for chunk in planned.chunks[first - 1 : last]}
+    records: dict[int, ChunkRecord] = {}
+    for row in state.latest:
+        if row.chunk_index in records:
+            raise corrupt(head.run_key, row.chunk_index, "two latest records for one chunk")
+        records[row.chunk_index] = validate_transition(head.run_key, rows, row)
+    return Ledger(
+        shape=planned,
+        records=records,
+        cancelled=head.cancelled,
+        cancel_reason=head.cancel_reason if head.cancelled else None,
+        now=state.now,
+        scope=scope,
+        committed_total=check.committed,
+    )
+
+
 def state_in_turn(tx: LedgerTx, run_key: str, with_shape: bool) -> StoredState:
     """A load's reads one statement after the other (a dialect without pipelining)."""
     head = tx.campaign_head(run_key)
@@ -1057,7 +1122,13 @@ class StoreBase(ABC):
     """What every ledger store (SQL or local file) does the same way around its own locking."""
 
     @abstractmethod
-    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger: ...
+    def initialize(
+        self,
+        shape: CampaignShape,
+        owner: str,
+        lock_timeout_s: float,
+        scope: tuple[int, int] | None = None,
+    ) -> Ledger: ...
 
     @abstractmethod
     def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
@@ -1202,9 +1273,16 @@ class SqlLedger(StoreBase):
             )
 
     # --- campaign -------------------------------------------------------------------------------
-    def initialize(self, shape: CampaignShape, owner: str, lock_timeout_s: float) -> Ledger:
+    def initialize(
+        self,
+        shape: CampaignShape,
+        owner: str,
+        lock_timeout_s: float,
+        scope: tuple[int, int] | None = None,
+    ) -> Ledger:
         """Create or verify the campaign under the campaign lock; merge-load outside of it, so
-        the lock is held for one short transaction however large the campaign is."""
+        the lock is held for one short transaction however large the campaign is; with a
+        scope, load only its chunks where the dialect can check the rest in the database."""
         check_shape_input(shape)
         with self._transaction("initialize", TxMode.CAMPAIGN) as tx:
             tx.lock_campaign(shape.run_key, lock_timeout_s)
@@ -1215,6 +1293,9 @@ class SqlLedger(StoreBase):
                 tx.insert_shape(shape.run_key, [ShapeRow.of(chunk) for chunk in shape.chunks])
             else:
                 verify_shape(stored, shape)
+        scoped = self._load_scope(shape, scope) if scope is not None else None
+        if scoped is not None:
+            return scoped
         ledger = self._load(shape.run_key, shape)
         if ledger is None:
             raise corrupt(shape.run_key, None, "the campaign vanished right after initialization")
@@ -1224,6 +1305,11 @@ class SqlLedger(StoreBase):
 
     def load(self, run_key: str) -> Ledger | None:
         return self._load(run_key, None)
+
+    def _load_scope(self, planned: CampaignShape, scope: tuple[int, int]) -> Ledger | None:
+        """The scope's ledger when the dialect checks the whole campaign in the database (see
+        :class:`CampaignCheck`); None here: the full load."""
+        return None
 
     def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
         """The chunk rows, the snapshot and the amendment commit together under the campaign

@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -926,12 +926,23 @@ def _chunk_committed(
     return True
 
 
+def _scope(selected: Sequence[Chunk], shape: CampaignShape) -> tuple[int, int] | None:
+    """A mapped item's consecutive chunks as (first, last): the ledger loads only their
+    records; None when the run selects the whole campaign (or chunks apart)."""
+    if not selected or len(selected) == shape.chunk_count:
+        return None
+    first, last = selected[0].index, selected[-1].index
+    if [chunk.index for chunk in selected] != list(range(first, last + 1)):
+        return None
+    return first, last
+
+
 def _open_campaign(ctx: RunContext, store: LedgerStore, owner: str) -> Ledger:
     """Initialize the campaign; a stored campaign of another plan is extended when this plan
     grows it on the same grid (ADR 0020), else the refusal says why and the way out."""
     shape, timeout = ctx.shape(), ctx.settings.lock_timeout_s
     try:
-        return store.initialize(shape, owner, timeout)
+        return store.initialize(shape, owner, timeout, _scope(ctx.selection.chunks, shape))
     except DponeError as exc:
         if exc.code != errors.LEDGER_SHAPE_MISMATCH:
             raise
@@ -1077,7 +1088,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         final = _reload_if_complete(store, ctx.shape()) if pending else ledger
         outcome.campaign_complete = bool(final and final.complete)
         if final is not None and final.complete:
-            _write_verification(final)
+            _write_verification(store, final)
     finally:
         settings.progress.finish()
         for mover in movers:
@@ -1168,12 +1179,18 @@ def _reload_if_complete(store: LedgerStore, shape: CampaignShape) -> Ledger | No
     return store.load(shape.run_key)
 
 
-def _write_verification(ledger: Any) -> None:
-    """The campaign verification export, written atomically by whoever sees completion."""
+def _write_verification(store: LedgerStore, ledger: Ledger) -> None:
+    """The campaign verification export, written atomically by whoever sees completion (from
+    every chunk's record: a ledger loaded for a mapped item's chunks is loaded whole first)."""
     from dpone.observability.result import verification_document, write_json_atomic
 
     target = os.environ.get("DPONE_EVIDENCE_DIR")
     if not target:
         return
+    if ledger.scope is not None:
+        whole = store.load(ledger.shape.run_key)
+        if whole is None or not whole.complete:
+            return
+        ledger = whole
     path = Path(target) / ledger.shape.run_key / "verification.json"
     write_json_atomic(path, verification_document(ledger))
