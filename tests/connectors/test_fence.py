@@ -174,3 +174,43 @@ def test_mssql_fence_statements_and_refusal(sqlite_db: MakeDb) -> None:
     assert "WITH (UPDLOCK, HOLDLOCK)" in select  # the row lock held to commit
     assert any(s.startswith("SET LOCK_TIMEOUT") for s in statements)
     sink.close()
+
+
+def _create_fence_tables_at_once(pg: Pg, schema: str, racers: int) -> list[BaseException]:
+    """``racers`` sinks of one target create its fence table at the same moment."""
+    sinks = [
+        PostgresSink(SinkSpec("wh", TableRef(schema, "dst"), "replace"), pg.dsn, SinkOptions())
+        for _ in range(racers)
+    ]
+    connections = [psycopg.connect(pg.dsn) for _ in sinks]
+    start = threading.Barrier(racers)
+    failures: list[BaseException] = []
+
+    def create(sink: PostgresSink, conn: psycopg.Connection) -> None:  # type: ignore[type-arg]
+        start.wait()
+        try:
+            sink._ensure_fence_table(conn)
+            conn.commit()
+        except BaseException as exc:
+            failures.append(exc)
+
+    pairs = zip(sinks, connections, strict=True)
+    threads = [threading.Thread(target=create, args=pair) for pair in pairs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for conn in connections:
+        conn.close()
+    return failures
+
+
+def test_postgres_sinks_creating_the_fence_table_at_once_all_go_on(pg: Pg) -> None:
+    """Workers of one run creating the fence table at the same moment: concurrent `CREATE
+    TABLE IF NOT EXISTS` can lose a catalog race (the row type's name: DuplicateObject,
+    SQLSTATE 42710); the losers find the table made and go on, none fails its chunk."""
+    for _ in range(10):
+        schema = pg.schema()
+        assert _create_fence_tables_at_once(pg, schema, 6) == []
+        table = sql.Identifier(schema, "dpone_chunk_fence")
+        assert pg.rows(sql.SQL("SELECT count(*) FROM {}").format(table)) == [(0,)]

@@ -998,8 +998,12 @@ class PostgresSink(Sink):
                             "PRIMARY KEY (campaign, chunk_index))"
                         ).format(table)
                     )
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-            pass  # a concurrent creator won the race: the table exists
+        except (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateObject,  # its row type's name, taken by the other creator
+        ):
+            pass  # a concurrent creator won the race and committed: the table exists
         except psycopg.Error as exc:
             raise translate_error(
                 exc,
