@@ -177,3 +177,24 @@ def test_lost_committed_transitions_outside_the_scope_are_refused(
         assert "lost their committed transitions" in scoped.value.message
     finally:
         store.close()
+
+
+def test_a_checked_load_of_a_complete_campaign_reads_no_record(backend: Backend) -> None:
+    """What a run asks once its chunks are committed: is the campaign complete? On Postgres
+    the check answers without reading any chunk's record; elsewhere the full load does."""
+    shape = make_shape("bf-scoped", chunks=4)
+    store = backend.open()
+    store.initialize(shape, "a", 5)
+    _commit(store, shape.chunks, shape)
+    checked = backend.open().load_checked(shape)
+    assert checked is not None and checked.complete
+    if checked.scope is not None:
+        assert backend.name == "postgres"
+        assert checked.scope == (1, 0) and checked.records == {}
+        assert checked.committed_total == 4
+    backend.inject(shape.run_key, bad_record(shape, 3, idempotency_key="sha256:" + "0" * 64))
+    with pytest.raises(DponeError) as full:
+        backend.open().load(shape.run_key)
+    with pytest.raises(DponeError) as again:
+        backend.open().load_checked(shape)
+    assert again.value.message == full.value.message

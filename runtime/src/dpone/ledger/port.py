@@ -87,7 +87,7 @@ class Ledger:
     cancel_reason: str | None = None
     now: dt.datetime | None = None  # the store's clock when loaded (database clock for SQL)
     #: the first and last chunk whose records were loaded (a mapped item's chunks: the store
-    #: checked the rest of the campaign where it lives); None: every chunk's
+    #: checked the rest of the campaign where it lives; ``(1, 0)``: none); None: every chunk's
     scope: tuple[int, int] | None = None
     #: with a scope, how many of the campaign's chunks are committed
     committed_total: int = 0
@@ -188,6 +188,9 @@ class LedgerStore(Protocol):
       with its chunk, every committed mark is still committed) loads only those chunks'
       records and says how many of the campaign's are committed; any disagreement, or a
       store that cannot, loads every record (and names what is wrong).
+    - load_checked: the planned campaign checked as a scoped initialize checks it, with no
+      chunk's records (scope ``(1, 0)``): whether it is complete, for a run that just committed
+      its chunks; a store that cannot check where it lives loads every record.
     - acquire_lease: under the chunk's lock: cancelled -> CANCELLED; committed -> ALREADY_COMMITTED;
       running with unexpired lease (database clock) -> BUSY; else write RUNNING(owner, attempt+1,
       expiry = db now + lease_seconds).
@@ -234,6 +237,8 @@ class LedgerStore(Protocol):
     ) -> Ledger: ...
 
     def load(self, run_key: str) -> Ledger | None: ...
+
+    def load_checked(self, shape: CampaignShape) -> Ledger | None: ...
 
     def extend(
         self,

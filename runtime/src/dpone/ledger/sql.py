@@ -1306,6 +1306,9 @@ class SqlLedger(StoreBase):
     def load(self, run_key: str) -> Ledger | None:
         return self._load(run_key, None)
 
+    def load_checked(self, shape: CampaignShape) -> Ledger | None:
+        return self._load_scope(shape, (1, 0)) or self.load(shape.run_key)
+
     def _load_scope(self, planned: CampaignShape, scope: tuple[int, int]) -> Ledger | None:
         """The scope's ledger when the dialect checks the whole campaign in the database (see
         :class:`CampaignCheck`); None here: the full load."""

@@ -32,6 +32,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("ledger_open", "dpone.run.orchestrator", "RunContext.open_store"),
     ("initialize", "dpone.ledger.sql", "SqlLedger.initialize"),
     ("load", "dpone.ledger.sql", "SqlLedger._load"),
+    ("load", "dpone.ledger.postgres", "PostgresLedger._load_scope"),  # a mapped item's chunks
     ("preflight", "dpone.run.orchestrator", "ChunkMover.preflight"),
     ("connect", "dpone.connectors.postgres", "PgConnection.get"),
     ("chunk", "dpone.run.orchestrator", "_run_chunk"),

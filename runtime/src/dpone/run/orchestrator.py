@@ -1173,10 +1173,12 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
 
 
 def _reload_if_complete(store: LedgerStore, shape: CampaignShape) -> Ledger | None:
-    """The merged campaign when all its chunks are committed, else None (not complete)."""
+    """The campaign, checked, when all its chunks are committed, else None (not complete);
+    with no chunk's records where the store checks it where it lives (the verification export
+    loads them)."""
     if store.committed_count(shape.run_key) < shape.chunk_count:
         return None
-    return store.load(shape.run_key)
+    return store.load_checked(shape)
 
 
 def _write_verification(store: LedgerStore, ledger: Ledger) -> None:
