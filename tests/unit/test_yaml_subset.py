@@ -177,3 +177,23 @@ def test_loading_the_example_catalog_does_not_import_ruamel() -> None:
     )
     files = [str(p) for p in sorted((REPO / "golden" / "summary_365_into_40").glob("*.yaml"))]
     subprocess.run([sys.executable, "-c", code, *files], check=True)
+
+
+def test_a_reused_anchor_is_read_without_a_warning(tmp_path: Path) -> None:
+    """A reused anchor is legal YAML (the later one wins); ruamel's ReusedAnchorWarning must not
+    reach stderr beside dpone's structured output (a fresh interpreter: pytest would catch it)."""
+    path = tmp_path / "doc.yaml"
+    path.write_text("a: &x 1\nb: &x 2\nc: *x\n", encoding="utf-8")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from dpone.authoring.yamldoc import load_yaml\n"
+        "document, problems = load_yaml(Path(sys.argv[1]), 'doc.yaml')\n"
+        "assert not problems and document is not None\n"
+        "print(document.data)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "{'a': 1, 'b': 2, 'c': 2}"
+    assert done.stderr == ""
