@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,21 @@ def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Back
     made = make_backend(request.param, request, tmp_path)
     yield made
     made.close()
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
+    """Every statement a psycopg connection executes from here on, and whether it went out in a
+    pipeline (queued with the others, their results read after one sync)."""
+    import psycopg
+
+    recorded: list[tuple[str, bool]] = []
+    execute = psycopg.Connection.execute
+
+    def recording(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        piped = self.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+        recorded.append((str(query), piped))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+    yield recorded

@@ -10,10 +10,8 @@ chunks; a campaign that does not exist loads as none; the chunk rows are read on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from dpone.ledger.port import ChunkResult, LeaseStatus
 from dpone.ledger.postgres import PostgresLedger
@@ -21,22 +19,6 @@ from dpone.ledger.sql import TxMode, state_in_turn
 from ledger_backends import make_shape
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
-    """Every statement a connection executes from here on, and whether it went out in a
-    pipeline (queued with the others, their results read after one sync)."""
-    recorded: list[tuple[str, bool]] = []
-    execute = psycopg.Connection.execute
-
-    def recording(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        piped = self.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
-        recorded.append((str(query), piped))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", recording)
-    yield recorded
 
 
 def _campaign(store: PostgresLedger) -> Any:

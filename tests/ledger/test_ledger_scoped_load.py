@@ -12,7 +12,7 @@ database (the MSSQL double, the local file) load everything, which answers the s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -116,21 +116,6 @@ def test_an_edited_chunk_row_outside_the_scope_is_refused(
     with pytest.raises(DponeError) as scoped:
         backend.open().initialize(shape, "b", 5, (1, 2))
     assert scoped.value.code == errors.LEDGER_CORRUPT
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
-    """Every statement a connection executes, and whether it went out in a pipeline."""
-    recorded: list[tuple[str, bool]] = []
-    execute = psycopg.Connection.execute
-
-    def recording(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        piped = self.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
-        recorded.append((str(query), piped))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", recording)
-    yield recorded
 
 
 @pytest.mark.postgres

@@ -114,6 +114,18 @@ def _indicator_first(text: str) -> bool:
     return text[0] in _NOT_PLAIN_START
 
 
+def _plain_key(text: str) -> Any:
+    """A mapping key: a plain scalar on one line, with no indicator or separator in it."""
+    if (
+        not text
+        or _indicator_first(text)
+        or text != text.strip(" ")
+        or any(mark in text for mark in ",[]{}:#")
+    ):
+        raise _Outside
+    return _resolve(text)
+
+
 def _plain_block(text: str) -> Any:
     """A plain scalar ending a block line (its comment already cut)."""
     if not text or _indicator_first(text) or ": " in text or text.endswith(":"):
@@ -190,15 +202,7 @@ class _Reader:
         end = line.find(": ", at)
         if end < 0:
             raise _Outside
-        text = line[at:end]
-        if (
-            not text
-            or _indicator_first(text)
-            or text != text.strip(" ")
-            or any(mark in text for mark in ",[]{}:#")
-        ):
-            raise _Outside
-        return _resolve(text), end + 2
+        return _plain_key(line[at:end]), end + 2
 
     @staticmethod
     def spaces(line: str, at: int) -> int:
@@ -244,15 +248,7 @@ class _Reader:
                 if not line.endswith(":"):
                     raise _Outside
                 colon = len(line) - 1
-            key_text = line[indent:colon]
-            if (
-                not key_text
-                or _indicator_first(key_text)
-                or key_text != key_text.rstrip(" ")
-                or any(mark in key_text for mark in ",[]{}:#")
-            ):
-                raise _Outside
-            key = _resolve(key_text)
+            key = _plain_key(line[indent:colon])
             if key in result:
                 raise _Outside
             child = (*path, str(key))

@@ -513,15 +513,20 @@ def merge_ledger(
     latest: Sequence[StoredTransition],
     now: dt.datetime | None,
     committed_marks: Set[int] | None = None,
+    *,
+    scope: tuple[int, int] | None = None,
+    checked: CampaignCheck | None = None,
 ) -> Ledger:
     """The campaign snapshot merged with the latest record of every chunk (validated).
 
     ``committed_marks`` (chunks recorded as committed) must all still be committed: a COMMITTED
     transition is final (a restatement drops the mark with it), so a marked chunk whose latest
     record is anything else lost its transitions to an edit or a partial restore, and moving it
-    again would duplicate rows.
+    again would duplicate rows. With a ``scope``, ``latest`` holds only its chunks' records and
+    ``checked`` is the whole campaign's check in the database (marks included).
     """
-    rows = {chunk.index: ShapeRow.of(chunk) for chunk in shape.chunks}
+    chunks = shape.chunks if scope is None else shape.chunks[scope[0] - 1 : scope[1]]
+    rows = {chunk.index: ShapeRow.of(chunk) for chunk in chunks}
     records: dict[int, ChunkRecord] = {}
     for row in latest:
         if row.chunk_index in records:
@@ -547,6 +552,8 @@ def merge_ledger(
         cancelled=head.cancelled,
         cancel_reason=head.cancel_reason if head.cancelled else None,
         now=now,
+        scope=scope,
+        committed_total=checked.committed if checked is not None else 0,
     )
 
 
@@ -931,22 +938,7 @@ def scoped_ledger(
     head, check = state.head, state.check
     if head is None or check is None or not check.agrees(head, planned):
         return None
-    first, last = scope
-    rows = {chunk.index: ShapeRow.of(chunk) for chunk in planned.chunks[first - 1 : last]}
-    records: dict[int, ChunkRecord] = {}
-    for row in state.latest:
-        if row.chunk_index in records:
-            raise corrupt(head.run_key, row.chunk_index, "two latest records for one chunk")
-        records[row.chunk_index] = validate_transition(head.run_key, rows, row)
-    return Ledger(
-        shape=planned,
-        records=records,
-        cancelled=head.cancelled,
-        cancel_reason=head.cancel_reason if head.cancelled else None,
-        now=state.now,
-        scope=scope,
-        committed_total=check.committed,
-    )
+    return merge_ledger(head, planned, state.latest, state.now, scope=scope, checked=check)
 
 
 def state_in_turn(tx: LedgerTx, run_key: str, with_shape: bool) -> StoredState:
