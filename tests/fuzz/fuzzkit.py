@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 from dpone import errors
 from dpone.cli import main as dpone_main
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "golden"
@@ -46,6 +47,18 @@ def total_budget() -> int:
 def examples(share: float) -> int:
     """This test's number of cases: its share of the total budget."""
     return max(10, round(total_budget() * share))
+
+
+def fuzz_settings(share: float) -> settings:
+    """Hypothesis settings of a fuzz test with this share of the budget: reproducible
+    (derandomized, no example database), no deadline on a loaded machine."""
+    return settings(
+        max_examples=examples(share),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 @cache

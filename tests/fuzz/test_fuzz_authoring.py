@@ -19,7 +19,7 @@ from typing import Any
 
 import fuzzkit
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
@@ -27,16 +27,6 @@ PROJECTS = tuple(
     sorted(p.name for p in fuzzkit.GOLDEN.iterdir() if (p / "workloads.yaml").is_file())
 )
 CHARS = st.characters(codec="utf-8")
-
-
-def fuzz_settings(share: float) -> settings:
-    return settings(
-        max_examples=fuzzkit.examples(share),
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 @cache
@@ -347,7 +337,7 @@ def target_file(draw: st.DrawFn) -> tuple[str, str]:
     return project, name
 
 
-@fuzz_settings(0.06)
+@fuzzkit.fuzz_settings(0.06)
 @given(target=target_file(), data=st.data())
 def test_fuzz_check_structural_mutations(scratch: Path, target: tuple[str, str], data: Any) -> None:
     project, name = target
@@ -355,7 +345,7 @@ def test_fuzz_check_structural_mutations(scratch: Path, target: tuple[str, str],
     check_project(scratch, project, name, content, "check.structural")
 
 
-@fuzz_settings(0.07)
+@fuzzkit.fuzz_settings(0.07)
 @given(target=target_file(), data=st.data())
 def test_fuzz_check_text_mutations(scratch: Path, target: tuple[str, str], data: Any) -> None:
     project, name = target
@@ -363,7 +353,7 @@ def test_fuzz_check_text_mutations(scratch: Path, target: tuple[str, str], data:
     check_project(scratch, project, name, content, "check.text")
 
 
-@fuzz_settings(0.004)
+@fuzzkit.fuzz_settings(0.004)
 @given(target=target_file(), content=special_documents())
 def test_fuzz_check_bombs_nesting_and_random_bytes(
     scratch: Path, target: tuple[str, str], content: bytes

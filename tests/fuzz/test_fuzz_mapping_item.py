@@ -15,7 +15,7 @@ import fuzzkit
 from dpone import errors
 from dpone.packing.pack import ProcessPlan, load_and_compile
 from dpone.packing.verify import expected_identity
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 ENV_ITEM = "DPONE_AIRFLOW_MAPPING_ITEM"
@@ -41,16 +41,6 @@ MUTANT_OUTCOMES = {
     errors.MAPPING_PLAN_MISMATCH,
     errors.CONNECTION_MISSING,  # an unmutated (still valid) item reaches the ledger's DSN lookup
 }
-
-
-def fuzz_settings(share: float) -> settings:
-    return settings(
-        max_examples=fuzzkit.examples(share),
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 @cache
@@ -285,19 +275,19 @@ def mutated_items(draw: st.DrawFn) -> tuple[str, str]:
 # --- tests ---------------------------------------------------------------------------------------
 
 
-@fuzz_settings(0.462)
+@fuzzkit.fuzz_settings(0.462)
 @given(raw=env_text, kind=st.sampled_from(sorted(PROJECTS)))
 def test_fuzz_item_arbitrary_text_is_refused_with_item_invalid(raw: str, kind: str) -> None:
     check_item_case(kind, raw, ITEM_OUTCOMES, "item.arbitrary_text")
 
 
-@fuzz_settings(0.26)
+@fuzzkit.fuzz_settings(0.26)
 @given(raw=structured_items())
 def test_fuzz_item_structured_json_is_refused_and_never_echoes_values(raw: str) -> None:
     check_item_case("summary", raw, ITEM_OUTCOMES | MUTANT_OUTCOMES, "item.structured_json")
 
 
-@fuzz_settings(0.10)
+@fuzzkit.fuzz_settings(0.10)
 @given(case=mutated_items())
 def test_fuzz_item_mutations_of_real_items(case: tuple[str, str]) -> None:
     kind, raw = case
@@ -306,7 +296,7 @@ def test_fuzz_item_mutations_of_real_items(case: tuple[str, str]) -> None:
         assert record["code"] == errors.CONNECTION_MISSING, record
 
 
-@fuzz_settings(0.012)
+@fuzzkit.fuzz_settings(0.012)
 @given(size=st.integers(8 * 1024 - 64, 64 * 1024), kind=st.sampled_from(sorted(PROJECTS)))
 def test_fuzz_item_oversized_values(size: int, kind: str) -> None:
     base = valid_items(kind)[0]
@@ -316,7 +306,7 @@ def test_fuzz_item_oversized_values(size: int, kind: str) -> None:
         assert "8192 bytes" in str(record["message"]), record
 
 
-@fuzz_settings(0.012)
+@fuzzkit.fuzz_settings(0.012)
 @given(raw=st.one_of(env_text, json_values.map(json.dumps)))
 def test_fuzz_run_identity_env(raw: str) -> None:
     """The other provider-owned value, DPONE_AIRFLOW_RUN_IDENTITY, next to a valid item."""

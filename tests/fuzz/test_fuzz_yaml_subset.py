@@ -16,7 +16,7 @@ import fuzzkit
 from dpone.authoring import yaml_ruamel
 from dpone.authoring.yaml_subset import parse_subset
 from dpone.errors import ErrorRecord
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 TRICKY = [
@@ -43,16 +43,6 @@ TOKENS = [
     "*a", "!!str ", "!x ", "|", ">", "\t", "\r", "\n", "\n  ", "---\n", "...\n", "%YAML 1.2\n",
     "\\", "\ufeff", "\x85", "\u2028", "\x00", "\x7f", " ", "  ", "1.5", "007", "yes", "<<: ",
 ]  # fmt: skip
-
-
-def fuzz_settings(share: float) -> settings:
-    return settings(
-        max_examples=fuzzkit.examples(share),
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
 
 
 SCALAR_TEXT = st.one_of(
@@ -176,13 +166,13 @@ def assert_agrees(text: str) -> bool:
     return True
 
 
-@fuzz_settings(0.05)
+@fuzzkit.fuzz_settings(0.05)
 @given(documents())
 def test_generated_documents_read_alike(text: str) -> None:
     assert_agrees(text)
 
 
-@fuzz_settings(0.05)
+@fuzzkit.fuzz_settings(0.05)
 @given(mutants())
 def test_mutated_documents_read_alike_or_go_to_ruamel(text: str) -> None:
     assert_agrees(text)
