@@ -45,6 +45,27 @@ def drop_schema(dsn: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+def campaign_advisory_locks(dsn: str, schema: str, run_key: str) -> int:
+    """Advisory locks held on the server for one campaign (its campaign lock and its chunks'
+    locks), whoever holds them: tests running beside this one hold their own campaigns' locks."""
+    import psycopg
+    from dpone.ledger.sql import campaign_lock_key, chunk_lock_class
+
+    campaign = campaign_lock_key(schema, run_key) & 0xFFFFFFFFFFFFFFFF
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ("
+            "(objsubid = 2 AND classid::bigint = %s) OR "
+            "(objsubid = 1 AND classid::bigint = %s AND objid::bigint = %s))",
+            (
+                chunk_lock_class(schema, run_key) & 0xFFFFFFFF,
+                campaign >> 32,
+                campaign & 0xFFFFFFFF,
+            ),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 @contextmanager
 def fresh_schema(dsn: str | None = None, prefix: str = "dpone_t") -> Iterator[str]:
     """A schema name no other test uses; the schema (if created) is dropped on exit."""

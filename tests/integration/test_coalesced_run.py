@@ -26,6 +26,7 @@ import pytest
 from dpone import errors
 from dpone.cli import main
 from dpone.ledger.sql import chunk_lock_class
+from pg import campaign_advisory_locks
 
 pytestmark = pytest.mark.postgres
 
@@ -298,10 +299,7 @@ def test_sigterm_mid_group_rolls_back_and_releases_every_chunk(project: Any, pg_
     assert result["backfill"]["chunks_interrupted"] == len(history)
     assert result["backfill"]["chunks_not_started"] == 0
     assert result["error"]["code"] == errors.RUN_INTERRUPTED
-    assert not project.sql(
-        "SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
-        "WHERE l.locktype = 'advisory' AND d.datname = current_database()"
-    )
+    assert campaign_advisory_locks(pg_dsn, f"{project.s}_audit", RUN_KEY) == 0
     # the next run moves the released ones as attempt 2 (2 alone, then 3-6 in one group)
     project.sql("DELETE FROM {s}.slow_flag")
     code = main(["run", "--catalog", catalog, "--workload", "events", "--no-progress"])

@@ -16,7 +16,7 @@ from dpone import errors
 from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, LeaseStatus
 from dpone.ledger.postgres import PostgresLedger
-from dpone.ledger.sql import SCHEMA_VERSION, campaign_lock_key, chunk_lock_class
+from dpone.ledger.sql import SCHEMA_VERSION
 from ledger_backends import make_shape
 from ledger_workers import (
     hold_campaign_lock_and_hang,
@@ -25,6 +25,7 @@ from ledger_workers import (
     open_store_at,
     walk_chunks,
 )
+from pg import campaign_advisory_locks
 
 pytestmark = pytest.mark.postgres
 SPAWN = mp.get_context("spawn")
@@ -41,18 +42,6 @@ def pool() -> Iterator[ProcessPoolExecutor]:
 def _sql(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(query, params).fetchall()
-
-
-def _our_advisory_locks(dsn: str, schema: str, run_key: str) -> int:
-    campaign = campaign_lock_key(schema, run_key) & 0xFFFFFFFFFFFFFFFF
-    rows = _sql(
-        dsn,
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ("
-        "(objsubid = 2 AND classid::bigint = %s) OR "
-        "(objsubid = 1 AND classid::bigint = %s AND objid::bigint = %s))",
-        (chunk_lock_class(schema, run_key) & 0xFFFFFFFF, campaign >> 32, campaign & 0xFFFFFFFF),
-    )
-    return int(rows[0][0])
 
 
 def test_workers_exclude_each_other_overlap_on_different_chunks_and_all_merge(
@@ -189,7 +178,7 @@ def test_a_killed_worker_leaves_a_retryable_chunk_and_no_lock(pg_dsn: str, pg_sc
         assert queue.get(timeout=30) == ("leased", 1)
         os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
         victim.join(10)
-        assert _our_advisory_locks(pg_dsn, pg_schema, "bf-kill") == 0
+        assert campaign_advisory_locks(pg_dsn, pg_schema, "bf-kill") == 0
         assert store.acquire_lease(shape, shape.chunks[0], "rescuer", 30).status is LeaseStatus.BUSY
         time.sleep(1.2)
         rescued = store.acquire_lease(shape, shape.chunks[0], "rescuer", 30)
@@ -215,13 +204,13 @@ def test_campaign_lock_busy_then_freed_when_its_holder_is_killed(
             store.initialize(shape, "main", 0.5)
         assert caught.value.code == errors.MAPPING_CAMPAIGN_BUSY
         assert 0.45 <= time.monotonic() - started < 3.0
-        assert _our_advisory_locks(pg_dsn, pg_schema, "bf-held") == 1
+        assert campaign_advisory_locks(pg_dsn, pg_schema, "bf-held") == 1
         os.kill(holder.pid, signal.SIGKILL)  # type: ignore[arg-type]
         holder.join(10)
         deadline = time.monotonic() + 10
-        while _our_advisory_locks(pg_dsn, pg_schema, "bf-held") and time.monotonic() < deadline:
+        while campaign_advisory_locks(pg_dsn, pg_schema, "bf-held") and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _our_advisory_locks(pg_dsn, pg_schema, "bf-held") == 0
+        assert campaign_advisory_locks(pg_dsn, pg_schema, "bf-held") == 0
         assert store.initialize(shape, "main", 5).shape == shape
 
 
