@@ -146,6 +146,34 @@ def test_a_mapped_item_reads_its_next_chunks_ahead(
     assert early == {1: False, 2: True, 3: True, 4: False, 5: True, 6: True}
 
 
+def test_one_worker_reads_each_next_set_based_group_ahead(
+    schema: str, pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Set-based groups of at most two chunks (ADR 0022; read_at left out of the content hash):
+    [1] alone (nothing known yet of a chunk's rows), then [2, 3], during whose write [4, 5] is
+    read ahead, then [4, 5], during whose write [6] is."""
+    manifest = (
+        MANIFEST.format(s=schema, end=DAYS + 1, workers=1)
+        .replace(
+            "read_back: count  # read_at differs on every read: a checksum could never match",
+            "accept_narrowing: [read_at]  # differs on every read: out of the content hash",
+        )
+        .replace("inner_mode: replace", "inner_mode: replace\n      coalesce: {max_chunks: 2}")
+    )
+    (tmp_path / "workloads.yaml").write_text(CATALOG.format())
+    (tmp_path / "orders.yaml").write_text(manifest)
+    code = main(["run", "--catalog", str(tmp_path / "workloads.yaml"), "--workload", "orders"])
+    assert code == 0, capsys.readouterr().err
+    with psycopg.connect(pg_dsn) as conn:
+        groups = conn.execute(
+            f"SELECT array_agg(chunk_index ORDER BY chunk_index) FROM {schema}_audit.chunk_transition"
+            " WHERE state = 'committed' GROUP BY xmin::text ORDER BY min(chunk_index)"
+        ).fetchall()
+    assert [g[0] for g in groups] == [[1], [2, 3], [4, 5], [6]]
+    early = _read_before_leased(pg_dsn, schema)
+    assert early == {1: False, 2: False, 3: False, 4: True, 5: True, 6: True}
+
+
 def test_without_a_budget_every_chunk_is_read_after_its_lease(
     schema: str,
     pg_dsn: str,

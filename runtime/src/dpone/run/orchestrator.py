@@ -179,11 +179,15 @@ class ChunkMover:
         return self._source, self._sink
 
     def window(self, chunk: Chunk) -> Any:
+        return self.span([chunk])
+
+    def span(self, run: list[Chunk]) -> Any:
+        """The window of contiguous chunks: the first one's start to the last one's end."""
         from dpone.connectors.base import ChunkWindow
 
         spec = self.ctx.plan.config.backfill
         assert spec is not None
-        return ChunkWindow(spec.chunk.column, spec.chunk.type, chunk.start, chunk.end)
+        return ChunkWindow(spec.chunk.column, spec.chunk.type, run[0].start, run[-1].end)
 
     def preflight(self) -> list[str]:
         _, sink = self._connectors()
@@ -354,17 +358,21 @@ class ChunkMover:
         owner: str,
         lease_seconds: float,
         leases: list[tuple[Chunk, Lease, float]],
+        upcoming: Callable[[], list[Chunk]] = list,
     ) -> Any:
         """A set-based group (ADR 0022): each chunk's lease statement, then ONE write of the
         leased chunks' span with each chunk's gate, then each one's COMMITTED record, in ONE
-        transaction; ``leases`` gets (chunk, lease, start) per chunk leased. Returns the
+        transaction; ``leases`` gets (chunk, lease, start) per chunk leased. ``upcoming`` gives
+        the run this worker moves next, whose span the source reads ahead once this group's
+        rows are copied (read while the group is read back and committed). Returns the
         ledger's GroupMove; a group of one is written and fails as lease_and_move does."""
         source, sink = self._connectors()
 
         def write_set(connection: Any, leased: list[tuple[Chunk, Lease]]) -> list[ChunkResult]:
             now = time.monotonic()
             leases.extend((chunk, lease, now) for chunk, lease in leased)
-            source.expect(None)
+            following = upcoming()
+            source.expect(self.span(following) if following else None)
             for _ in leased:
                 fault_point("chunk_leased")
             windows = [self.window(chunk) for chunk, _ in leased]
@@ -600,6 +608,7 @@ class _Feed:
         self._take = take
         self.read_ahead = read_ahead
         self.held: list[tuple[Chunk, bool]] = []  # (chunk, move it alone)
+        self.planned: int | None = None  # the size of the run read ahead (upcoming_run)
 
     def next(self) -> tuple[Chunk, bool] | None:
         if self.held:
@@ -633,6 +642,28 @@ class _Feed:
                 break
             run.append(chunk)
         return run
+
+    def upcoming_run(self, most: int, take_run: Callable[[int], list[Chunk]]) -> list[Chunk]:
+        """The run of chunks this lone worker moves as its next set-based group, for the source
+        to read their span ahead while this group is written: taken now as next_run would take
+        it, held in order, and its size kept (``planned``) so that the next group is that same
+        run unless chunks are handed back before it."""
+        taken = self.next() if self.read_ahead else None
+        if taken is None:
+            return []
+        chunk, alone = taken
+        if alone:
+            self.hand_back([chunk], alone=True)
+            return []
+        run = self.next_run(chunk, most, take_run)
+        self.hand_back(run, alone=False)
+        self.planned = len(run)
+        return run
+
+    def run_size(self, pace: int) -> int:
+        """The next set-based group's size: the planned run's when one was read ahead."""
+        planned, self.planned = self.planned, None
+        return planned or pace
 
     def upcoming(self) -> Chunk | None:
         """The chunk this worker moves next, for the source to read ahead (a lone worker)."""
@@ -725,10 +756,14 @@ class _SetPace:
     rows_per_chunk: float = 0.0
     seconds_per_chunk: float = 0.0
 
+    @property
+    def known(self) -> bool:
+        return self.seconds_per_chunk > 0
+
     def size(self, budget: Any) -> int:
         """The next group's chunks: a worker's first group is one chunk (nothing says yet how
         many rows a chunk holds), then as many as the last group's pace fits in the budget."""
-        if self.seconds_per_chunk <= 0:
+        if not self.known:
             return 1
         most = int(budget.max_chunks)
         if self.rows_per_chunk > 0:
@@ -751,14 +786,16 @@ def _run_set(
     tally: _Tally,
     lease_s: float,
     pace: _SetPace,
+    upcoming: Callable[[], list[Chunk]] = list,
 ) -> bool:
     """A set-based group (ADR 0022): contiguous ``chunks`` in one transaction, written and
     gated set-based; recorded, rolled back and handed back as _run_group does. Chunks the
-    group did not reach (after a busy or refused one) go back to the feed."""
+    group did not reach (after a busy or refused one) go back to the feed; ``upcoming`` is
+    the next group's run, read ahead (a lone worker)."""
     started = time.monotonic()
     leases: list[tuple[Chunk, Lease, float]] = []
     try:
-        move = mover.lease_and_move_set(chunks, owner, lease_s, leases)
+        move = mover.lease_and_move_set(chunks, owner, lease_s, leases, upcoming)
     except DponeError as exc:  # a group of one chunk failed (recorded as in _run_chunk)
         if not leases:
             feed.hand_back(chunks[1:], alone=False)
@@ -1045,6 +1082,14 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             lease_s = float(bf.lease_seconds)
             budget = mover.coalesce
             pace = _SetPace()
+
+            def run_ahead() -> list[Chunk]:
+                # the next set-based group, sized by the pace known now; none before it is
+                # known (the first group's one chunk says nothing yet about a chunk's rows)
+                if budget is None or not pace.known:
+                    return []
+                return feed.upcoming_run(pace.size(budget), take_run)
+
             try:
                 while not tally.stop.is_set() and not STOP.requested:
                     taken = feed.next()
@@ -1052,8 +1097,10 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
                         return
                     chunk, alone = taken
                     if budget is not None and not alone and mover.set_based:
-                        run = feed.next_run(chunk, pace.size(budget), take_run)
-                        keep_going = _run_set(mover, run, feed, owner, tally, lease_s, pace)
+                        run = feed.next_run(chunk, feed.run_size(pace.size(budget)), take_run)
+                        keep_going = _run_set(
+                            mover, run, feed, owner, tally, lease_s, pace, run_ahead
+                        )
                     elif budget is not None and not alone:
                         keep_going = _run_group(mover, chunk, feed, owner, tally, lease_s, budget)
                     else:
