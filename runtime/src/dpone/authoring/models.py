@@ -66,7 +66,7 @@ class SinkConfig:
 
 
 #: A coalesced group of chunks (ADR 0022) commits once it moved this many rows ...
-DEFAULT_COALESCE_ROWS = 20000
+DEFAULT_COALESCE_ROWS = 100_000
 #: ... or after this many seconds ...
 DEFAULT_COALESCE_SECONDS = 2.0
 #: ... or once it holds this many chunks (a chunk lock each), whichever comes first.
