@@ -1414,6 +1414,31 @@ def _per_window_sums(
     return cur.fetchall()
 
 
+def _grouped_sums(
+    cur: Cursor,
+    relation: sql.Composable,
+    columns: Sequence[tuple[str, int]],
+    windows: Sequence[ChunkWindow],
+    not_null: Collection[str],
+) -> list[tuple[Any, ...]]:
+    """(slot, count, sum) of each window holding rows, from one scan of the span whose rows
+    are put in their window by a per-row slot expression (see _slot_sql)."""
+    span = span_of(windows)
+    slot, slot_params = _slot_sql(
+        sql.Identifier("dpone_src", windows[0].column), [w.lower for w in windows]
+    )
+    inner = sql.SQL("(SELECT {}, {} AS dpone_window_slot FROM {}{}) AS s").format(
+        _columns_sql([name for name, _ in columns]), slot, relation, _where(span)
+    )
+    cur.execute(
+        sql.SQL("SELECT dpone_window_slot, count(*), sum({}) FROM {} GROUP BY 1").format(
+            row_hash_sql(columns, not_null), inner
+        ),
+        [*slot_params, span.lower, span.upper],
+    )
+    return cur.fetchall()
+
+
 def window_checksums(
     cur: Cursor,
     relation: sql.Composable,
@@ -1435,9 +1460,10 @@ def window_checksums(
     rows = None
     if element is not None:
         rows = _per_window_sums(cur, relation, columns, windows, element, not_null)
-    if rows is not None:
-        found = {int(row[0]): checksum_value(row[1:])[1] for row in rows}
-        return [found.get(i, format_checksum(0, 0)) for i in range(len(windows))]
+    if rows is None:
+        rows = _grouped_sums(cur, relation, columns, windows, not_null)
+    found = {int(row[0]): checksum_value(row[1:])[1] for row in rows}
+    return [found.get(i, format_checksum(0, 0)) for i in range(len(windows))]
     span = span_of(windows)
     slot, slot_params = _slot_sql(
         sql.Identifier("dpone_src", windows[0].column), [w.lower for w in windows]
