@@ -366,6 +366,12 @@ def plan_of(workload: str) -> ProcessPlan:
     return pack.processes[0]
 
 
+def stopped(proc: subprocess.Popen[bytes]) -> bool:
+    """The process sits stopped (SIGSTOP, a ``:stop`` fault point), read from /proc."""
+    stat = Path(f"/proc/{proc.pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
 def item_env(workload: str, item: str) -> dict[str, str]:
     """The provider-owned env of one mapped item, as the generated DAG passes it."""
     _, packs, problems = load_and_compile(str(CATALOG))

@@ -189,11 +189,6 @@ def wait_until(what: str, predicate: Any, timeout: float = 40.0) -> None:
         time.sleep(0.1)
 
 
-def stopped(proc: subprocess.Popen[bytes]) -> bool:
-    stat = Path(f"/proc/{proc.pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-
 def last_error(err: Path) -> dict[str, Any]:
     for line in reversed(err.read_text().splitlines()):
         if line.startswith("{"):
@@ -214,7 +209,9 @@ def test_a_stall_inside_the_sink_transaction_never_keeps_stale_rows(
         0, DPONE_TEST_FAULT="sink_written:1:stop", DPONE_DB_IDLE_TIMEOUT="600"
     )
     try:
-        wait_until("the first attempt to stall in its sink transaction", lambda: stopped(stale))
+        wait_until(
+            "the first attempt to stall in its sink transaction", lambda: chaoskit.stopped(stale)
+        )
         time.sleep(5.5)  # past its 5 s lease
         # The source changes: a stale snapshot must not win over the retry's newer values.
         fence.sql(
@@ -246,7 +243,7 @@ def test_a_stall_before_the_sink_transaction_is_refused_by_the_fence(fence: Fenc
     fence.write("replace", "dst_same")
     stale, stale_err = fence.launch(0, DPONE_TEST_FAULT="chunk_leased:1:stop")
     try:
-        wait_until("the first attempt to stall after its lease", lambda: stopped(stale))
+        wait_until("the first attempt to stall after its lease", lambda: chaoskit.stopped(stale))
         time.sleep(5.5)
         retry, retry_err = fence.launch(0)
         assert retry.wait(60) == 0, retry_err.read_text()

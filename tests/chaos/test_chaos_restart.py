@@ -1,7 +1,10 @@
 """A Postgres restart (pg_ctlcluster restart) in the middle of a campaign.
 
 The running `dpone run` processes must fail with a structured, retryable DPONE_CONNECTION_FAILED
-line (exit 4, no traceback); a re-run completes the campaign with every invariant intact.
+line (exit 4, no traceback); a re-run completes the campaign with every invariant intact. Half
+the items stall (SIGSTOP at ``chunk_written``) with their chunks' rows written and not committed,
+so the restart always lands inside open transactions however fast the others finish; they are
+resumed once the server is back.
 
 The restart hits a private cluster (``dpone_restart``, created on first use with
 ``pg_createcluster --auth=trust`` on port DPONE_TEST_RESTART_PORT, default 5439), so other test
@@ -15,6 +18,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -94,14 +98,17 @@ def restart_cluster() -> Iterator[tuple[str, str]]:
         lock.close()
 
 
-def _launch(env: dict[str, str], item: str, stderr_path: Path) -> subprocess.Popen[bytes]:
+def _launch(
+    env: dict[str, str], item: str, stderr_path: Path, stall: bool = False
+) -> subprocess.Popen[bytes]:
     plan = chaoskit.plan_of(SAME.workload)
     argv = [str(chaoskit.DPONE), "run", "--catalog", str(chaoskit.CATALOG)]
     argv += ["--workload", SAME.workload, "--process", plan.name, "--no-progress"]
+    fault = {"DPONE_TEST_FAULT": "chunk_written:1:stop"} if stall else {}
     with stderr_path.open("wb") as err:
         return subprocess.Popen(
             argv,
-            env={**env, **chaoskit.item_env(SAME.workload, item)},
+            env={**env, **chaoskit.item_env(SAME.workload, item), **fault},
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
@@ -133,28 +140,44 @@ def test_postgres_restart_mid_run_fails_structured_and_rerun_completes(
         **{k: v for k, v in os.environ.items() if not k.startswith("DPONE_")},
         "DPONE_CONN_CHAOS": chaoskit.as_url(data),
     }
-    procs = [_launch(env, item, tmp_path / f"first-{i}.err") for i, item in enumerate(items)]
+    stalling = set(range(0, len(items), 2))
+    procs = [
+        _launch(env, item, tmp_path / f"first-{i}.err", stall=i in stalling)
+        for i, item in enumerate(items)
+    ]
     deadline = time.monotonic() + 120
-    while _committed(data) < 6:
+    while _committed(data) < 6 or not all(chaoskit.stopped(procs[i]) for i in stalling):
         assert time.monotonic() < deadline, "no progress before the restart"
-        assert any(p.poll() is None for p in procs), "every process ended before the restart"
+        for i in stalling:
+            assert procs[i].poll() is None, f"item {i} ended before its stall"
         time.sleep(0.1)
     committed_before = _committed(data)
     restarted = _ctl(version, CLUSTER, "restart", "-m", "fast")
     assert restarted.returncode == 0, restarted.stderr
+    _wait_ready(base)
+    deadline = time.monotonic() + 120
+    for i in stalling:  # a group's chunk_written fires once per chunk: resume until it ends
+        while procs[i].poll() is None:
+            assert time.monotonic() < deadline, f"item {i} did not end once resumed"
+            if chaoskit.stopped(procs[i]):
+                os.kill(procs[i].pid, signal.SIGCONT)
+            time.sleep(0.05)
     codes: dict[str, int] = {}
     for index, proc in enumerate(procs):
         code = proc.wait(timeout=180)
         text = (tmp_path / f"first-{index}.err").read_text(errors="backslashreplace")
         assert "Traceback" not in text, text[-2000:]
         if code == 0:
+            assert index not in stalling, f"item {index} committed across the restart: {text}"
             codes["0"] = codes.get("0", 0) + 1
             continue
         assert code == 4, f"item {index}: exit {code}: {text[-1500:]}"
         record = json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
         assert record["schema"] == "dpone.error.v1" and record["retryable"] is True, record
         codes[record["code"]] = codes.get(record["code"], 0) + 1
-    assert codes.get("DPONE_CONNECTION_FAILED", 0) >= 1, codes
+        if index in stalling:  # its open transaction was cut by the restart
+            assert record["code"] == "DPONE_CONNECTION_FAILED", record
+    assert codes.get("DPONE_CONNECTION_FAILED", 0) >= len(stalling), codes
     assert set(codes) <= {"0", "DPONE_CONNECTION_FAILED"}, codes
     _wait_ready(data)
     # Re-run every unfinished item until the campaign completes (the crashed attempts' leases
