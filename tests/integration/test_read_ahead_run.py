@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from dpone.cli import main
+from dpone.connectors.base import ChunkWrite, ReadBackGate
 from dpone.packing.pack import load_and_compile
 from dpone.packing.verify import expected_identity
 
@@ -89,6 +90,21 @@ def _run(tmp_path: Path, schema: str, workers: int, capsys: pytest.CaptureFixtur
     assert code == 0, err
 
 
+def _slow_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk's read-back check (a set-based group's too: it checks each of its chunks)
+    lasts a quarter second more. A read ahead starts once the chunk's COPY has ended, so it
+    overlaps the check, the completion and the commit: a few milliseconds here, which a loaded
+    machine can take from the read-ahead's thread before it sends its statement. The wait makes
+    the overlap certain; a read started after the next lease stays after it."""
+    check = ReadBackGate.check
+
+    def slow_check(gate: ReadBackGate, written: ChunkWrite) -> ChunkWrite:
+        time.sleep(0.25)
+        return check(gate, written)
+
+    monkeypatch.setattr(ReadBackGate, "check", slow_check)
+
+
 def _read_before_leased(dsn: str, schema: str) -> dict[int, bool]:
     """Per chunk: were its rows read before its lease was recorded?"""
     with psycopg.connect(dsn) as conn:
@@ -105,8 +121,13 @@ def _read_before_leased(dsn: str, schema: str) -> dict[int, bool]:
 
 
 def test_one_worker_reads_every_next_chunk_ahead(
-    schema: str, pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    schema: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _slow_gate(monkeypatch)
     _run(tmp_path, schema, 1, capsys)
     early = _read_before_leased(pg_dsn, schema)
     assert early == {i: i > 1 for i in range(1, DAYS + 1)}  # all but the first
@@ -119,6 +140,7 @@ def test_a_mapped_item_reads_its_next_chunks_ahead(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _slow_gate(monkeypatch)
     (tmp_path / "workloads.yaml").write_text(
         CATALOG.format().replace(
             "mapping: {mode: internal}",
@@ -147,11 +169,16 @@ def test_a_mapped_item_reads_its_next_chunks_ahead(
 
 
 def test_one_worker_reads_each_next_set_based_group_ahead(
-    schema: str, pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    schema: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Set-based groups of at most two chunks (ADR 0022; read_at left out of the content hash):
     [1] alone (nothing known yet of a chunk's rows), then [2, 3], during whose write [4, 5] is
     read ahead, then [4, 5], during whose write [6] is."""
+    _slow_gate(monkeypatch)
     manifest = (
         MANIFEST.format(s=schema, end=DAYS + 1, workers=1)
         .replace(
