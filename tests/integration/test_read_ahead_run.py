@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -263,32 +264,53 @@ sql.SqlLedger.complete = complete
 """
 
 
-@pytest.mark.parametrize("coalesce", [False, True], ids=["alone", "coalesced"])
-@pytest.mark.parametrize("release", ["as is", "cancelled once"])
-def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
-    schema: str, pg_dsn: str, tmp_path: Path, release: str, coalesce: bool
-) -> None:
-    """The next chunk's read hangs on the server; SIGTERM arrives while the worker waits for it:
-    the read is cancelled, not started again, the chunk released, and the run stops within
-    seconds; also when the first attempt to record the release meets a cancel. Coalesced
-    (ADR 0022), chunks 1 to 3 are one group: all three are rolled back and released."""
-    slow_id = 2  # order_id 2 is on day 3 (g % 6): its row sleeps a minute on the server
-    (tmp_path / "workloads.yaml").write_text(CATALOG.format())
-    manifest = MANIFEST.format(s=schema, end=DAYS + 1, workers=1).replace(
+# Each chunk's read-back check lasts a quarter second more (see _slow_gate), in the run's process.
+SLOW_GATE = """\
+import time
+
+from dpone.connectors.base import ReadBackGate
+
+_check = ReadBackGate.check
+
+
+def check(self, written):
+    time.sleep(0.25)
+    return _check(self, written)
+
+
+ReadBackGate.check = check
+"""
+
+
+def _hanging_read(schema: str, order_id: int) -> str:
+    """The manifest whose source row ``order_id`` sleeps a minute on the server when read."""
+    return MANIFEST.format(s=schema, end=DAYS + 1, workers=1).replace(
         f"FROM {schema}.raw_orders",
-        f"FROM {schema}.raw_orders WHERE CASE WHEN order_id = {slow_id}"
+        f"FROM {schema}.raw_orders WHERE CASE WHEN order_id = {order_id}"
         " THEN pg_sleep(60) IS NOT NULL ELSE true END",
     )
-    if not coalesce:
-        manifest = manifest.replace(
-            "inner_mode: replace", "inner_mode: replace\n      coalesce: false"
-        )
+
+
+def _stop_while_reading(
+    pg_dsn: str,
+    schema: str,
+    tmp_path: Path,
+    manifest: str,
+    site: str | None,
+    leased: int,
+    seen: Callable[[], object] = lambda: None,
+) -> dict[int, str]:
+    """Run ``manifest`` in a process (``site`` as its sitecustomize), wait until chunk
+    ``leased`` is leased and its read hangs, call ``seen``, send SIGTERM; the run must stop
+    within seconds as interrupted, with no hanging read left on the server. Returns each
+    chunk's last ledger state."""
+    (tmp_path / "workloads.yaml").write_text(CATALOG.format())
     (tmp_path / "orders.yaml").write_text(manifest)
     env = {k: v for k, v in os.environ.items() if k.startswith("DPONE_CONN_") or k == "PATH"}
     env["DPONE_XCOM_PATH"] = str(tmp_path / "xcom.json")
-    if release == "cancelled once":
+    if site is not None:
         (tmp_path / "site").mkdir()
-        (tmp_path / "site" / "sitecustomize.py").write_text(CANCELLED_RELEASE)
+        (tmp_path / "site" / "sitecustomize.py").write_text(site)
         env["PYTHONPATH"] = str(tmp_path / "site")
     err = (tmp_path / "stderr.txt").open("w")
     args = ["run", "--catalog", str(tmp_path / "workloads.yaml"), "--workload", "orders"]
@@ -300,10 +322,11 @@ def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
     )
     try:
         deadline = time.monotonic() + 30
-        while not _leased(pg_dsn, schema, 3):  # chunk 2 moved, chunk 3 leased, waiting
+        while not _leased(pg_dsn, schema, leased):
             assert time.monotonic() < deadline and run.poll() is None
             time.sleep(0.05)
         time.sleep(0.3)
+        seen()
         signalled = time.monotonic()
         run.send_signal(signal.SIGTERM)
         code = run.wait(30)
@@ -317,20 +340,86 @@ def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
     assert stop_s < 5.0, f"stopped {stop_s:.1f}s after SIGTERM"
     assert "DPONE_RUN_INTERRUPTED" in text and "Traceback" not in text
     with psycopg.connect(pg_dsn) as conn:
-        states = dict(
-            conn.execute(
+        states = {
+            int(index): str(state)
+            for index, state in conn.execute(
                 f"SELECT DISTINCT ON (chunk_index) chunk_index, state"
                 f" FROM {schema}_audit.chunk_transition ORDER BY chunk_index, transition DESC"
             ).fetchall()
-        )
-        sleeping = conn.execute(  # this test's read only: others run beside it
+        }
+        sleeping = conn.execute(  # this test's reads only: others run beside it
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dpone_read_ahead'"
             " AND state = 'active' AND position(%s in query) > 0",
             (f"{schema}.raw_orders",),
         ).fetchone()
+    assert sleeping == (0,)  # the server's reads were cancelled, not left running
+    return states
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["alone", "coalesced"])
+@pytest.mark.parametrize("release", ["as is", "cancelled once"])
+def test_sigterm_while_waiting_for_a_read_ahead_stops_at_once(
+    schema: str, pg_dsn: str, tmp_path: Path, release: str, coalesce: bool
+) -> None:
+    """The next chunk's read hangs on the server; SIGTERM arrives while the worker waits for it:
+    the read is cancelled, not started again, the chunk released, and the run stops within
+    seconds; also when the first attempt to record the release meets a cancel. Coalesced
+    (ADR 0022), chunks 1 to 3 are one group: all three are rolled back and released."""
+    manifest = _hanging_read(schema, 2)  # order_id 2 is on day 3 (g % 6)
+    if not coalesce:
+        manifest = manifest.replace(
+            "inner_mode: replace", "inner_mode: replace\n      coalesce: false"
+        )
+    site = CANCELLED_RELEASE if release == "cancelled once" else None
+    states = _stop_while_reading(pg_dsn, schema, tmp_path, manifest, site, leased=3)
     done = "failed" if coalesce else "committed"  # a group is rolled back as a whole
     assert states == {1: done, 2: done, 3: "failed"}  # released, not stuck
-    assert sleeping == (0,)  # the server's read was cancelled, not left running
+
+
+def test_sigterm_while_waiting_for_a_set_based_groups_read_ahead_stops_at_once(
+    schema: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    """Set-based groups of two (ADR 0022): [1], [2, 3], then [4, 5], whose span is read ahead
+    while [2, 3] is read back and committed. That read hangs on the server (a row of chunk 4
+    sleeps a minute); SIGTERM arrives while the worker waits for it inside [4, 5]'s
+    transaction: the read is cancelled, the group rolled back and its chunks released, and the
+    run stops within seconds."""
+    manifest = (
+        _hanging_read(schema, 3)  # order_id 3 is on day 4 (g % 6)
+        .replace(
+            "read_back: count  # read_at differs on every read: a checksum could never match",
+            "accept_narrowing: [read_at]  # differs on every read: out of the content hash",
+        )
+        .replace("inner_mode: replace", "inner_mode: replace\n      coalesce: {max_chunks: 2}")
+    )
+    started: list[tuple[datetime | None, datetime | None]] = []
+
+    def read_ahead_started() -> None:  # the hanging COPY against [2, 3]'s completion
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT (SELECT query_start FROM pg_stat_activity"
+                " WHERE application_name = 'dpone_read_ahead' AND state = 'active'"
+                " AND query LIKE 'COPY %%' AND position(%s in query) > 0),"
+                f" (SELECT recorded_at FROM {schema}_audit.chunk_transition"
+                " WHERE chunk_index = 3 AND state = 'committed')",
+                (f"{schema}.raw_orders",),
+            ).fetchone()
+        assert row is not None
+        started.append((row[0], row[1]))
+
+    states = _stop_while_reading(
+        pg_dsn, schema, tmp_path, manifest, SLOW_GATE, leased=4, seen=read_ahead_started
+    )
+    ((read_at, moved_at),) = started
+    assert read_at is not None and moved_at is not None
+    assert read_at < moved_at  # [4, 5] was read ahead, while [2, 3] was checked
+    done = {1: "committed", 2: "committed", 3: "committed"}
+    assert states == {**done, 4: "failed", 5: "failed"}  # released, not stuck; 6 not started
+    with psycopg.connect(pg_dsn) as conn:
+        held = conn.execute(
+            f"SELECT count(*) FROM {schema}.orders WHERE order_date >= date '2023-01-04'"
+        ).fetchone()
+    assert held == (0,)  # the group's rows went with its transaction
 
 
 def _leased(dsn: str, schema: str, index: int) -> bool:
