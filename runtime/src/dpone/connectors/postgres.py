@@ -1464,18 +1464,3 @@ def window_checksums(
         rows = _grouped_sums(cur, relation, columns, windows, not_null)
     found = {int(row[0]): checksum_value(row[1:])[1] for row in rows}
     return [found.get(i, format_checksum(0, 0)) for i in range(len(windows))]
-    span = span_of(windows)
-    slot, slot_params = _slot_sql(
-        sql.Identifier("dpone_src", windows[0].column), [w.lower for w in windows]
-    )
-    inner = sql.SQL("(SELECT {}, {} AS dpone_window_slot FROM {}{}) AS s").format(
-        _columns_sql([name for name, _ in columns]), slot, relation, _where(span)
-    )
-    cur.execute(
-        sql.SQL("SELECT dpone_window_slot, count(*), sum({}) FROM {} GROUP BY 1").format(
-            row_hash_sql(columns, not_null), inner
-        ),
-        [*slot_params, span.lower, span.upper],
-    )
-    found = {int(row[0]): checksum_value(row[1:])[1] for row in cur.fetchall()}
-    return [found.get(i, format_checksum(0, 0)) for i in range(len(windows))]
