@@ -106,6 +106,15 @@ def _slow_gate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ReadBackGate, "check", slow_check)
 
 
+def _set_based(manifest: str) -> str:
+    """The manifest moving set-based groups of at most two chunks (ADR 0022): the default
+    checksum gate, with read_at (different on every read) left out of the content hash."""
+    return manifest.replace(
+        "read_back: count  # read_at differs on every read: a checksum could never match",
+        "accept_narrowing: [read_at]  # differs on every read: out of the content hash",
+    ).replace("inner_mode: replace", "inner_mode: replace\n      coalesce: {max_chunks: 2}")
+
+
 def _read_before_leased(dsn: str, schema: str) -> dict[int, bool]:
     """Per chunk: were its rows read before its lease was recorded?"""
     with psycopg.connect(dsn) as conn:
@@ -180,16 +189,10 @@ def test_one_worker_reads_each_next_set_based_group_ahead(
     [1] alone (nothing known yet of a chunk's rows), then [2, 3], during whose write [4, 5] is
     read ahead, then [4, 5], during whose write [6] is."""
     _slow_gate(monkeypatch)
-    manifest = (
-        MANIFEST.format(s=schema, end=DAYS + 1, workers=1)
-        .replace(
-            "read_back: count  # read_at differs on every read: a checksum could never match",
-            "accept_narrowing: [read_at]  # differs on every read: out of the content hash",
-        )
-        .replace("inner_mode: replace", "inner_mode: replace\n      coalesce: {max_chunks: 2}")
-    )
     (tmp_path / "workloads.yaml").write_text(CATALOG.format())
-    (tmp_path / "orders.yaml").write_text(manifest)
+    (tmp_path / "orders.yaml").write_text(
+        _set_based(MANIFEST.format(s=schema, end=DAYS + 1, workers=1))
+    )
     code = main(["run", "--catalog", str(tmp_path / "workloads.yaml"), "--workload", "orders"])
     assert code == 0, capsys.readouterr().err
     with psycopg.connect(pg_dsn) as conn:
@@ -384,14 +387,7 @@ def test_sigterm_while_waiting_for_a_set_based_groups_read_ahead_stops_at_once(
     sleeps a minute); SIGTERM arrives while the worker waits for it inside [4, 5]'s
     transaction: the read is cancelled, the group rolled back and its chunks released, and the
     run stops within seconds."""
-    manifest = (
-        _hanging_read(schema, 3)  # order_id 3 is on day 4 (g % 6)
-        .replace(
-            "read_back: count  # read_at differs on every read: a checksum could never match",
-            "accept_narrowing: [read_at]  # differs on every read: out of the content hash",
-        )
-        .replace("inner_mode: replace", "inner_mode: replace\n      coalesce: {max_chunks: 2}")
-    )
+    manifest = _set_based(_hanging_read(schema, 3))  # order_id 3 is on day 4 (g % 6)
     started: list[tuple[datetime | None, datetime | None]] = []
 
     def read_ahead_started() -> None:  # the hanging COPY against [2, 3]'s completion
