@@ -125,6 +125,36 @@ def _committed(dsn: str) -> int:
         return 0
 
 
+def _restart_while_stalled(
+    version: str,
+    base: str,
+    data: str,
+    procs: list[subprocess.Popen[bytes]],
+    stalling: set[int],
+) -> int:
+    """Once six chunks have committed and every ``stalling`` item sits stopped inside its
+    transaction, restart the cluster and resume the stalled items until they end. Returns the
+    chunks committed before the restart."""
+    deadline = time.monotonic() + 120
+    while _committed(data) < 6 or not all(chaoskit.stopped(procs[i]) for i in stalling):
+        assert time.monotonic() < deadline, "no progress before the restart"
+        for i in stalling:
+            assert procs[i].poll() is None, f"item {i} ended before its stall"
+        time.sleep(0.1)
+    committed_before = _committed(data)
+    restarted = _ctl(version, CLUSTER, "restart", "-m", "fast")
+    assert restarted.returncode == 0, restarted.stderr
+    _wait_ready(base)
+    deadline = time.monotonic() + 120
+    for i in stalling:  # a group's chunk_written fires once per chunk: resume until it ends
+        while procs[i].poll() is None:
+            assert time.monotonic() < deadline, f"item {i} did not end once resumed"
+            if chaoskit.stopped(procs[i]):
+                os.kill(procs[i].pid, signal.SIGCONT)
+            time.sleep(0.05)
+    return committed_before
+
+
 @pytest.mark.postgres
 def test_postgres_restart_mid_run_fails_structured_and_rerun_completes(
     restart_cluster: tuple[str, str], tmp_path: Path
@@ -145,23 +175,13 @@ def test_postgres_restart_mid_run_fails_structured_and_rerun_completes(
         _launch(env, item, tmp_path / f"first-{i}.err", stall=i in stalling)
         for i, item in enumerate(items)
     ]
-    deadline = time.monotonic() + 120
-    while _committed(data) < 6 or not all(chaoskit.stopped(procs[i]) for i in stalling):
-        assert time.monotonic() < deadline, "no progress before the restart"
-        for i in stalling:
-            assert procs[i].poll() is None, f"item {i} ended before its stall"
-        time.sleep(0.1)
-    committed_before = _committed(data)
-    restarted = _ctl(version, CLUSTER, "restart", "-m", "fast")
-    assert restarted.returncode == 0, restarted.stderr
-    _wait_ready(base)
-    deadline = time.monotonic() + 120
-    for i in stalling:  # a group's chunk_written fires once per chunk: resume until it ends
-        while procs[i].poll() is None:
-            assert time.monotonic() < deadline, f"item {i} did not end once resumed"
-            if chaoskit.stopped(procs[i]):
-                os.kill(procs[i].pid, signal.SIGCONT)
-            time.sleep(0.05)
+    try:
+        committed_before = _restart_while_stalled(version, base, data, procs, stalling)
+    except BaseException:  # a failure must not leave stopped processes behind
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        raise
     codes: dict[str, int] = {}
     for index, proc in enumerate(procs):
         code = proc.wait(timeout=180)
