@@ -145,3 +145,26 @@ def test_a_query_source_and_bounds_beyond_bigint_take_the_grouped_scan(pg: Pg) -
             statements = _statements(source._conn.get())
             assert source.window_checksums(windows) == alone
             assert not [s for s in statements if "LATERAL" in s]
+
+
+def test_a_table_sources_checksums_skip_the_null_test_of_its_not_null_columns(pg: Pg) -> None:
+    """The source's gate statements (one window, and windows in one statement) take the short
+    form for the table's NOT NULL columns (c and id, adjacent in name order: '","' joins them),
+    as the target's read-back does; a query source keeps the full form. Same values."""
+    kind, column_type, bounds, value = SHAPES["date"]
+    schema = _tables(pg, column_type, value, "CREATE INDEX ON {table} (c)")
+    windows = [ChunkWindow("c", kind, bounds[i], bounds[i + 1]) for i in range(6)]
+    found: dict[str, list[str]] = {}
+    for name, spec in (
+        ("table", SourceSpec(connection="wh", table=TableRef(schema, "src"))),
+        ("query", SourceSpec(connection="wh", query=f"SELECT t, n, id, c FROM {schema}.src")),
+    ):
+        with PostgresSource(spec, pg.dsn) as source:
+            statements = _statements(source._conn.get())
+            found[name] = [source.checksum(window) for window in windows]
+            assert source.window_checksums(windows) == found[name]
+        hashed = [s for s in statements if "sum(hashtextextended(" in s]
+        assert len(hashed) == 7, statements
+        assert all(("'\",\"'" in s) == (name == "table") for s in hashed), hashed
+    assert found["table"] == found["query"]
+    assert len(set(found["table"])) == 6

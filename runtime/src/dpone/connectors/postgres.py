@@ -355,6 +355,17 @@ def checksum_value(row: tuple[Any, ...] | None) -> tuple[int, str]:
     return count, format_checksum(count, total)
 
 
+def not_null_columns(cur: Cursor, table: sql.Composable) -> frozenset[str]:
+    """The columns of ``table`` the catalog says are NOT NULL: the checksum's short form for
+    them (see row_hash_sql; its value stays right should the catalog be wrong)."""
+    cur.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass"
+        " AND attnum > 0 AND NOT attisdropped AND attnotnull",
+        (table.as_string(cur.connection),),
+    )
+    return frozenset(str(row[0]) for row in cur.fetchall())
+
+
 _PROBE = 'dpone probe: Zoë ✓ "quoted", 12 bytes+'
 _SQL_CHECKSUM: weakref.WeakKeyDictionary[Connection, bool] = weakref.WeakKeyDictionary()
 
@@ -489,6 +500,7 @@ class PostgresSource(Source):
             ident(col, "source column")
         self._conn = PgConnection(dsn, spec.display())
         self._described: tuple[tuple[str, int], ...] | None = None
+        self._not_null: frozenset[str] | None = None
         self._statements: StatementCache = {}
         self._read_ahead_budget = read_ahead_budget()
         self._next: ChunkWindow | None = None
@@ -573,6 +585,16 @@ class PostgresSource(Source):
     def columns(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.describe())
 
+    def _not_null_columns(self, cur: Cursor) -> frozenset[str]:
+        """A table source's NOT NULL columns, cached (none for a query): the checksum's short
+        form for them, as the sink's read-back has it."""
+        if self._not_null is None:
+            table = self.spec.table
+            self._not_null = (
+                frozenset() if table is None else not_null_columns(cur, table_sql(table))
+            )
+        return self._not_null
+
     def read_only(self) -> Self:
         self._settle()
         self._conn.discard()
@@ -622,7 +644,8 @@ class PostgresSource(Source):
         relation = sql.SQL("({}) AS s").format(inner)
         try:
             with conn.cursor() as cur:
-                return relation_checksum(cur, relation, described, _params(window))
+                not_null = self._not_null_columns(cur)
+                return relation_checksum(cur, relation, described, _params(window), None, not_null)
         except psycopg.Error as exc:
             raise self._fail(exc, f"checksumming {scope_display(window)}") from None
 
@@ -703,14 +726,15 @@ class PostgresSource(Source):
         names = [name for name, _ in described]
         try:
             with conn.cursor() as cur:
+                not_null = self._not_null_columns(cur)
 
                 def each(window: ChunkWindow) -> str:
                     inner = sql.SQL("({}) AS s").format(self.select_sql(window, names))
-                    return relation_checksum(cur, inner, described, _params(window))
+                    return relation_checksum(cur, inner, described, _params(window), None, not_null)
 
                 table = None if self.spec.table is None else table_sql(self.spec.table)
                 return window_checksums(
-                    cur, self.relation(True), described, windows, each, table=table
+                    cur, self.relation(True), described, windows, each, not_null, table
                 )
         except psycopg.Error as exc:
             raise self._fail(exc, f"checksumming {scope_display(span_of(windows))}") from None
@@ -720,6 +744,7 @@ class PostgresSource(Source):
             exc, self.spec.failure_code, f"{self.spec.display()}: {doing}", self._conn.current
         )
         self._described = None
+        self._not_null = None
         self._conn.forget_if_broken()
         return err
 
@@ -1253,15 +1278,9 @@ class PostgresSink(Sink):
         return types
 
     def _not_null_columns(self, cur: Cursor) -> frozenset[str]:
-        """The target's NOT NULL columns, cached: the checksum's short form for them (see
-        row_hash_sql; it stays right should the catalog be wrong)."""
+        """The target's NOT NULL columns, cached: the checksum's short form for them."""
         if self._not_null is None:
-            cur.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass"
-                " AND attnum > 0 AND NOT attisdropped AND attnotnull",
-                (self._table.as_string(cur.connection),),
-            )
-            self._not_null = frozenset(str(row[0]) for row in cur.fetchall())
+            self._not_null = not_null_columns(cur, self._table)
         return self._not_null
 
     # transactions -------------------------------------------------------------------------------
