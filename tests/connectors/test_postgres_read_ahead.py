@@ -73,6 +73,33 @@ def test_the_next_window_is_read_ahead_and_written_as_the_source_holds_it(route:
     assert len(backends) == 1  # one connection throughout: nothing dropped or reconnected
 
 
+def test_the_next_window_can_be_named_from_the_rows_the_copy_moved(route: Route) -> None:
+    """A function given to expect is asked once the COPY has ended, with the rows it copied;
+    the window it names is read ahead, None names none (and only one answer is asked for)."""
+    asked: list[int] = []
+
+    def next_window(answer: ChunkWindow | None) -> Any:
+        def named(copied: int) -> ChunkWindow | None:
+            asked.append(copied)
+            return answer
+
+        return named
+
+    with route.source() as source, route.sink_for() as sink:
+        source.expect(next_window(DAYS[1]))
+        first = sink.write_chunk(source, DAYS[0])
+        assert asked == [first.rows] and first.rows == len(expected(DAYS[0])) > 0
+        assert source._ahead is not None
+        assert source._ahead.key[1] == (DAYS[1].lower, DAYS[1].upper)
+        source.expect(next_window(None))
+        second = sink.write_chunk(source, DAYS[1])
+        assert asked == [first.rows, second.rows] and source._ahead is None
+        sink.write_chunk(source, DAYS[2])  # nothing expected: nothing asked
+        assert len(asked) == 2 and source._ahead is None
+    for window in DAYS:
+        assert route.written(window) == expected(window)
+
+
 def test_a_read_ahead_of_another_window_is_dropped(route: Route) -> None:
     with route.source() as source, route.sink_for() as sink:
         source.expect(DAYS[1])

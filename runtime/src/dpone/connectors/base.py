@@ -17,7 +17,7 @@ import struct
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from types import TracebackType
@@ -180,6 +180,9 @@ class ChunkWindow:
 
 #: The rows a read or write covers: a chunk's window, or None for every row (a full refresh).
 Scope = ChunkWindow | None
+#: What a worker reads next (Source.expect): a window, none, or a function that names it from
+#: the rows the current read copied, asked once that read has ended.
+Expected = Scope | Callable[[int], Scope]
 
 
 def scope_display(window: Scope) -> str:
@@ -325,9 +328,10 @@ class Source(Closeable):
         """The checksum of the chunk's rows (every row when ``window`` is None) as the source
         holds them."""
 
-    def expect(self, window: Scope) -> None:  # optional hint
-        """The window this worker reads next (None: none): a source may read it ahead while
-        the current chunk is written. A hint only: the next read may ask for another window."""
+    def expect(self, window: Expected) -> None:  # optional hint
+        """The window this worker reads next (None: none; a function: named from the rows the
+        current read copied, once it has ended): a source may read it ahead while the current
+        chunk is written. A hint only: the next read may ask for another window."""
 
     @classmethod
     def table_checksum(

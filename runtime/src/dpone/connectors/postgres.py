@@ -31,6 +31,7 @@ from dpone.connectors.base import (
     ChunkFence,
     ChunkWindow,
     ChunkWrite,
+    Expected,
     Row,
     RowChecksum,
     Sink,
@@ -503,13 +504,14 @@ class PostgresSource(Source):
         self._not_null: frozenset[str] | None = None
         self._statements: StatementCache = {}
         self._read_ahead_budget = read_ahead_budget()
-        self._next: ChunkWindow | None = None
+        self._next: Expected = None
         self._ahead: ReadAhead | None = None
         self._interrupted = False  # interrupt() was called: a failed read-ahead is not redone
 
-    def expect(self, window: ChunkWindow | None) -> None:
+    def expect(self, window: Expected) -> None:
         """The window this worker reads next: after the current chunk's COPY, it is read ahead
-        (see dpone.lifecycle.read_ahead) unless the budget is 0 or a chunk outgrew it."""
+        (see dpone.lifecycle.read_ahead) unless the budget is 0 or a chunk outgrew it. A
+        function is asked then, with the rows that COPY copied."""
         self._next = window if self._read_ahead_budget > 0 else None
 
     def _settle(self, key: Hashable | None = None) -> ReadAhead | None:
@@ -528,10 +530,13 @@ class PostgresSource(Source):
             self._conn.discard()
 
     def _start_read_ahead(
-        self, conn: Connection, key: Hashable, stmt: str, block_bytes: int
+        self, conn: Connection, key: Hashable, stmt: str, block_bytes: int, copied: int
     ) -> None:
-        window, self._next = self._next, None
-        if window is None or self._read_ahead_budget <= 0 or self._interrupted:
+        expected, self._next = self._next, None
+        if expected is None or self._read_ahead_budget <= 0 or self._interrupted:
+            return
+        window = expected(copied) if callable(expected) else expected
+        if window is None:
             return
         params = _params(window)
 
@@ -715,7 +720,7 @@ class PostgresSource(Source):
         if ahead is not None and not ahead.wait():
             self._conn.discard()
         else:
-            self._start_read_ahead(conn, key, stmt, block_bytes)
+            self._start_read_ahead(conn, key, stmt, block_bytes, dst.rowcount)
         return dst.rowcount
 
     def window_checksums(self, windows: Sequence[ChunkWindow]) -> list[str]:

@@ -46,6 +46,11 @@ from dpone.plan.chunks import Chunk
 from dpone.records import record
 
 
+def _no_run(*_: object) -> list[Chunk]:
+    """No next run to read ahead (a set-based group without a lone worker's feed)."""
+    return []
+
+
 class ProgressSink(Protocol):
     def start(self, total: int, label: str) -> None: ...
 
@@ -358,21 +363,26 @@ class ChunkMover:
         owner: str,
         lease_seconds: float,
         leases: list[tuple[Chunk, Lease, float]],
-        upcoming: Callable[[], list[Chunk]] = list,
+        upcoming: Callable[[int, int], list[Chunk]] = _no_run,
     ) -> Any:
         """A set-based group (ADR 0022): each chunk's lease statement, then ONE write of the
         leased chunks' span with each chunk's gate, then each one's COMMITTED record, in ONE
         transaction; ``leases`` gets (chunk, lease, start) per chunk leased. ``upcoming`` gives
-        the run this worker moves next, whose span the source reads ahead once this group's
-        rows are copied (read while the group is read back and committed). Returns the
-        ledger's GroupMove; a group of one is written and fails as lease_and_move does."""
+        the run this worker moves next from the chunks and rows this group copied, asked once
+        its rows are copied, and the source reads that run's span ahead (while the group is
+        read back and committed). Returns the ledger's GroupMove; a group of one is written
+        and fails as lease_and_move does."""
         source, sink = self._connectors()
 
         def write_set(connection: Any, leased: list[tuple[Chunk, Lease]]) -> list[ChunkResult]:
             now = time.monotonic()
             leases.extend((chunk, lease, now) for chunk, lease in leased)
-            following = upcoming()
-            source.expect(self.span(following) if following else None)
+
+            def next_span(copied: int) -> Any:
+                following = upcoming(len(leased), copied)
+                return self.span(following) if following else None
+
+            source.expect(next_span)
             for _ in leased:
                 fault_point("chunk_leased")
             windows = [self.window(chunk) for chunk, _ in leased]
@@ -786,16 +796,23 @@ def _run_set(
     tally: _Tally,
     lease_s: float,
     pace: _SetPace,
-    upcoming: Callable[[], list[Chunk]] = list,
+    upcoming: Callable[[_SetPace], list[Chunk]] = _no_run,
 ) -> bool:
     """A set-based group (ADR 0022): contiguous ``chunks`` in one transaction, written and
     gated set-based; recorded, rolled back and handed back as _run_group does. Chunks the
     group did not reach (after a busy or refused one) go back to the feed; ``upcoming`` is
-    the next group's run, read ahead (a lone worker)."""
+    the next group's run (a lone worker reads it ahead), given this group's pace so far: its
+    chunks and rows copied in the time since it started."""
     started = time.monotonic()
     leases: list[tuple[Chunk, Lease, float]] = []
+
+    def following(copied_chunks: int, copied_rows: int) -> list[Chunk]:
+        so_far = _SetPace()
+        so_far.learn(copied_chunks, copied_rows, time.monotonic() - started)
+        return upcoming(so_far)
+
     try:
-        move = mover.lease_and_move_set(chunks, owner, lease_s, leases, upcoming)
+        move = mover.lease_and_move_set(chunks, owner, lease_s, leases, following)
     except DponeError as exc:  # a group of one chunk failed (recorded as in _run_chunk)
         if not leases:
             feed.hand_back(chunks[1:], alone=False)
@@ -1083,12 +1100,13 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             budget = mover.coalesce
             pace = _SetPace()
 
-            def run_ahead() -> list[Chunk]:
-                # the next set-based group, sized by the pace known now; none before it is
-                # known (the first group's one chunk says nothing yet about a chunk's rows)
-                if budget is None or not pace.known:
+            def run_ahead(so_far: _SetPace) -> list[Chunk]:
+                # the next set-based group, sized by the pace known now; after a worker's first
+                # group (one chunk: nothing said before it how many rows a chunk holds), by the
+                # rows that group copied and the time its copy took
+                if budget is None:
                     return []
-                return feed.upcoming_run(pace.size(budget), take_run)
+                return feed.upcoming_run((pace if pace.known else so_far).size(budget), take_run)
 
             try:
                 while not tally.stop.is_set() and not STOP.requested:
