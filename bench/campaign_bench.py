@@ -763,8 +763,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--compare-src",
-        help="also run w1, w4, summary and the no-op with this runtime source tree (an older "
-        "checkout's runtime/src) first on PYTHONPATH, interleaved with this one in the same run",
+        help="also run w1, w4, summary and the no-op (with --gate-only: w1) with this runtime "
+        "source tree (an older checkout's runtime/src) first on PYTHONPATH, interleaved with "
+        "this one in the same run",
     )
     args = parser.parse_args()
     base_dsn = args.dsn or os.environ.get("DPONE_TEST_POSTGRES_DSN") or DEFAULT_DSN
@@ -978,6 +979,10 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     for name, workload in GATE_LEVELS.items():  # w1 at each read-back level, beside w1 itself
         runs[name] = functools.partial(run_dpone, internal_command(catalog, workload), base)
     if args.gate_only:
+        if old:
+            runs["w1 (compared)"] = functools.partial(
+                run_dpone, internal_command(catalog, "campaign_w1"), old
+            )
         runs["w1"] = functools.partial(run_dpone, internal_command(catalog, "campaign_w1"), base)
         timed = {
             level: [*internal_command(catalog, workload)]

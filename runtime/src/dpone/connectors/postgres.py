@@ -712,7 +712,10 @@ class PostgresSource(Source):
                             raise self._fail(exc, what) from None
                         if block is None:
                             break
-                        sink_copy.write(block)
+                        # a view: psycopg cuts a block into 128 KiB pieces for libpq, and
+                        # slices of a bytearray are copies (every byte moved once more, on
+                        # the thread that feeds the write); slices of a view are not
+                        sink_copy.write(memoryview(block))
         except BaseException:
             if ahead is not None:  # the sink failed mid-stream
                 self._drop(ahead)
