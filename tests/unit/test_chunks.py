@@ -503,6 +503,31 @@ def test_timestamp_calendar_units_respect_the_chunk_limit() -> None:
         )
 
 
+@pytest.mark.parametrize("unit", ["minute", "hour", "day", "week"])
+@pytest.mark.parametrize("step", [142_857_143, 999_999_999, 1_000_000_000])
+def test_a_timestamp_step_past_any_datetime_span_is_one_chunk(unit: str, step: int) -> None:
+    # Regression: a step of a billion days (the schema allows it) raised OverflowError.
+    window = ("2024-01-01T00:00:00Z", "2025-01-01T00:00:00Z")
+    assert ranges(spec("timestamp", *window, step, unit)) == [window]
+
+
+@pytest.mark.parametrize(
+    "value", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:00:00-05:00"], ids=["before", "after"]
+)
+def test_timestamps_outside_the_utc_range_are_refused(value: str) -> None:
+    with pytest.raises(ChunkPlanError, match="out of range in UTC"):
+        canonical_bound("timestamp", value)
+
+
+def test_timestamps_before_year_1000_keep_four_digits() -> None:
+    # strftime writes year 1 as "1", which Postgres reads as 2001
+    assert canonical_bound("timestamp", "0001-01-01T00:00:00Z") == "0001-01-01T00:00:00Z"
+    assert ranges(spec("timestamp", "0999-12-31T22:00:00Z", "0999-12-31T23:30:00Z")) == [
+        ("0999-12-31T22:00:00Z", "0999-12-31T23:00:00Z"),
+        ("0999-12-31T23:00:00Z", "0999-12-31T23:30:00Z"),
+    ]
+
+
 def test_value_is_still_refused_for_timestamps() -> None:
     with pytest.raises(ChunkPlanError, match="does not fit"):
         plan_chunks(

@@ -247,6 +247,21 @@ def test_naive_timestamp_bound(tmp_path: Path) -> None:
     assert problem.code == errors.BACKFILL_PLAN_INVALID and "timezone" in problem.message
 
 
+def test_timestamp_bound_out_of_range_in_utc(tmp_path: Path) -> None:
+    # Regression: the conversion to UTC raised OverflowError (DPONE_INTERNAL, no location)
+    manifest = backfill_manifest(
+        **{
+            "type: date, start: 2024-01-01, end: 2024-01-11": (
+                'type: timestamp, start: "0001-01-01T00:00:00+05:00", end: "0001-01-02T00:00:00Z"'
+            )
+        }
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.BACKFILL_PLAN_INVALID and "out of range" in problem.message
+    assert "backfill.chunk.start" in problem.message
+    assert where(problem)[:2] == ("orders.yaml", 12)
+
+
 def test_unit_must_fit_the_chunk_type(tmp_path: Path) -> None:
     manifest = backfill_manifest(**{"end: 2024-01-11}": "end: 2024-01-11, unit: hour}"})
     problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))

@@ -113,6 +113,14 @@ def test_messages_keep_what_helps() -> None:
         ("https://example.com/path?q=1", False),
         ("INFO", False),
         ("-Xmx1g -Dfile.encoding=UTF-8", False),
+        # userinfo without a scheme, as the docs name it ("user:password@")
+        ("etl:s3cret@db.example.com", True),
+        ("etl:s3cret@db.example.com:5432/app", True),
+        ("//etl:s3cret@db/app", True),
+        ("etl@db.example.com", False),
+        ("image:1.0@sha256:0123abcd", False),
+        ("registry.example:5000/image:1.0@sha256:0123abcd", False),
+        ("a:b", False),
     ],
 )
 def test_has_credentials(value: str, expected: bool) -> None:

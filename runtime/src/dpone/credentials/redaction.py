@@ -195,8 +195,22 @@ def _url_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+#: ``user:password@host[:port][/path]`` written without a scheme (``//`` allowed in front)
+_BARE_USERINFO = r"(?://)?[^\s/:@]+:(?P<secret>[^\s]+)@[A-Za-z0-9_.\-]+(?::[0-9]*)?(?:/[^\s@]*)?"
+
+
+def _bare_userinfo_pairs(text: str) -> list[tuple[str, str]]:
+    """The password of a URL's userinfo written without a scheme (``etl:pw@db.example.com``);
+    the host must read as a host name, so ``image:1.0@sha256:...`` is not taken for one."""
+    if "://" in text:
+        return []
+    found = re.fullmatch(_BARE_USERINFO, text.strip())
+    return [("password", found.group("secret"))] if found else []
+
+
 def _pairs(dsn: str) -> list[tuple[str, str]]:
     pairs = _url_pairs(dsn) + _libpq_pairs(dsn) + _odbc_pairs(dsn.partition("://")[2] or dsn)
+    pairs += _bare_userinfo_pairs(dsn)
     for key, value in list(pairs):
         if key.strip().lower() == "odbc_connect":  # odbc://?odbc_connect=<encoded ODBC string>
             pairs += _odbc_pairs(unquote_plus(value))

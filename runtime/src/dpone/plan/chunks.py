@@ -86,11 +86,17 @@ def parse_timestamp(value: object) -> dt.datetime:
         raise ChunkPlanError(f"expected an ISO-8601 timestamp string, got {value!r}")
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ChunkPlanError(f"timestamp {value!r} has no timezone; add Z or an offset")
-    return parsed.astimezone(dt.UTC)
+    try:
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+05:00 is before the first UTC instant
+        raise ChunkPlanError(f"timestamp {value!r} is out of range in UTC") from None
 
 
 def format_timestamp(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """ISO-8601 in UTC with a four-digit year (strftime writes year 1 as "1", which a database
+    reads as 2001)."""
+    utc = value.astimezone(dt.UTC)
+    return f"{utc.year:04d}{utc.strftime('-%m-%dT%H:%M:%SZ')}"
 
 
 def canonical_bound(type_: str, value: object) -> Bound:
@@ -199,7 +205,10 @@ def _edges(spec: ChunkSpec) -> list[Bound]:
         raise ChunkPlanError(f"zero-length window: start {spec.start} is not before end {spec.end}")
     if spec.unit == "month":
         return _month_stamps(begin, finish, spec.step)
-    delta = dt.timedelta(**{_TIMEDELTA_UNIT[spec.unit]: spec.step})
+    try:
+        delta = dt.timedelta(**{_TIMEDELTA_UNIT[spec.unit]: spec.step})
+    except OverflowError:  # a step longer than any datetime window: the whole window is one chunk
+        return [format_timestamp(begin), format_timestamp(finish)]
     if (finish - begin) / delta > MAX_CHUNKS:
         raise ChunkPlanError(f"window yields more than {MAX_CHUNKS} chunks")
     seconds = delta // dt.timedelta(seconds=1)
