@@ -58,14 +58,16 @@ def _parser() -> CommandParser:
     return parser
 
 
-def _report_errors(problems: list[ErrorRecord], output_format: str) -> int:
+def _report_errors(
+    problems: list[ErrorRecord], output_format: str, outcome: str = "nothing was written"
+) -> int:
     if output_format == "json":
         docs = [redact_document(p.to_json()) for p in problems]
         print(json.dumps(docs, indent=2, ensure_ascii=False))
     else:
         for problem in problems:
             print(redact_text(str(problem)), file=sys.stderr)
-        print(f"dpone generate: {len(problems)} error(s); nothing was written", file=sys.stderr)
+        print(f"dpone generate: {len(problems)} error(s); {outcome}", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -162,9 +164,10 @@ def generate_command(catalog: str, out: str, check: bool, output_format: str = "
     if check:
         fix = f"dpone generate {catalog} --out {out}"
         return _report_check(plan, out_display, fix, output_format, result.packs)
-    problems = apply_emit(plan, out_display)
+    problems, restored = apply_emit(plan, out_display)
     if problems:
-        return _report_errors(problems, output_format)
+        outcome = "nothing was changed" if restored else "the folder is left part-written"
+        return _report_errors(problems, output_format, outcome)
     return _report_written(plan, out_display, output_format)
 
 

@@ -13,6 +13,7 @@ run can neither remove the first one's DAG files as stale nor replace its pools 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import tempfile
@@ -202,8 +203,9 @@ def plan_emit(
     return EmitPlan(out_dir, tuple(changes), tuple(sorted(unchanged))), []
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same folder + os.replace: readers (Airflow's parser) never see half a file."""
+def _staged(path: Path, text: str) -> str:
+    """``text`` in a temp file beside ``path`` (synced, with the mode ``path`` has or a new
+    file's): the name to move over ``path``."""
     mode = path.stat().st_mode & 0o777 if path.exists() else NEW_FILE_MODE
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -212,26 +214,89 @@ def _write_atomic(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Temp file in the same folder + os.replace: readers (Airflow's parser) never see half a file."""
+    tmp = _staged(path, text)
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def apply_emit(plan: EmitPlan, out_display: str) -> list[ErrorRecord]:
-    """Write missing and changed files, then remove stale ones (so a crash leaves extras only)."""
+def apply_emit(plan: EmitPlan, out_display: str) -> tuple[list[ErrorRecord], bool]:
+    """All or nothing: every new text is staged in a temp file first, then each is moved over
+    its file (atomically: Airflow's parser never sees half a file) and the stale files are
+    removed. When one step fails, the files already changed get their old text back, so the
+    folder is as it was; the error names the file that failed. Returns the errors and whether
+    the folder is as it was before."""
+    created = not plan.out_dir.exists()
     try:
         plan.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return [_output_failed(out_display, exc)], True
+    staged: dict[str, str] = {}
+    done: list[Change] = []  # changes already made, to undo in reverse
+    failed = out_display
+    try:
         for change in plan.changes:
             if change.new is not None:
-                _write_atomic(plan.out_dir / change.name, change.new)
+                failed = f"{out_display}/{change.name}"
+                staged[change.name] = _staged(plan.out_dir / change.name, change.new)
         for change in plan.changes:
-            if change.kind == "stale":
+            failed = f"{out_display}/{change.name}"
+            if change.new is not None:
+                os.replace(staged[change.name], plan.out_dir / change.name)
+                del staged[change.name]
+            else:  # stale
                 (plan.out_dir / change.name).unlink(missing_ok=True)
+            done.append(change)
     except OSError as exc:
-        message = f"cannot write {out_display}: {exc.strerror or exc}"
-        return [ErrorRecord(errors.GENERATE_OUTPUT_FAILED, message, Location(out_display))]
-    return []
+        for tmp in staged.values():
+            Path(tmp).unlink(missing_ok=True)
+        kept = _undo(plan.out_dir, done)
+        record = _output_failed(failed, exc)
+        if kept:
+            record = ErrorRecord(
+                record.code,
+                f"{record.message}; {len(kept)} file(s) already changed could not be put back: "
+                f"{', '.join(kept)}",
+                record.location,
+            )
+        elif created:
+            with contextlib.suppress(OSError):
+                plan.out_dir.rmdir()
+        return [record], not kept
+    return [], True
+
+
+def _undo(out_dir: Path, done: list[Change]) -> list[str]:
+    """Put back the old text of each change made (a new file removed); the names it could not."""
+    kept: list[str] = []
+    for change in reversed(done):
+        path = out_dir / change.name
+        try:
+            if change.old is None:
+                path.unlink(missing_ok=True)
+            else:
+                _write_atomic(path, change.old)
+        except OSError:
+            kept.append(change.name)
+    return sorted(kept)
+
+
+def _output_failed(where: str, exc: OSError) -> ErrorRecord:
+    return ErrorRecord(
+        errors.GENERATE_OUTPUT_FAILED,
+        f"cannot write {where}: {exc.strerror or exc}",
+        Location(where),
+    )
 
 
 def unified_diff(change: Change, out_display: str) -> str:

@@ -194,3 +194,65 @@ def test_header_catalog_reads_only_dpone_headers() -> None:
     )
     assert emit.header_catalog("# catalog: a/b.yaml\n") is None
     assert emit.header_catalog("") is None
+
+
+def test_a_write_failing_midway_puts_back_the_files_already_changed(
+    proj: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Regression: alpha.py was replaced, beta.py failed, and the run said "nothing was written"
+    assert _gen() == 0
+    dags = proj / "dags"
+    for name in ("alpha.py", "beta.py"):
+        path = dags / name
+        path.write_bytes(path.read_bytes().replace(b'"retries": 0', b'"retries": 7'))
+    (dags / "gamma.py").write_bytes((dags / "alpha.py").read_bytes())  # stale: same catalog
+    before = {p.name: p.read_bytes() for p in dags.iterdir()}
+    real_replace = os.replace
+
+    def replace_failing_on_beta(src: str, dst: str) -> None:
+        if Path(dst).name == "beta.py":
+            raise OSError(1, "Operation not permitted")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(emit.os, "replace", replace_failing_on_beta)
+    assert _gen() == 2
+    err = capsys.readouterr().err
+    assert "dags/beta.py: DPONE_GENERATE_OUTPUT_FAILED: cannot write dags/beta.py" in err
+    assert "nothing was changed" in err
+    assert {p.name: p.read_bytes() for p in dags.iterdir()} == before
+
+
+def test_a_stale_file_that_cannot_be_removed_undoes_the_whole_write(
+    proj: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _gen() == 0
+    dags = proj / "dags"
+    alpha = dags / "alpha.py"
+    alpha.write_bytes(alpha.read_bytes().replace(b'"retries": 0', b'"retries": 7'))
+    (dags / "gamma.py").write_bytes(alpha.read_bytes())
+    before = {p.name: p.read_bytes() for p in dags.iterdir()}
+    real_unlink = Path.unlink
+
+    def unlink_failing_on_gamma(self: Path, missing_ok: bool = False) -> None:
+        if self.name == "gamma.py":
+            raise OSError(1, "Operation not permitted")
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(emit.Path, "unlink", unlink_failing_on_gamma)
+    assert _gen() == 2
+    err = capsys.readouterr().err
+    assert "cannot write dags/gamma.py: Operation not permitted" in err
+    assert "nothing was changed" in err
+    assert {p.name: p.read_bytes() for p in dags.iterdir()} == before
+
+
+def test_a_folder_made_for_a_write_that_failed_is_removed(
+    proj: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(emit.os, "replace", broken_replace)
+    assert _gen() == 2
+    assert "nothing was changed" in capsys.readouterr().err
+    assert not (proj / "dags").exists()
