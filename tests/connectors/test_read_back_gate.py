@@ -250,6 +250,50 @@ def test_append_compares_the_rows_it_added(
     assert written.source_checksum == written.checksum and target.count() == 2
 
 
+def _rewrite_note_on_insert(target: Side) -> None:
+    """A BEFORE INSERT trigger on the target that changes every row's note as it lands."""
+    if target.kind == "postgres":
+        schema = target.table.schema
+        target.run(
+            f'CREATE FUNCTION "{schema}".bang() RETURNS trigger LANGUAGE plpgsql AS '
+            "$$ BEGIN NEW.note := NEW.note || '!'; RETURN NEW; END $$"
+        )
+        target.run(
+            f"CREATE TRIGGER bang BEFORE INSERT ON {target.qualified} "
+            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".bang()'
+        )
+    else:
+        target.run(
+            f"CREATE TRIGGER `{target.table.schema}`.`bang` BEFORE INSERT ON {target.qualified} "
+            "FOR EACH ROW SET NEW.note = CONCAT(NEW.note, '!')"
+        )
+
+
+@pytest.mark.parametrize(("src", "dst"), PAIRS)
+def test_append_reads_back_what_the_target_holds_after_its_triggers(
+    sides: Callable[[str, str, bool], tuple[Side, Side]], src: str, dst: str
+) -> None:
+    # Regression: append read its stage back, which no target trigger touches, and passed
+    source, target = sides(src, dst, False)
+    target.run(f"INSERT INTO {target.qualified} VALUES (90, '2024-01-01 12:00:00', 'other')")
+    _rewrite_note_on_insert(target)
+    with pytest.raises(DponeError) as caught:
+        _write(source, target, DAY1, mode="append")
+    assert caught.value.code == errors.READ_BACK_MISMATCH
+    assert "same count (2 row(s)), different content" in caught.value.message
+    assert target.count() == 1  # rolled back: only the row that was there before
+    # the rows already in the range are not the chunk's: without the trigger it commits
+    if dst == "postgres":
+        target.run(f"DROP TRIGGER bang ON {target.qualified}")
+    else:
+        target.run(f"DROP TRIGGER `{target.table.schema}`.`bang`")
+    written = _write(source, target, DAY1, mode="append")
+    assert (
+        written.source_checksum == written.checksum and checksum_rows(written.checksum or "") == 2
+    )
+    assert target.count() == 3
+
+
 @pytest.mark.parametrize(("src", "dst"), PAIRS)
 def test_an_accepted_narrowing_still_cannot_move_a_row_out_of_its_chunk(
     sides: Callable[[str, str, bool], tuple[Side, Side]], src: str, dst: str

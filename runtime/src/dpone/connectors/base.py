@@ -845,6 +845,16 @@ def format_checksum(count: int, total: int) -> str:
     return f"{CHECKSUM_SCHEME}:{count}:{total & _MASK64:016x}"
 
 
+def checksum_added(after: str, before: str) -> str:
+    """The checksum of the rows ``after`` holds beyond those of ``before`` (rows read from the
+    same range after and before an append): a checksum is a row count and a sum of row hashes,
+    so the added rows' checksum is the difference of both."""
+    *_, count_after, total_after = after.split(":")
+    *_, count_before, total_before = before.split(":")
+    count = int(count_after) - int(count_before)
+    return format_checksum(count, int(total_after, 16) - int(total_before, 16))
+
+
 #: lookup3's mix(a, b, c): six steps ``a -= c; a ^= rot(c, k); c += b``, each followed by a turn of
 #: the roles (b plays a, c plays b, a plays c), with these rotations k.
 _MIX_ROTATIONS = (4, 6, 8, 16, 19, 4)

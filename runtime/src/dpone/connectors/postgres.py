@@ -412,18 +412,24 @@ def relation_checksum(
     params: Sequence[object] | None = None,
     memo: tuple[StatementCache, Hashable] | None = None,
     not_null: Collection[str] = (),
+    with_query: sql.Composable | None = None,
 ) -> str:
     """The checksum of every row of ``relation`` (a FROM item, or a function that builds it):
     in SQL when the server hashes like dpone, else by reading the rows (non-native types as
     their text) into RowChecksum. ``memo`` keeps the SQL statement's text for the next call;
-    ``not_null`` names the columns that cannot hold NULL (a cheaper expression, same value)."""
+    ``not_null`` names the columns that cannot hold NULL (a cheaper expression, same value);
+    ``with_query`` is a ``WITH`` clause the statement starts with (a data-modifying one runs
+    once, in the same statement)."""
 
     def built() -> sql.Composable:
         return relation() if callable(relation) else relation
 
+    def led(statement: sql.Composed) -> sql.Composed:
+        return statement if with_query is None else sql.SQL("{} {}").format(with_query, statement)
+
     if sql_checksum_supported(cur):
         if memo is None:
-            cur.execute(checksum_select(built(), columns, not_null), params)
+            cur.execute(led(checksum_select(built(), columns, not_null)), params)
         else:
             cache, key = memo
             select = cached_statement(
@@ -437,7 +443,7 @@ def relation_checksum(
         for n, oid in columns
     )
     check = RowChecksum([name for name, _ in columns])
-    cur.execute(sql.SQL("SELECT {} FROM {}").format(items, relation), params)
+    cur.execute(led(sql.SQL("SELECT {} FROM {}").format(items, relation)), params)
     while batch := cur.fetchmany(10_000):
         check.add_many(batch)
     return check.value()
@@ -1143,11 +1149,12 @@ class PostgresSink(Sink):
     ) -> ChunkWrite:
         """The inner mode around a ``fill(relation, upsert)`` that loads the rows somewhere.
 
-        The checksum reads the rows back as the target's types hold them: from the replaced range
-        (the whole table for full_refresh); for append from the temp stage table (the target's
-        types, the rows this write added; measured: a RETURNING CTE costs twice as much as a
-        second scan); for merge the target's rows whose keys the stage carries, after the
-        upsert. COPY cannot upsert, so merge over COPY always goes through the stage.
+        The checksum reads the rows back as the target holds them: from the replaced range
+        (the whole table for full_refresh); for append the rows the INSERT added, as its
+        RETURNING gives them (after the target's defaults and BEFORE triggers: the stage alone
+        would not show what a trigger changed); for merge the target's rows whose keys the stage
+        carries, after the upsert. COPY cannot upsert, so merge over COPY always goes through
+        the stage.
         """
         mode = self.spec.inner_mode
         hashed = self._hashed(columns)
@@ -1180,11 +1187,19 @@ class PostgresSink(Sink):
             )
         )
         fill(stage, False)
-        if self.options.checksum and mode == "append":
-            checksum = relation_checksum(cur, stage, typed)
         insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
             self._table, _columns_sql(columns), _columns_sql(columns), stage
         )
+        if self.options.checksum and mode == "append":
+            added = sql.SQL("WITH dpone_added AS ({} RETURNING {})").format(
+                insert, _columns_sql(hashed)
+            )
+            checksum = relation_checksum(
+                cur, sql.Identifier("dpone_added"), typed, with_query=added
+            )
+            rows = checksum_rows(checksum)
+            cur.execute(sql.SQL("DROP TABLE {}").format(stage))
+            return ChunkWrite(rows, checksum, method)
         if mode == "merge":
             insert = sql.SQL("{} {}").format(insert, self._on_conflict(columns))
         cur.execute(insert)

@@ -419,7 +419,8 @@ class SqlSink(base.Sink, Generic[C]):
         """The inner mode around a ``fill(relation)`` that writes the chunk's rows into a
         relation and returns their count; with ``options.checksum`` the sink's side of the
         read-back: replace/full_refresh the target's rows in the range (full_refresh: every row),
-        merge the target's rows whose keys the stage carries, append the staged rows."""
+        merge the target's rows whose keys the stage carries, append the rows the range holds
+        now beyond those it held before the append."""
         mode = self.spec.inner_mode
         hashed = self._hashed(columns)
         cols = self.dialect.columns_sql
@@ -435,6 +436,13 @@ class SqlSink(base.Sink, Generic[C]):
             return base.ChunkWrite(rows, target, method)
         if not self._stages():
             return base.ChunkWrite(fill(self._table), None, method)
+        before = None
+        if self.options.checksum and mode == "append":  # the range as it was: see below
+            in_range = (
+                f"SELECT {cols(hashed)} FROM {self._table} AS {self.dialect.alias}"
+                f"{self.dialect.where(window)}"
+            )
+            before = self._checksum(handle, hashed, in_range, self.dialect.params(window))
         stage = self._create_stage(handle, columns)
         done = False
         try:
@@ -442,7 +450,12 @@ class SqlSink(base.Sink, Generic[C]):
             moved = self._query(handle, self._from_stage_sql(stage, columns), None)
             rows = self._moved_rows(moved, filled)
             checksum = None
-            if self.options.checksum:
+            if before is not None:
+                # the rows the append added as the target holds them (after its defaults and
+                # triggers; the stage would not show them): the range now less the range before
+                after = self._checksum(handle, hashed, in_range, self.dialect.params(window))
+                checksum = base.checksum_added(after, before)
+            elif self.options.checksum:
                 read = f"SELECT {cols(hashed)} FROM {stage}"
                 if mode == "merge":  # the target's rows whose keys the stage carries
                     t, s = self.dialect.quote("t", "alias"), self.dialect.quote("s", "alias")
