@@ -245,9 +245,10 @@ def _wait_for_lease(project: Project, chunk: int, deadline_s: float = 60.0) -> N
 
 def test_restate_races_a_live_pod_on_the_same_chunk(project: Project) -> None:
     """A real pod process, stopped right after its lease of chunk 3 (the moment it starts
-    moving data, inside the chunk's one transaction: the chunk lock is held): restating chunk 3
-    is refused once the bounded lock wait ends, nothing written; the pod resumes and commits
-    once; restated then, the chunk moves exactly once more."""
+    moving data, inside the chunk's one transaction: the chunk lock is held): a dry run lists
+    chunk 3 as leased now, and restating it is refused at once (it used to wait for the pod's
+    transaction), nothing written; the pod resumes and commits once; restated then, the chunk
+    moves exactly once more."""
     s = project.schema
     plan = project.write("visible")  # one chunk per item: item 2 is chunk 3
     for index in range(12):
@@ -259,7 +260,24 @@ def test_restate_races_a_live_pod_on_the_same_chunk(project: Project) -> None:
     try:
         _wait_for_lease(project, 3)
         time.sleep(0.3)  # the pod stops itself right after the lease committed
+        dry = project.dpone(
+            "ledger",
+            "restate",
+            *LEDGER,
+            "--chunks",
+            "2-4",
+            "--reason",
+            "r",
+            "--dry-run",
+            "--format",
+            "json",
+        )
+        assert dry.returncode == 0, dry.stderr
+        would = json.loads(dry.stdout)
+        assert (would["restated"], would["leased_now"]) == ([2, 4], [3])
+        started = time.monotonic()
         refused = project.dpone("ledger", "restate", *LEDGER, "--chunks", "2-4", "--reason", "r")
+        assert time.monotonic() - started < 5, "refused at once, not after a lock wait"
         assert refused.returncode == 4, refused.stderr
         error = json.loads(refused.stderr.strip().splitlines()[-1])
         assert error["code"] == "DPONE_BACKFILL_CHUNK_BUSY" and "chunk 3" in error["message"]

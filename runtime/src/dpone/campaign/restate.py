@@ -13,7 +13,7 @@ import argparse
 import getpass
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from dpone import errors
@@ -118,14 +118,20 @@ def stored_shape(plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
     return ledger.shape
 
 
-def preview(ledger: Ledger, indexes: Sequence[int]) -> dict[str, list[int]]:
-    """What a restatement of ``indexes`` would do now (read without locks: a dry run)."""
+def preview(
+    ledger: Ledger, indexes: Sequence[int], held: Collection[int] = ()
+) -> dict[str, list[int]]:
+    """What a restatement of ``indexes`` would do now (read without locks: a dry run);
+    ``held``: the chunks whose lock a run's open transaction holds now (the one-commit
+    placement moves a chunk with no committed RUNNING record)."""
     now = ledger.now
     out: dict[str, list[int]] = {"restate": [], "leased_now": [], "not_committed": []}
     for index in sorted(set(indexes)):
         record = ledger.records.get(index)
         if record is not None and record.state is ChunkState.COMMITTED:
             out["restate"].append(index)
+        elif index in held:
+            out["leased_now"].append(index)
         elif (
             record is not None
             and record.state is ChunkState.RUNNING
@@ -162,7 +168,9 @@ def restate_command(
         ledger = store.load(plan.run_key)
         shape = stored_shape(plan, ledger)
         assert ledger is not None
-        would = preview(ledger, indexes)
+        holders = getattr(store, "chunk_lock_holders", None)
+        held = holders(plan.run_key) if holders is not None and args.dry_run else {}
+        would = preview(ledger, indexes, held)
         restated = would["restate"]
         if not args.dry_run:
             restated = store.restate(shape, indexes, args.reason, who)

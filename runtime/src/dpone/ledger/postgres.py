@@ -615,6 +615,17 @@ class PostgresTx:
         )
         return bool(row is not None and row[0])
 
+    def chunks_held_elsewhere(self, run_key: str, indexes: Sequence[int]) -> list[int]:
+        """Take each chunk's lock if it is free now, ascending, in one statement; the indexes
+        whose lock another session holds (in the one-commit placement, ADR 0021, a chunk being
+        moved: its lock is the lease and its RUNNING record is not committed yet)."""
+        rows = self.connection.execute(
+            "SELECT i FROM unnest(%s::integer[]) WITH ORDINALITY AS c(i, n) "
+            "WHERE NOT pg_try_advisory_xact_lock(%s, i) ORDER BY n",
+            (sorted(indexes), chunk_lock_class(self.store.schema, run_key)),
+        ).fetchall()
+        return [int(row[0]) for row in rows]
+
     def _take_chunk_lock(self) -> None:
         if self.lock_wanted is None:
             return

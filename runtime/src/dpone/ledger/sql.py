@@ -650,6 +650,19 @@ def restate_plan(
     ]
 
 
+def restate_busy(run_key: str, busy: Sequence[int]) -> DponeError:
+    """DPONE_BACKFILL_CHUNK_BUSY for chunks a run's open transaction holds (the one-commit
+    placement: no RUNNING record is committed while they move)."""
+    shown = ", ".join(str(index) for index in busy[:10]) + (", ..." if len(busy) > 10 else "")
+    which = f"chunk {shown}" if len(busy) == 1 else f"chunks {shown}"
+    return DponeError(
+        errors.CHUNK_BUSY,
+        f"campaign {run_key!r}: {len(busy)} selected chunk(s) being moved now, {which} (a "
+        "run's open transaction holds their lock); nothing was restated: restate them once "
+        "their run has committed them",
+    )
+
+
 def restated_record(chunk: Chunk, latest: ChunkRecord, transition: int) -> NewTransition:
     """The PENDING transition that hands a committed chunk back to the lease rule (its attempt
     kept: the next lease is attempt + 1)."""
@@ -1333,6 +1346,11 @@ class SqlLedger(StoreBase):
         ascending order, then every decision, then the writes, in one transaction."""
         chunks = restate_selection(shape, indexes)
         with self._transaction("restate", TxMode.CAMPAIGN) as tx:
+            held = getattr(tx, "chunks_held_elsewhere", None)
+            if held is not None:  # never wait for a run's transaction: refuse at once
+                busy = held(shape.run_key, [chunk.index for chunk in chunks])
+                if busy:
+                    raise restate_busy(shape.run_key, busy)
             seen = []
             for chunk in chunks:
                 view, latest = self._view(tx, shape.run_key, chunk)
