@@ -143,6 +143,11 @@ def test_a_later_end_moves_only_the_new_chunks(project: Project) -> None:
     grown, grown_identity = project.plan("2024-01-13")
     assert grown.run_key == plan.run_key and grown.chunks[:8] == plan.chunks
     assert grown.mapping_plan is not None and grown.mapping_plan.items[-1].last_chunk_index == 12
+    # before the grown catalog runs, status with it counts what is committed and what will move
+    ahead = _status(project)
+    assert ahead.returncode == 0, ahead.stderr
+    counts = json.loads(ahead.stdout)["counts"]
+    assert (counts["committed"], counts["pending"]) == (8, 4)
     runs = project.run_items(grown, grown_identity)
     assert all(done.returncode == 0 for done in runs), [r.stderr for r in runs]
     assert sum("extended to 12 chunks" in done.stderr for done in runs) == 1, "once"
@@ -163,10 +168,7 @@ def test_a_later_end_moves_only_the_new_chunks(project: Project) -> None:
     )
     assert (old_hash, new_hash) == (plan.backfill_plan_hash, grown.backfill_plan_hash)
     assert (old_count, new_count) == (8, 12) and by
-    status = project.dpone(
-        "ledger", "status", "--catalog", "workloads.yaml", "--workload", "orders_history",
-        "--format", "json",
-    )  # fmt: skip
+    status = _status(project)
     doc = json.loads(status.stdout)
     assert doc["counts"]["committed"] == 12
     assert [(a["old_chunk_count"], a["new_chunk_count"]) for a in doc["amendments"]] == [(8, 12)]
@@ -180,6 +182,19 @@ def test_a_later_end_moves_only_the_new_chunks(project: Project) -> None:
     assert error["code"] == "DPONE_LEDGER_SHAPE_MISMATCH"
     assert "never shrinks" in error["message"] and "new backfill_id" in error["message"]
     assert len(project.query(f"SELECT * FROM {s}_audit.campaign_amendment")) == 1
+    # status refuses the shrunk catalog as the run does: it used to show its 10 chunks, all
+    # committed, over a campaign of 12
+    refused_status = _status(project)
+    assert refused_status.returncode == 3 and not refused_status.stdout
+    assert "DPONE_LEDGER_SHAPE_MISMATCH" in refused_status.stderr
+    assert "never shrinks" in refused_status.stderr
+
+
+def _status(project: Project) -> subprocess.CompletedProcess[str]:
+    return project.dpone(
+        "ledger", "status", "--catalog", "workloads.yaml", "--workload", "orders_history",
+        "--format", "json",
+    )  # fmt: skip
 
 
 def test_pinning_a_derived_key_keeps_the_campaign(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ task: chunk states grouped by mapped item, running leases with owner and expiry,
 from __future__ import annotations
 
 import argparse
+import functools
 import html
 import json
 import re
@@ -20,9 +21,17 @@ from typing import Any
 from dpone import errors
 from dpone.credentials.redaction import redact_document
 from dpone.errors import DponeError
-from dpone.ledger.port import Amendment, ChunkState, Ledger, LedgerStore, Restatement
+from dpone.ledger.amend import check_extension
+from dpone.ledger.port import (
+    Amendment,
+    CampaignShape,
+    ChunkState,
+    Ledger,
+    LedgerStore,
+    Restatement,
+)
 from dpone.observability.reporting import use_colour
-from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack
+from dpone.packing.pack import ProcessPlan, WorkloadPack, config_hash_at, load_workload_pack
 from dpone.packing.task_env import runtime_task_id
 from dpone.plan.mapping import MappingItem
 from dpone.records import record
@@ -87,6 +96,25 @@ def _item_group(plan: ProcessPlan, item: MappingItem) -> Group:
         item.first_chunk_index,
         item.last_chunk_index,
     )
+
+
+def _require_same_campaign(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger) -> None:
+    """DPONE_LEDGER_SHAPE_MISMATCH (as `dpone run` refuses it) unless the catalog plans the
+    stored campaign or extends it: the states are shown over the catalog's chunks by index,
+    which would put the stored chunks' states on chunks of another grid."""
+    if ledger.shape.plan_hash == plan.backfill_plan_hash:
+        return
+    assert plan.run_key is not None and plan.backfill_plan_hash is not None
+    planned = CampaignShape(
+        run_key=plan.run_key,
+        workload=pack.workload.name,
+        process=plan.name,
+        plan_hash=plan.backfill_plan_hash,
+        config_hash=plan.config_hash,
+        chunks=plan.chunks,
+    )
+    at = functools.partial(config_hash_at, plan.config)
+    check_extension(ledger.shape, ledger.shape.config_hash, planned, at)
 
 
 def status_document(
@@ -778,6 +806,8 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         try:
             assert plan.run_key is not None
             ledger = store.load(plan.run_key)
+            if ledger is not None:
+                _require_same_campaign(pack, plan, ledger)
             amendments = store.amendments(plan.run_key) if ledger is not None else []
             restatements = store.restatements(plan.run_key) if ledger is not None else []
             holders = getattr(store, "chunk_lock_holders", None)
