@@ -230,6 +230,28 @@ def test_run_item_refusals(
     assert json.loads(err.strip().splitlines()[-1])["code"] == "DPONE_USAGE"
 
 
+@pytest.mark.postgres
+def test_run_item_refuses_the_tasks_bad_settings_before_any_io(
+    project: str, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Regression: the pod refuses a bad DPONE_READ_AHEAD_MB from airflow.env at its start; the
+    # local --item re-run checked only this shell's env and went on to the ledger
+    text = Path(project).read_text(encoding="utf-8")
+    Path(project).write_text(
+        text.replace("LOG_FORMAT: json", "LOG_FORMAT: json, DPONE_READ_AHEAD_MB: abc")
+    )
+    manifest = Path(project).with_name("orders.yaml").read_text(encoding="utf-8")
+    schema = manifest.split("table: {schema: ")[1].split(",")[0]
+    base = ["run", "--catalog", project, "--workload", "orders", "--process", "orders"]
+    assert main([*base, "--item", "0"]) == 3
+    err = capsys.readouterr().err
+    assert json.loads(err.strip().splitlines()[-1])["code"] == "DPONE_CONFIG_INVALID"
+    assert "DPONE_READ_AHEAD_MB" in err
+    with psycopg.connect(pg_dsn) as conn:
+        found = conn.execute("SELECT to_regnamespace(%s)", (f"{schema}_audit",)).fetchone()
+    assert found == (None,), "nothing was opened: the ledger schema was never created"
+
+
 def test_run_item_on_an_internal_process_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     catalog = str(ROOT / "golden" / "internal_default" / "workloads.yaml")
     assert main(["run", "--catalog", catalog, "--workload", "orders_history", "--item", "0"]) == 2

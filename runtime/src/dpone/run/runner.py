@@ -330,6 +330,8 @@ def run_mapped_item(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     with environment(env):
+        session_limits()  # the task's own settings (airflow.env), refused as the pod refuses them
+        read_ahead_budget()
         item, identity = read_env_inputs()
         return run_plans(args, pack, item, identity, None)
 
