@@ -101,9 +101,11 @@ def test_an_extension_keeps_a_cancellation(backend: Backend) -> None:
         (shape_of("2024-01-01", "2024-01-05"), same_config, "never shrinks"),
         (shape_of("2023-12-30", "2024-01-11"), same_config, "a moved start shifts every chunk"),
         (shape_of("2024-01-01", "2024-01-13", step=2), same_config, "the chunk grid changed"),
+        # fewer chunks because they are longer: the grid changed, not a shrink
+        (shape_of("2024-01-01", "2024-01-07", step=2), same_config, "the chunk grid changed"),
         (shape_of("2024-01-01", "2024-01-11"), lambda end: OTHER_CONFIG, "may move the end only"),
     ],
-    ids=["shrink", "earlier-start", "grid", "config"],
+    ids=["shrink", "earlier-start", "grid", "grid-fewer-chunks", "config"],
 )
 def test_what_is_not_an_extension_is_refused_and_writes_nothing(
     backend: Backend, planned: CampaignShape, config_at: object, why: str

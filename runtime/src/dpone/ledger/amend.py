@@ -40,12 +40,15 @@ def extension_refusal(stored: CampaignShape, planned: CampaignShape) -> str | No
             "start shifts every chunk's index, so it is never an extension (move an earlier "
             "range as a campaign of its own)"
         )
-    if len(new) < len(old):
+    index = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), None)
+    if len(new) < len(old) and (
+        index is None or (index == len(new) - 1 and old[index].start == new[index].start)
+    ):  # the stored chunks cut short (the new last one perhaps clipped): not another grid
         return (
             f"the plan has {len(new)} chunks, the stored campaign {len(old)}: a campaign never "
             "shrinks (its committed chunks stay committed)"
         )
-    index = next(i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b)
+    assert index is not None  # a plan with the stored chunks and more extends them
     was, now = old[index], new[index]
     if index == len(old) - 1 and was.start == now.start and was.end != now.end:
         return (
