@@ -9,12 +9,14 @@ import and its parser cost a pod more than the rest of its start-up.
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scanner import Scanner, ScannerError
 
 from dpone import errors
@@ -31,6 +33,15 @@ CORE_TAGS = frozenset(
     f"tag:yaml.org,2002:{name}"
     for name in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge")
 )
+# The line breaks ruamel's YAML 1.2 reader counts in its marks (``Reader.forward``).
+_LINE_BREAK = re.compile("\r\n|\r|\n")
+
+
+def line_column(text: str, index: int) -> tuple[int, int]:
+    """The 1-based line and column of ``text[index]``, counted as ruamel counts its marks (a
+    byte order mark takes no column), for the errors its reader raises without a mark."""
+    lines = _LINE_BREAK.split(text[:index])
+    return len(lines), len(lines[-1].replace("\ufeff", "")) + 1
 
 
 class _BoundedScanner(Scanner):
@@ -192,6 +203,11 @@ def parse(text: str, display: str) -> tuple[Any, Positions] | ErrorRecord:
         col = mark.column + 1 if mark is not None else None
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         return ErrorRecord(errors.YAML_INVALID, problem, Location(display, line, col))
+    except ReaderError as exc:  # a character YAML forbids (NUL, other controls): no mark, an index
+        line, col = line_column(text, exc.position)
+        code = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        message = f"unacceptable character {code}: {exc.reason}"
+        return ErrorRecord(errors.YAML_INVALID, message, Location(display, line, col))
     except (RecursionError, _TooManyNodes):
         return ErrorRecord(
             errors.YAML_INVALID,

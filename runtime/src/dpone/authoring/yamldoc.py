@@ -82,9 +82,12 @@ def load_yaml(path: Path, display: str) -> tuple[YamlDocument | None, list[Error
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, [
-            ErrorRecord(errors.YAML_INVALID, f"not UTF-8 at byte {exc.start}", Location(display))
-        ]
+        from dpone.authoring.yaml_ruamel import line_column
+
+        before = raw[: exc.start].decode("utf-8")  # the bytes up to the first bad one decode
+        line, col = line_column(before, len(before))
+        message = f"not UTF-8 at byte {exc.start} (0x{raw[exc.start]:02x})"
+        return None, [ErrorRecord(errors.YAML_INVALID, message, Location(display, line, col))]
     parsed = parse_subset(text)
     if parsed is None:
         from dpone.authoring import yaml_ruamel

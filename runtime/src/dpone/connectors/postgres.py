@@ -54,6 +54,7 @@ from dpone.connectors.dialect_types import pg_column_type
 from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
+    postgres_connect_reason,
     postgres_missing_file,
     postgres_setting_problem,
 )
@@ -181,23 +182,6 @@ def translate_error(
     return DponeError(code, f"{what} failed: {type(exc).__name__}")
 
 
-def _connect_reason(exc: psycopg.Error) -> str:
-    """A coarse, secret-free reason for a failed connect (libpq's text names host and user)."""
-    text = str(exc).lower()
-    for needle, reason in (
-        ("password", "authentication failed"),
-        ("authentication", "authentication failed"),
-        ("refused", "connection refused"),
-        ("timeout", "timed out"),
-        ("does not exist", "database or role does not exist"),
-        ("could not translate host", "unknown host"),
-        ("too many", "too many connections"),
-    ):
-        if needle in text:
-            return reason
-    return "server unreachable"
-
-
 class PgConnection:
     """A lazily (re)opened autocommit connection with dpone's session settings."""
 
@@ -239,9 +223,10 @@ class PgConnection:
             setting = postgres_setting_problem(str(exc))
             if setting is not None:
                 raise invalid_setting(self._label, setting) from None
+            reason = postgres_connect_reason(str(exc))
             raise DponeError(
                 errors.CONNECTION_FAILED,
-                f"{self._label}: could not connect to the database ({_connect_reason(exc)})",
+                f"{self._label}: could not connect to the database ({reason})",
             ) from None
         mark_text_forms(conn)
         self.current = conn

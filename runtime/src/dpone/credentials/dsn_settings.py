@@ -3,7 +3,9 @@
 libpq refuses an unknown ``sslmode``, a port that is not a number and a missing root certificate
 before it sends a byte; the server refuses a bad ``options`` (``-c name=value``) at startup. None of
 these heals by itself, so they are DPONE_CONFIG_INVALID (not retryable) instead of the retryable
-DPONE_CONNECTION_FAILED. Messages name the setting, never its value or the DSN.
+DPONE_CONNECTION_FAILED. Messages name the setting, never its value or the DSN. Any other failed
+connect is described by a coarse reason shared by the connectors and the ledger, never by libpq's
+text (it names the user and the database).
 """
 
 from __future__ import annotations
@@ -54,6 +56,24 @@ def postgres_setting_problem(message: str) -> str | None:
     if server.group("invalid"):
         return f"options (gives {shown} a value the server refuses)"
     return f"options (sets {shown}, which cannot be set at connect)"
+
+
+def postgres_connect_reason(message: str) -> str:
+    """A coarse, secret-free reason for a failed Postgres connect, from the driver's message
+    (libpq's text names the host, the user and the database: docs/security.md)."""
+    text = message.lower()
+    for needle, reason in (
+        ("password", "authentication failed"),
+        ("authentication", "authentication failed"),
+        ("refused", "connection refused"),
+        ("timeout", "timed out"),
+        ("does not exist", "database or role does not exist"),
+        ("could not translate host", "unknown host"),
+        ("too many", "too many connections"),
+    ):
+        if needle in text:
+            return reason
+    return "server unreachable"
 
 
 def postgres_missing_file(params: Mapping[str, object]) -> str | None:

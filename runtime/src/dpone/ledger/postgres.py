@@ -18,6 +18,7 @@ from dpone import errors
 from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
+    postgres_connect_reason,
     postgres_missing_file,
     postgres_setting_problem,
 )
@@ -920,8 +921,10 @@ class PostgresLedger(SqlLedger):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        connected = False
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True)
+            connected = True
             # Server-side: the server, not only this client, gives up on a silent peer, and a
             # stuck statement ends (docs/ledger.md "Lost pods").
             # And the text forms a chunk written inside the ledger's transaction depends on.
@@ -938,6 +941,8 @@ class PostgresLedger(SqlLedger):
             setting = postgres_setting_problem(str(exc))
             if setting is not None:
                 raise invalid_setting("the ledger database", setting) from None
+            if not connected:  # libpq's text names the host, the user and the database
+                raise self._unreachable(postgres_connect_reason(str(exc))) from None
             raise self._unreachable(first_line(str(exc))) from exc
         assert row is not None
         return conn, tuple(row[len(settings) :])
