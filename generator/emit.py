@@ -301,8 +301,10 @@ def _output_failed(where: str, exc: OSError) -> ErrorRecord:
 
 def unified_diff(change: Change, out_display: str) -> str:
     """A reviewable diff of one change (``/dev/null`` stands for a missing side)."""
-    old_name = f"a/{out_display}/{change.name}" if change.old is not None else "/dev/null"
-    new_name = f"b/{out_display}/{change.name}" if change.new is not None else "/dev/null"
+    side = "" if out_display.startswith("/") else "{}/"  # an absolute folder stays as it is
+    path = f"{out_display.rstrip('/')}/{change.name}"
+    old_name = side.format("a") + path if change.old is not None else "/dev/null"
+    new_name = side.format("b") + path if change.new is not None else "/dev/null"
     lines = difflib.unified_diff(
         (change.old or "").splitlines(keepends=True),
         (change.new or "").splitlines(keepends=True),

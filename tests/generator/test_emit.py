@@ -256,3 +256,12 @@ def test_a_folder_made_for_a_write_that_failed_is_removed(
     assert _gen() == 2
     assert "nothing was changed" in capsys.readouterr().err
     assert not (proj / "dags").exists()
+
+
+def test_check_names_an_absolute_folder_as_it_is(
+    proj: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(proj / "abs-dags")
+    assert _gen(check=True, out=out) == 1
+    diff = capsys.readouterr().out
+    assert f"--- /dev/null\n+++ {out}/alpha.py\n" in diff  # not b//...: no a/ b/ prefix

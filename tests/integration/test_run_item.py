@@ -209,7 +209,11 @@ def test_run_item_moves_exactly_that_item_and_status_names_the_retry(
     [
         (["--item", "6"], {}, "has items 0-5"),
         (["--item", "-1"], {}, "has items 0-5"),
-        (["--item", "0"], {"DPONE_AIRFLOW_MAPPING_ITEM": "{}"}, "unset it first"),
+        (
+            ["--item", "0"],
+            {"DPONE_AIRFLOW_MAPPING_ITEM": "{}"},
+            "unset DPONE_AIRFLOW_MAPPING_ITEM first",
+        ),
         (["--item", "x"], {}, "invalid int value"),
     ],
 )

@@ -317,8 +317,9 @@ def run_mapped_item(args: argparse.Namespace) -> int:
     if present:
         raise DponeError(
             errors.USAGE,
-            f"--item computes {' and '.join(present)} from the plan: unset "
-            f"{'them' if len(present) > 1 else 'it'} first",
+            f"--item runs mapped item N as its Airflow task would, with the item and run "
+            f"identity computed from the plan and no Airflow context: unset "
+            f"{' and '.join(present)} first",
         )
     pack = load_workload_pack(args.catalog, args.workload)
     process, env = mapped_task_env(pack, args.process, args.item)
