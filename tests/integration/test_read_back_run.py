@@ -114,7 +114,8 @@ def test_the_rounding_run_fails_instead_of_passing(
     write = project["write"]
     assert callable(write)
     code, result, out = _run(write(None, ledger), capsys)
-    assert code != 0 and result["status"] != "passed"
+    assert code == 1, "a chunk failed after rows moved: not 3, which says nothing moved"
+    assert result["status"] != "passed"
     assert " passed " not in out and "failed — 1 committed" in out
     evidence = _evidence(Path(str(project["tmp"])))
     by_index = {c["index"]: c for c in evidence["chunks"]}

@@ -73,6 +73,8 @@ def exit_code_for(code: str) -> int:
         errors.SINK_FAILED,
         errors.SOURCE_FAILED,
         errors.CHUNK_FAILED,
+        errors.READ_BACK_MISMATCH,  # a chunk failed after its rows moved (and rolled back)
+        errors.RESULT_WRITE_FAILED,  # chunks committed, the result could not be written
         errors.VERIFY_MISMATCH,
     ):
         return EXIT_FAILED
