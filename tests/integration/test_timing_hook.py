@@ -121,3 +121,16 @@ def test_timing_reports_every_phase_of_every_chunk(
     # the gate, once per chunk (and once more for the set-based group's comparison of all)
     assert phases["read_back"][0] == CHUNKS + (1 if coalesced else 0)
     assert phases[outer][2] >= sum(phases[n][1] for n in ("lease", "completion"))
+
+
+def test_a_timing_file_that_cannot_be_written_is_one_warning_first_never_a_traceback(
+    project: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    # Regression: the exit-time report raised in an atexit callback, after the run's last line
+    catalog, env = project
+    done = run(catalog, {**env, "DPONE_TIMING": str(tmp_path), "DPONE_LOG_FORMAT": "text"})
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("dpone: warning: DPONE_TIMING=") and "cannot be written" in lines[0]
+    assert "passed" in lines[-1]

@@ -164,6 +164,8 @@ BAD_SETTINGS: list[tuple[dict[str, str], str]] = [
     ),
     ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
     ({"OPENLINEAGE_URL": "{url}", "DPONE_EXPORT_BUDGET_S": "-1"}, "DPONE_EXPORT_BUDGET_S"),
+    # asked for explicitly, the console transport used to print nothing and say nothing
+    ({"OPENLINEAGE__TRANSPORT__TYPE": "console"}, "console transport"),
 ]
 
 
@@ -193,3 +195,22 @@ def test_each_bad_setting_is_one_warning_and_the_run_passes(
             assert setting in warnings[0], (setting, warnings)
             assert "openlineage-python is missing" not in result.stderr
             assert "Traceback" not in result.stderr
+
+
+def test_the_metrics_final_export_waits_the_whole_budget_and_says_what_it_dropped(
+    passing: dict[str, Any], tmp_path: Path
+) -> None:
+    """Regression: the OpenTelemetry SDK's shutdown had its own 3 s timeout, so with a budget of
+    4 s it gave up first and the metrics it dropped went without the run's warning."""
+    with hanging_listener() as (url, accepted):
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+            "DPONE_EXPORT_BUDGET_S": "4",
+            "DPONE_XCOM_PATH": str(tmp_path / "xcom.json"),
+        }
+        took, result = timed(passing, env)
+        assert accepted, "the metrics never reached the listener"
+    assert result.returncode == 0, result.stderr
+    warnings = only_dpone_lines(result.stderr)
+    assert any("OpenTelemetry metrics" in w and "unfinished" in w for w in warnings), warnings
+    assert took >= 4.0, took  # it waited the budget it was given, not 3 s

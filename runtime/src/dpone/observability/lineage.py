@@ -295,10 +295,17 @@ def open_run_lineage(
     )
     if emitter is None:
         return RunLineage()
-    if emitter.prints_to_console and env.get("OPENLINEAGE__TRANSPORT__TYPE") != "console":
+    if emitter.prints_to_console:
         warn(
             "the OpenLineage settings name no transport the client could build (it would print "
             "the events on the console); this run emits no lineage"
+        )
+        return RunLineage()
+    if emitter.console_asked:
+        warn(
+            "the OpenLineage console transport writes through the client's logging, which dpone "
+            "keeps off stderr (its last line is the run's); use the file transport to see the "
+            "events; this run emits no lineage"
         )
         return RunLineage()
     if records:
@@ -342,6 +349,7 @@ class OpenLineageRun(RunLineage):
         self._run_id = str(generate_new_uuid())
         transport = self._client.transport
         asked = (self._client.config.transport or {}).get("type")
+        self.console_asked = transport.kind == "console" and asked == "console"
         self.prints_to_console = transport.kind == "console" and asked != "console"
 
     def _event(self, state: str, run_facets: dict[str, Any], rows: int | None = None) -> Any:

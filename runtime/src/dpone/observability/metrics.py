@@ -243,4 +243,6 @@ class OtelRunObserver(RunObserver):
         self._exports.submit("OpenTelemetry metrics", "final export", self._shutdown)
 
     def _shutdown(self) -> None:
-        self._provider.shutdown(timeout_millis=DEFAULT_BUDGET_S * 1000)
+        # The SDK gives up a second after the run's own wait does (DPONE_EXPORT_BUDGET_S): had it
+        # its own, shorter timeout, what it dropped would go without the run's one warning.
+        self._provider.shutdown(timeout_millis=(self._exports.budget_s + 1.0) * 1000)

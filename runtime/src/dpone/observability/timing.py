@@ -17,6 +17,7 @@ import functools
 import importlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -184,13 +185,28 @@ def _report(path: str) -> None:
         },
         sort_keys=True,
     )
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(line + "\n")
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    except OSError:  # at exit, after the run's last line: nothing may follow it (install checked)
+        pass
 
 
 def install(path: str) -> None:
-    """Wrap every phase of ``PHASES`` and report to ``path`` at exit (idempotent per process)."""
+    """Wrap every phase of ``PHASES`` and report to ``path`` at exit (idempotent per process);
+    a path that cannot be appended to is one warning now, and no timing at all."""
     if _state["installed"]:
+        return
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        print(
+            f"dpone: warning: {ENV_TIMING}={path}: cannot be written "
+            f"({exc.strerror or type(exc).__name__}); the run goes on without timing",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     _state.update(installed=1, started=time.perf_counter_ns())
     _patch_wait()

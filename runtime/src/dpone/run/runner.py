@@ -391,6 +391,8 @@ def run_plans(
     exports = ExportWorker(export_budget(os.environ, _warn), _warn)
     take_over_library_output(exports)
     worst = EXIT_OK
+    first_failed: tuple[RunOutcome, str] | None = None  # of several processes, the first failed
+    outcome: RunOutcome | None = None
     for plan, selection in zip(plans, selections, strict=True):
         if STOP.requested:
             break
@@ -480,6 +482,17 @@ def run_plans(
             report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
         code = EXIT_CANCELLED if outcome.cancelled else exit_code_for(outcome.error.code)
         worst = max(worst, code if code != EXIT_OK else EXIT_FAILED)
+        first_failed = first_failed or (outcome, owner)
     if STOP.requested:
         return STOP.exit_code
+    if first_failed is not None and first_failed[0] is not outcome:
+        # a later process passed after this one failed: the result file and the last line on
+        # stderr are the failure's, as the exit code is (not the last process's "passed")
+        failed, failed_owner = first_failed
+        assert failed.error is not None
+        _emit(failed, failed_owner)
+        safe = ErrorRecord(
+            failed.error.code, redact_text(failed.error.message), failed.error.location
+        )
+        print(error_json_line(safe), file=sys.stderr, flush=True)
     return worst
