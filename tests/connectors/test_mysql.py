@@ -496,3 +496,48 @@ def test_interrupt_kills_the_statement_in_flight_and_the_chunk_rolls_back(my: My
     assert "1317" in failure[0].message  # Query execution was interrupted
     assert elapsed < 10  # the full read would take 120 x 0.2 s = 24 s
     assert my_rows(my, db, "target") == canon(ROWS[:2])  # rolled back
+
+
+FLOATS = [
+    (1, "2024-01-01", 1.2345678),
+    (2, "2024-01-01", 16777216.0),
+    (3, "2024-01-01", 123456789.0),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_float_columns_move_and_check_their_exact_values(my: My, pg: Pg, mode: str) -> None:
+    """Regression: MariaDB's text protocol sends a FLOAT with 6 significant digits, so a stream
+    moved 16777216 as 16777200 and the gate, reading both sides the same way, let it pass."""
+    src_db, dst_db = my.database(), my.database()
+    for db in (src_db, dst_db):
+        my.run(f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, d date NOT NULL, f float, KEY (d))")
+    my.many(f"INSERT INTO `{src_db}`.t VALUES (%s, %s, %s)", FLOATS)
+    schema = pg.schema()
+    pg.run(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, d date NOT NULL, f real)')
+    window = ChunkWindow("d", "date", "2024-01-01", "2024-01-02")
+    keys = ("id",) if mode == "merge" else ()
+    # another host string for the same server: the rows stream through dpone (LOAD DATA)
+    streamed = my.dsn(dst_db).replace("127.0.0.1", "localhost")
+    assert streamed != my.dsn(dst_db)
+    targets = [
+        (streamed, TableRef(None, "t")),
+        (pg.dsn, TableRef(schema, "t")),
+    ]
+    exact = "SELECT id, CAST(f AS DOUBLE) FROM `{}`.t ORDER BY id"
+    want = my.rows(exact.format(src_db))
+    assert [r[1] for r in want] == [pytest.approx(1.2345678, rel=1e-7), 16777216.0, 123456792.0]
+    for dsn, table in targets:
+        spec = SinkSpec("dst", table, mode, keys)  # type: ignore[arg-type]
+        with source(my.dsn(src_db), "t") as src, open_sink(spec, dsn) as dst:
+            written = dst.write_chunk(src, window)
+        assert written.checksum == written.source_checksum
+        if table.schema is None:
+            assert written.method == "load-data"
+            assert my.rows(exact.format(dst_db)) == want
+        else:
+            got = pg.rows(f'SELECT id, f::float8 FROM "{schema}".t ORDER BY id')
+            assert [tuple(r) for r in got] == [tuple(r) for r in want]
+    with source(my.dsn(src_db), "t") as src:
+        verified = table_checksum(streamed, TableRef(None, "t"), "d", "2024-01-01", "2024-01-02")
+        assert src.checksum(window) == verified

@@ -789,6 +789,20 @@ def canonical_decimal(value: decimal.Decimal) -> str:
     return _trim_fraction(format(value, "f"))
 
 
+def single_precision(value: object) -> object:
+    """A single-precision float read as a double (its exact value) as the shortest decimal that
+    reads back as the same single: what Postgres prints for a ``real`` and drivers read, so a
+    FLOAT from any database checks and moves as the same value (16777216, 1.2345678)."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return value
+    single = struct.unpack("f", struct.pack("f", value))[0]
+    for digits in range(6, 10):
+        shortest = float(f"{single:.{digits}g}")
+        if struct.unpack("f", struct.pack("f", shortest))[0] == single:
+            return shortest
+    return single
+
+
 def canonical_float(value: float) -> str:
     """15 significant digits, then as a decimal (Postgres ``trim_scale(v::float8::numeric)``)."""
     if math.isnan(value):

@@ -33,7 +33,7 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -181,9 +181,37 @@ class MysqlDialect(sql_base.SqlDialect):
             )
         return quoted
 
+    @classmethod
+    def read_columns_sql(
+        cls, columns: Sequence[str], floats: Collection[str], prefix: str = ""
+    ) -> str:
+        """The SELECT list that reads ``columns`` as values: a FLOAT widened to a DOUBLE, which
+        holds its exact value (MariaDB's text protocol sends a FLOAT with 6 significant digits,
+        so 16777216 would be read, moved and checked as 16777200)."""
+        listed = []
+        for column in columns:
+            name = cls.quote(column, "column")
+            listed.append(
+                f"({prefix}{name} + 0E0) AS {name}" if column in floats else prefix + name
+            )
+        return ", ".join(listed)
+
 
 quote = MysqlDialect.quote
 _columns_sql = MysqlDialect.columns_sql
+
+
+def float_columns(description: Any) -> frozenset[str]:
+    """The single-precision FLOAT columns of a cursor's description."""
+    return frozenset(str(d[0]) for d in description or () if d[1] == FIELD_TYPE.FLOAT)
+
+
+def single_floats(row: Sequence[Any], positions: Sequence[int]) -> tuple[Any, ...]:
+    """``row`` with the values at ``positions`` (FLOAT columns read as DOUBLE) made singles."""
+    out = list(row)
+    for i in positions:
+        out[i] = base.single_precision(out[i])
+    return tuple(out)
 
 
 def _time_value(raw: bytes | str) -> object:
@@ -421,7 +449,20 @@ class MysqlSource(sql_base.SqlSource["pymysql.connections.Connection[Any]"]):
                 self.spec.table.schema or self.db.dsn.database, self.spec.table.name
             )
             relation = MysqlDialect.table_sql(table) + " AS `dpone_src`"
-        return f"SELECT {_columns_sql(columns)} FROM {relation}{MysqlDialect.where(window)}"
+        listed = MysqlDialect.read_columns_sql(columns, self._floats())
+        return f"SELECT {listed} FROM {relation}{MysqlDialect.where(window)}"
+
+    def _floats(self) -> list[str]:
+        self.columns()  # described: which columns are FLOAT
+        return [name for name, code in self.type_codes.items() if code == FIELD_TYPE.FLOAT]
+
+    def batch(self, fetched: Sequence[Any]) -> list[base.Row]:
+        """FLOAT values (read as DOUBLE) as their shortest single-precision decimal."""
+        floats = set(self._floats())
+        positions = [i for i, name in enumerate(self.columns()) if name in floats]
+        if not positions:
+            return list(fetched)
+        return [single_floats(row, positions) for row in fetched]
 
     def same_server(self, dsn: MysqlDsn) -> bool:
         """True when a sink on ``dsn`` can read this source's table itself (INSERT .. SELECT):
@@ -549,6 +590,7 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
         schema = spec.table.schema
         self._stage_prefix = "" if schema is None else quote(schema, "database") + "."
         self._load_data = True  # until the server refuses LOAD DATA LOCAL
+        self._floats: frozenset[str] | None = None  # the target's FLOAT columns, once read
         self.deadlocks_retried = 0  # chunk transactions run again after a deadlock
 
     def connection(self, dsn: str, label: str) -> MysqlConnection:
@@ -751,6 +793,26 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
 
     # inner modes: InnoDB's next-key locks keep concurrent writers out of a replaced range until
     # commit; DELETE, not TRUNCATE (which would commit implicitly); stages are TEMPORARY tables.
+    def _checksum(self, handle: Any, columns: Sequence[str], query: str, params: Any) -> str:
+        """The read-back's checksum, its FLOAT columns (read as DOUBLE) as singles."""
+        assert self._floats is not None  # the read list described the target
+        positions = [i for i, name in enumerate(columns) if name in self._floats]
+        cur = self._query(handle, query, params)
+        if not positions:
+            return sql_base.read_checksum(cur, columns)
+        check = base.RowChecksum(columns)
+        while batch := cur.fetchmany(sql_base.CHECKSUM_BATCH):
+            check.add_many([single_floats(row, positions) for row in batch])
+        return check.value()
+
+    def _read_list(self, handle: Any, columns: Sequence[str], prefix: str = "") -> str:
+        """FLOAT columns read back as DOUBLE (see MysqlDialect.read_columns_sql); the target's
+        are described once (its stage has the same types)."""
+        if self._floats is None:
+            handle.execute(f"SELECT * FROM {self._table} LIMIT 0")
+            self._floats = float_columns(handle.description)
+        return MysqlDialect.read_columns_sql(columns, self._floats, prefix)
+
     def _query(self, handle: Any, query: str, params: Any) -> Any:
         handle.execute(query, params)
         return handle

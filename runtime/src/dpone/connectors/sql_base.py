@@ -213,6 +213,8 @@ class SqlSource(base.Source, Generic[C]):
             self.dialect.quote(col, "source column")
         self.db: DriverConnection[C] = self.connection(dsn, spec.display())
         self._columns: tuple[str, ...] | None = None
+        #: each described column's driver type code (cursor.description), set with _columns
+        self.type_codes: dict[str, Any] = {}
 
     @abstractmethod
     def connection(self, dsn: str, label: str) -> DriverConnection[C]:
@@ -242,6 +244,7 @@ class SqlSource(base.Source, Generic[C]):
                 try:
                     self.execute(cur, self.probe_sql(self.select_list()), None)
                     names = tuple(str(d[0]) for d in cur.description or ())
+                    self.type_codes = {str(d[0]): d[1] for d in cur.description or ()}
                 finally:
                     cur.close()
             except Exception as exc:
@@ -374,6 +377,11 @@ class SqlSink(base.Sink, Generic[C]):
     #: appended to the stage's SELECT (SQLite needs a WHERE before ON CONFLICT)
     _stage_filter = ""
 
+    def _read_list(self, handle: Any, columns: Sequence[str], prefix: str = "") -> str:
+        """The SELECT list that reads ``columns`` of the target (or its stage) back as values
+        (a dialect whose driver would round a type overrides it)."""
+        return self.dialect.columns_sql(columns, prefix)
+
     def _upsert(self, columns: Sequence[str]) -> str:
         """The clause making an INSERT of ``columns`` update the row a merge key already holds
         (a dialect whose merge is not an INSERT clause overrides :meth:`_from_stage_sql`)."""
@@ -423,7 +431,6 @@ class SqlSink(base.Sink, Generic[C]):
         now beyond those it held before the append."""
         mode = self.spec.inner_mode
         hashed = self._hashed(columns)
-        cols = self.dialect.columns_sql
         if mode in ("replace", "full_refresh"):
             replaced = window if mode == "replace" else None  # None: every row of the target
             self._query(handle, self._delete_sql(replaced), self.dialect.params(replaced))
@@ -431,7 +438,8 @@ class SqlSink(base.Sink, Generic[C]):
             if not self.options.checksum:
                 return base.ChunkWrite(rows, None, method)
             where = self.dialect.where(replaced)
-            read = f"SELECT {cols(hashed)} FROM {self._table} AS {self.dialect.alias}{where}"
+            listed = self._read_list(handle, hashed)
+            read = f"SELECT {listed} FROM {self._table} AS {self.dialect.alias}{where}"
             target = self._checksum(handle, hashed, read, self.dialect.params(replaced))
             return base.ChunkWrite(rows, target, method)
         if not self._stages():
@@ -439,7 +447,7 @@ class SqlSink(base.Sink, Generic[C]):
         before = None
         if self.options.checksum and mode == "append":  # the range as it was: see below
             in_range = (
-                f"SELECT {cols(hashed)} FROM {self._table} AS {self.dialect.alias}"
+                f"SELECT {self._read_list(handle, hashed)} FROM {self._table} AS {self.dialect.alias}"
                 f"{self.dialect.where(window)}"
             )
             before = self._checksum(handle, hashed, in_range, self.dialect.params(window))
@@ -456,7 +464,7 @@ class SqlSink(base.Sink, Generic[C]):
                 after = self._checksum(handle, hashed, in_range, self.dialect.params(window))
                 checksum = base.checksum_added(after, before)
             elif self.options.checksum:
-                read = f"SELECT {cols(hashed)} FROM {stage}"
+                read = f"SELECT {self._read_list(handle, hashed)} FROM {stage}"
                 if mode == "merge":  # the target's rows whose keys the stage carries
                     t, s = self.dialect.quote("t", "alias"), self.dialect.quote("s", "alias")
                     on = " AND ".join(
@@ -464,7 +472,7 @@ class SqlSink(base.Sink, Generic[C]):
                         for k in self.spec.keys
                     )
                     read = (
-                        f"SELECT {cols(hashed, t + '.')} FROM {self._table} AS {t} "
+                        f"SELECT {self._read_list(handle, hashed, t + '.')} FROM {self._table} AS {t} "
                         f"WHERE EXISTS (SELECT 1 FROM {stage} AS {s} WHERE {on})"
                     )
                 checksum = self._checksum(handle, hashed, read, None)
