@@ -314,6 +314,31 @@ def test_accept_narrowing_names_a_column_once(tmp_path: Path) -> None:
     assert where(problem) == ("orders.yaml", 10, 29)
 
 
+@pytest.mark.parametrize(
+    ("accepted", "role"), [("order_id", "a merge key"), ("order_date", "the chunk column")]
+)
+def test_a_merge_cannot_accept_narrowing_its_keys_or_chunk_column(
+    tmp_path: Path, accepted: str, role: str
+) -> None:
+    # Regression: a merge reads back by its keys, so a key or chunk column the target rounds
+    # could merge two chunks' rows into one, or move a row into another chunk, and pass
+    manifest = backfill_manifest(
+        **{
+            "      keys: [order_id]\n": (
+                f"      keys: [order_id]\n      accept_narrowing: [amount, {accepted}]\n"
+            ),
+            "inner_mode: replace": "inner_mode: merge",
+        }
+    )
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID
+    assert f"names {accepted!r}, {role} of a merge" in problem.message
+    assert where(problem)[:2] == ("orders.yaml", 10)
+    # replace compares the chunk's range: there both stay accepted
+    replace = manifest.replace("inner_mode: merge", "inner_mode: replace")
+    assert load(tmp_path / "replace", catalog_with(), {"orders.yaml": replace}) == []
+
+
 def test_accept_narrowing_changes_the_pack_but_not_the_campaign(tmp_path: Path) -> None:
     plain = compile_project(tmp_path / "a", catalog_with(), {"orders.yaml": BACKFILL_MANIFEST})
     accepting = compile_project(

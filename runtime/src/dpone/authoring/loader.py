@@ -195,6 +195,19 @@ def _process(
         )
     if bf_raw is not None and strategy == "backfill":
         backfill = _backfill(bf_raw, doc, (*path, "backfill"), name, keys, out)
+    if backfill is not None and backfill.inner_mode == "merge":
+        for i, column in enumerate(accepted):
+            role = "a merge key" if column in keys else None
+            role = "the chunk column" if column == backfill.chunk.column else role
+            if role is not None:
+                out.add(
+                    errors.MANIFEST_INVALID,
+                    f"process {name!r}: sink.accept_narrowing names {column!r}, {role} of a "
+                    "merge: the read-back gate reads a merge back by its keys, so a row the "
+                    "target moved into another chunk, or two keys it rounded into one, would "
+                    "pass; widen the target column instead",
+                    doc.locate((*path, "sink", "accept_narrowing", i)),
+                )
     st = raw.get("state", {"backend": "local_file"})
     backend = st["backend"]
     if backend == "audit_schema" and "connection" not in st:
