@@ -225,6 +225,25 @@ def test_mysql_catalog_rows() -> None:
     assert my("varchar(5)", charset="utf8mb3").charset == "utf8mb3"
 
 
+def test_a_mysql_float_with_decimals_is_a_decimal() -> None:
+    # Regression: DOUBLE(10,2) rounds every value to 2 decimals, and the preflight let a float in
+    fixed = mysql_column_type("double", "double(10,2)", None, 10, 2, None, None)
+    assert (fixed.family, fixed.precision, fixed.scale) == ("decimal", 10, 2)
+    assert narrowing(my("double"), fixed) is not None
+    assert narrowing(my("decimal(8,2)"), fixed) is None
+    plain = mysql_column_type("double", "double", None, 22, None, None, None)
+    assert (plain.family, plain.bits) == ("float", 53)
+
+
+def test_an_unsigned_bigint_does_not_fit_sqlites_integers() -> None:
+    # Regression: SQLite NUMERIC keeps 64-bit signed integers; 2**64 - 1 overflowed at the write
+    numeric = sqlite_column_type("NUMERIC")
+    assert numeric is not None
+    assert narrowing(my("bigint(20) unsigned"), numeric) is not None
+    assert narrowing(my("bigint(20)"), numeric) is None
+    assert narrowing(my("int(10) unsigned"), numeric) is None
+
+
 def test_sqlite_affinity() -> None:
     assert sqlite_column_type("") is None and sqlite_column_type("BLOB") is None
     assert sqlite_column_type("BIGINT") == ColumnType("BIGINT", "integer", bits=64)

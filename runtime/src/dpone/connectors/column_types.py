@@ -176,8 +176,9 @@ def _to_float(source: ColumnType, target: ColumnType) -> str | None:
     digits = _FLOAT_DIGITS.get(mantissa, 6)
     if source.family == "integer":
         low, high = integer_range(source)
-        if target.exact_integers and (source.bits or 64) <= target.exact_integers:
-            return None
+        exact = target.exact_integers
+        if exact and -(1 << (exact - 1)) <= low and high < (1 << (exact - 1)):
+            return None  # the target's integers hold the source's (signed: an unsigned 64 not)
         if max(abs(low), high) > (1 << mantissa):
             return f"a float of {mantissa} mantissa bits cannot hold every integer of the source"
         return None

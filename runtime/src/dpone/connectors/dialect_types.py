@@ -82,6 +82,9 @@ def mysql_column_type(
         return ColumnType(declared, "integer", bits=_MY_INTEGERS[kind], unsigned=unsigned)
     if kind in ("decimal", "numeric"):
         return ColumnType(declared, "decimal", precision=numeric_precision, scale=numeric_scale)
+    if kind in ("float", "double", "real") and numeric_scale is not None and "," in column_type:
+        # FLOAT(M,D) / DOUBLE(M,D) round every value to D decimals within M digits: a decimal
+        return ColumnType(declared, "decimal", precision=numeric_precision, scale=numeric_scale)
     if kind in ("float", "double", "real"):
         return ColumnType(declared, "float", bits=24 if kind == "float" else 53)
     if kind in ("char", "varchar"):
