@@ -920,14 +920,15 @@ def _lease_refused(outcome: LeaseOutcome, chunk: Chunk, tally: _Tally) -> bool |
         return True
     if outcome.status is LeaseStatus.BUSY:
         holder = outcome.holder
-        expires = holder.lease_expires_at.isoformat() if holder and holder.lease_expires_at else "?"
-        tally.record(ChunkTiming(chunk.index, "busy", error_code=errors.CHUNK_BUSY))
-        tally.fail(
-            ErrorRecord(
-                errors.CHUNK_BUSY,
-                f"chunk {chunk.index} is leased by another attempt until {expires}",
+        if holder is not None and holder.lease_expires_at is not None:
+            why = f"is leased by another attempt until {holder.lease_expires_at.isoformat()}"
+        else:  # the one-commit placement: the lease is the chunk's lock, held by a transaction
+            why = (
+                "is being moved by another attempt (an open transaction holds its lock; "
+                "`dpone ledger status` names it)"
             )
-        )
+        tally.record(ChunkTiming(chunk.index, "busy", error_code=errors.CHUNK_BUSY))
+        tally.fail(ErrorRecord(errors.CHUNK_BUSY, f"chunk {chunk.index} {why}"))
         return False
     return None
 
