@@ -36,6 +36,15 @@ trap 'rm -rf "$context"' EXIT
 bash scripts/build.sh "$context/dist" 2>/dev/null
 wheel=$(ls "$context"/dist/dpone_runtime-*.whl)
 "$python" -m pip wheel --quiet --wheel-dir "$context/wheels" "$wheel[postgres]" >&2
+# The image installs with the base's own python3, which need not be this host's: the wheelhouse
+# also holds the binary wheels for every CPython the runtime supports (3.11 to 3.13) on this
+# machine's architecture, so a base with another supported Python builds as well.
+arch=$(uname -m)
+for version in 3.11 3.12 3.13; do
+  "$python" -m pip download --quiet --only-binary=:all: --python-version "$version" \
+    --implementation cp --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" \
+    --dest "$context/wheels" "$wheel[postgres]" >&2
+done
 cp -r "$catalog" "$context/catalog"
 cp deploy/Containerfile "$context/Containerfile"
 "$engine" build --quiet ${DPONE_BUILD_ISOLATION:+--isolation "$DPONE_BUILD_ISOLATION"} --build-arg "BASE=$base" -t "$tag" -f "$context/Containerfile" "$context"
