@@ -109,7 +109,8 @@ def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]
         if name
     }
     for upper, name in sorted(used.items()):
-        for suffix in ("FILE", *(field.upper() for field in FIELDS)):
+        parts = [field.upper() for field in FIELDS]
+        for suffix in ("FILE", *parts, *(f"{part}_FILE" for part in parts)):
             if f"{upper}_{suffix}" in used:
                 found.append(
                     ErrorRecord(
@@ -134,17 +135,29 @@ def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]
     ]
     for kind, index, connection, field in forms:
         where = f"airflow.{kind}[{index}]"
-        if (connection, field) in seen:
+        name = connection.upper()  # its variables are DPONE_CONN_<NAME upper-cased>_...
+        if (name, field) in seen:
             found.append(
                 ErrorRecord(
                     errors.CATALOG_INVALID,
                     f"workload {workload.name!r}: {where} gives the {field} of connection "
-                    f"{connection!r} again (first in {seen[(connection, field)]}); give each part "
+                    f"{connection!r} again (first in {seen[(name, field)]}); give each part "
                     "of a connection once",
                     locate((*wpath, kind, index)),
                 )
             )
-        seen.setdefault((connection, field), where)
+        other = {"dsn": "scheme", "scheme": "dsn"}.get(field)
+        if other is not None and (name, other) in seen:
+            found.append(
+                ErrorRecord(
+                    errors.CATALOG_INVALID,
+                    f"workload {workload.name!r}: {where} gives the {field} of connection "
+                    f"{connection!r} beside its {other} ({seen[(name, other)]}): a scheme "
+                    "starts a DSN built from parts, so a connection takes one of them",
+                    locate((*wpath, kind, index)),
+                )
+            )
+        seen.setdefault((name, field), where)
     return found
 
 

@@ -321,3 +321,56 @@ def test_a_connection_named_like_a_part_of_another_is_refused(tmp_path: Path) ->
     shown = [str(e) for e in build(str(tmp_path / "workloads.yaml")).errors]
     assert len(shown) == 1 and "DPONE_CONN_WH_HOST would be read as a part of 'wh'" in shown[0]
     assert "workloads.yaml:3:" in shown[0], shown
+
+
+@pytest.mark.parametrize("other", ["wh_password_file", "WH_SCHEME_FILE", "wh_file"])
+def test_a_connection_named_like_a_parts_file_of_another_is_refused(
+    tmp_path: Path, other: str
+) -> None:
+    # Regression: DPONE_CONN_WH_PASSWORD_FILE (another connection's DSN) was read as wh's file
+    (tmp_path / "m.yaml").write_text(MANIFEST.replace("connection: src", f"connection: {other}"))
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  local:\n"
+        "    manifest: m.yaml\n"
+        "    airflow: {flavour: subprocess}\n",
+        encoding="utf-8",
+    )
+    shown = [str(e) for e in build(str(tmp_path / "workloads.yaml")).errors]
+    assert len(shown) == 1, shown
+    assert f"DPONE_CONN_{other.upper()} would be read as a part of 'wh'" in shown[0]
+
+
+@pytest.mark.parametrize(
+    ("entries", "needle"),
+    [
+        (
+            "[{connection: wh, secret: a, key: dsn}, {connection: WH, secret: b, key: dsn}]",
+            "gives the dsn of connection 'WH' again",
+        ),
+        (
+            "[{connection: wh, secret: a, key: dsn}, "
+            "{connection: wh, secret: a, key: s, field: scheme}]",
+            "gives the scheme of connection 'wh' beside its dsn",
+        ),
+    ],
+    ids=["same-part-other-case", "scheme-beside-dsn"],
+)
+def test_secrets_a_pod_cannot_honour_are_refused(tmp_path: Path, entries: str, needle: str) -> None:
+    # Regression: both passed check and generate; the pod then got one of two values silently,
+    # or every run failed with DPONE_CONFIG_INVALID
+    (tmp_path / "m.yaml").write_text(MANIFEST.replace("connection: src", "connection: wh"))
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  k8s:\n"
+        "    manifest: m.yaml\n"
+        "    airflow:\n"
+        "      image: reg.example.com/dpone:1\n"
+        f"      secrets: {entries}\n",
+        encoding="utf-8",
+    )
+    shown = [str(e) for e in build(str(tmp_path / "workloads.yaml")).errors]
+    assert len(shown) == 1 and needle in shown[0], shown
+    assert "DPONE_CATALOG_INVALID" in shown[0] and "workloads.yaml:7:" in shown[0], shown
