@@ -541,3 +541,22 @@ def test_float_columns_move_and_check_their_exact_values(my: My, pg: Pg, mode: s
     with source(my.dsn(src_db), "t") as src:
         verified = table_checksum(streamed, TableRef(None, "t"), "d", "2024-01-01", "2024-01-02")
         assert src.checksum(window) == verified
+
+
+def test_a_read_only_source_session_refuses_writes(my: My) -> None:
+    """Regression: `dpone verify` and the preflight read MySQL/MariaDB in ordinary sessions, so a
+    trusted query calling a function that writes wrote on every verify."""
+    db = my.database()
+    my.run(f"CREATE TABLE `{db}`.log (id int)")
+    my.run(
+        f"CREATE FUNCTION `{db}`.logit(x int) RETURNS int MODIFIES SQL DATA "
+        f"BEGIN INSERT INTO `{db}`.log VALUES (x); RETURN 1; END"
+    )
+    spec = SourceSpec("src", query=f"SELECT `{db}`.logit(1) AS v")
+    with open_source(spec, my.dsn(db)).read_only() as side, pytest.raises(DponeError) as caught:
+        side.checksum(None)
+    assert caught.value.code == errors.SOURCE_FAILED and "1792" in caught.value.message
+    assert my.rows(f"SELECT count(*) FROM `{db}`.log") == [(0,)]
+    with open_source(spec, my.dsn(db)) as writing:  # an ordinary session is not refused
+        writing.checksum(None)
+    assert my.rows(f"SELECT count(*) FROM `{db}`.log")[0][0] > 0

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pymysql
@@ -332,6 +332,7 @@ class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[
         super().__init__(label)
         self._sink = sink
         self.local_infile = sink  # LOAD DATA LOCAL, for sinks
+        self.read_only = False  # sessions refuse writes (SET SESSION TRANSACTION READ ONLY)
         limits = session_limits()
         self.lock_timeout_s = max(1, math.ceil(limits.fence_lock_s))
         self.idle_timeout_s = max(1, math.ceil(limits.idle_in_transaction_s))
@@ -371,6 +372,8 @@ class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[
             _keepalive(conn, self._limits)
             with conn.cursor() as cur:
                 cur.execute(SESSION_SQL)
+                if self.read_only:  # autocommit statements too: a write fails (error 1792)
+                    cur.execute("SET SESSION TRANSACTION READ ONLY")
                 if self._sink:
                     cur.execute(
                         SINK_SESSION_SQL.format(
@@ -463,6 +466,11 @@ class MysqlSource(sql_base.SqlSource["pymysql.connections.Connection[Any]"]):
         if not positions:
             return list(fetched)
         return [single_floats(row, positions) for row in fetched]
+
+    def read_only(self) -> Self:
+        self.db.discard()
+        self.db.read_only = True
+        return self
 
     def same_server(self, dsn: MysqlDsn) -> bool:
         """True when a sink on ``dsn`` can read this source's table itself (INSERT .. SELECT):
