@@ -434,6 +434,10 @@ def test_an_accepted_decimal_narrowing_into_mariadb_has_one_outcome_whatever_the
         ("mysql->postgres", ("DECIMAL(40,12)", "numeric(38,10)"), "v", True),
         ("mysql->postgres", ("DECIMAL(12,2)", "numeric(12,2)"), "v * 2 AS v", True),
         ("mysql->postgres", ("DECIMAL(12,2)", "numeric(30,4)"), "v * 2 AS v", False),
+        # a text column's length comes in bytes: varchar(100) of utf8mb4 is not 400 characters
+        ("mysql->postgres", ("VARCHAR(100)", "varchar(100)"), "v", False),
+        ("mysql->postgres", ("VARCHAR(100)", "varchar(100)"), "CONCAT(v) AS v", False),
+        ("mysql->postgres", ("VARCHAR(100)", "varchar(99)"), "v", True),
     ],
 )
 def test_a_query_source_is_described_too(

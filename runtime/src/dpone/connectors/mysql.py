@@ -564,11 +564,26 @@ def _result_type(item: Any) -> ColumnType:
         return ColumnType("json", "json")
     if code in _RESULT_STRINGS or code in _RESULT_BLOBS:
         binary = int(item.charsetnr) == 63
-        size = length if binary else int(item.get_column_length())
-        if code in _RESULT_BLOBS and not binary:
-            size = length // 4
+        size = length if binary else length // _widest_character(int(item.charsetnr))
         return ColumnType(declared, "binary" if binary else "text", length=size)
     return ColumnType(declared, "other")
+
+
+#: bytes of a character set's widest character (the protocol gives a text column's length in
+#: bytes: a varchar(100) of utf8mb4 is 400); any other set is one byte a character
+_WIDEST = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf16le": 4}
+_WIDEST |= {"utf32": 4, "big5": 2, "gbk": 2, "gb2312": 2, "gb18030": 4, "sjis": 2, "cp932": 2}
+_WIDEST |= {"ujis": 3, "eucjpms": 3, "euckr": 2}
+
+
+def _widest_character(charsetnr: int) -> int:
+    """Bytes a character of result charset ``charsetnr`` takes at most; 4 for a collation this
+    driver does not know (the session's results are utf8mb4)."""
+    try:
+        name = pymysql.charset.charset_by_id(charsetnr).name
+    except KeyError:
+        return 4
+    return _WIDEST.get(name, 1)
 
 
 class _WarningCounter(pymysql.cursors.Cursor):  # type: ignore[misc]  # untyped driver
