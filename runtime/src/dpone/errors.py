@@ -105,10 +105,12 @@ PROVIDER_OWNED_ENV = _register(
 )
 ENV_CREDENTIAL = _register(
     "DPONE_AIRFLOW_ENV_CREDENTIAL",
-    "airflow.env or airflow.pod (of a workload or of defaults) carries a connection credential.",
+    "airflow.env, airflow.pod or a hook's command (of a workload or of defaults) carries a "
+    "connection credential.",
     "A DPONE_CONN_<NAME> key, or a value that reads as a connection string with a password "
-    "(user:password@, password=, PWD=), in airflow.env or anywhere in airflow.pod (labels, "
-    "annotations, ...): both are written in clear into the DAG file.",
+    "(user:password@, password=, PWD=), in airflow.env, anywhere in airflow.pod (labels, "
+    "annotations, ...) or in a pre_hooks/post_hooks command: all are written in clear into the "
+    "DAG file.",
     "Remove it and project the DSN from a Kubernetes secret with airflow.secrets "
     "(docs/security.md); dpone sets DPONE_CONN_<NAME> from there.",
 )

@@ -412,8 +412,9 @@ def _env_credentials(
 def _pod_credentials(
     scope: str, value: Any, path: tuple[str | int, ...], doc: YamlDocument, out: ErrorCollector
 ) -> None:
-    """airflow.pod (labels, annotations, every nested value) is written in clear into the DAG
-    file too: no string in it may carry a connection string with a password."""
+    """airflow.pod (labels, annotations, every nested value) and the hooks' commands are written
+    in clear into the DAG file too: no string in them may carry a connection string with a
+    password."""
     if isinstance(value, dict):
         for key in sorted(value, key=str):
             _pod_credentials(scope, value[key], (*path, key), doc, out)
@@ -559,9 +560,10 @@ def load_catalog_partly(
             defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out
         )
     _env_credentials("defaults", defaults_airflow.get("env"), ("defaults",), doc, out)
-    _pod_credentials(
-        "defaults", defaults_airflow.get("pod"), ("defaults", "airflow", "pod"), doc, out
-    )
+    for field in ("pod", "pre_hooks", "post_hooks"):  # hook commands land in the DAG file too
+        _pod_credentials(
+            "defaults", defaults_airflow.get(field), ("defaults", "airflow", field), doc, out
+        )
     workloads: list[Workload] = []
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
@@ -576,9 +578,10 @@ def load_catalog_partly(
         manifest_clean = len(out.records) == before
         own_airflow = wraw.get("airflow", {})
         _env_credentials(f"workload {name!r}", own_airflow.get("env"), wpath, doc, out)
-        _pod_credentials(
-            f"workload {name!r}", own_airflow.get("pod"), (*wpath, "airflow", "pod"), doc, out
-        )
+        for field in ("pod", "pre_hooks", "post_hooks"):
+            _pod_credentials(
+                f"workload {name!r}", own_airflow.get(field), (*wpath, "airflow", field), doc, out
+            )
         airflow_raw = _merged_airflow(defaults_airflow, own_airflow)
         airflow = _airflow(name, airflow_raw, doc, wpath, out)
         if airflow.dag_id in dag_ids:
