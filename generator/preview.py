@@ -15,7 +15,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.campaign.campaign_change import PriorCampaign, classify, prior_campaigns
-from dpone.credentials.redaction import redact_text
+from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import DponeError
 from dpone.observability.reporting import CommandParser
 from dpone.packing.pack import ProcessPlan, WorkloadPack
@@ -180,6 +180,13 @@ def main_preview(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     catalog = parser.catalog_of(args)
     packs, problems = catalog_problems(catalog)
+    if problems and args.format == "json":  # as dpone check --format json prints them
+        print(
+            json.dumps(
+                [redact_document(p.to_json()) for p in problems], indent=2, ensure_ascii=False
+            )
+        )
+        return 1
     if problems:
         for problem in problems:
             print(redact_text(str(problem)), file=sys.stderr)

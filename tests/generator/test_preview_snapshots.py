@@ -30,3 +30,16 @@ def test_preview_json(
 ) -> None:
     assert dpone_main(["preview", f"golden/{case}/workloads.yaml", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == snapshot
+
+
+def test_preview_json_of_a_catalog_with_errors_is_the_error_list(
+    in_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Regression: it printed nothing on stdout (dpone check --format json prints the list)
+    catalog = "tests/invalid_catalogs/duplicate_key/workloads.yaml"
+    assert dpone_main(["preview", catalog, "--format", "json"]) == 1
+    out, err = capsys.readouterr()
+    records = json.loads(out)
+    assert records and all(r["schema"] == "dpone.error.v1" and r["file"] for r in records)
+    assert dpone_main(["check", catalog, "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out) == records and not err

@@ -78,6 +78,11 @@ def _refusal(capsys: pytest.CaptureFixture[str], root: Path) -> dict[str, object
     last: dict[str, object] = json.loads(err.strip().splitlines()[-1])
     assert last["code"] == "DPONE_PREFLIGHT_FAILED", err
     assert last["file"] == str(root / "orders.yaml") and last["line"] == 3, last
+    # refused before data moved: every count 0 (dpone.run-result.v1), not 12 selected and none
+    # accounted for
+    backfill = json.loads((root / "xcom.json").read_text())["backfill"]
+    counts = {k: v for k, v in backfill.items() if k.startswith("chunks_")}
+    assert counts and set(counts.values()) == {0}, counts
     return last
 
 

@@ -981,6 +981,13 @@ def _chunk_committed(
     return True
 
 
+def _refused_before_any_lease(outcome: RunOutcome) -> None:
+    """A run refused before data moved reports every count 0 (dpone.run-result.v1), not the
+    chunks it had selected with none of them accounted for."""
+    outcome.chunks_selected = outcome.chunks_skipped_resume = 0
+    outcome.timings.clear()
+
+
 def _scope(selected: Sequence[Chunk], shape: CampaignShape) -> tuple[int, int] | None:
     """A mapped item's consecutive chunks as (first, last): the ledger loads only their
     records; None when the run selects the whole campaign (or chunks apart)."""
@@ -1057,9 +1064,13 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             # connector code (about 9 ms of a no-op's start-up)
             from dpone.run.preflight import require_tables
 
-            require_tables(plan, *connector_specs(plan), ctx.dsn)  # refuse before any lease
-            for warning in movers[0].preflight():
-                settings.warn(warning)
+            try:
+                require_tables(plan, *connector_specs(plan), ctx.dsn)  # refuse before any lease
+                for warning in movers[0].preflight():
+                    settings.warn(warning)
+            except DponeError:
+                _refused_before_any_lease(outcome)
+                raise
         for _ in range(workers - 1):
             movers.append(ChunkMover(ctx, ctx.open_store()))
         work: queue.Queue[Chunk] = queue.Queue()
