@@ -92,10 +92,21 @@ def test_mapping_plan_fingerprint_mismatch(summary: ProcessPlan) -> None:
     assert OTHER_FP in exc.message and summary.mapping_plan.plan_fingerprint in exc.message
 
 
-@pytest.mark.parametrize("index", [40, 41, 199])
-def test_item_index_beyond_the_plan(summary: ProcessPlan, index: int) -> None:
-    exc = mismatch(summary, dataclasses.replace(item_of(summary, 39), item_index=index))
-    assert "40 items" in exc.message
+@pytest.mark.parametrize(
+    ("index", "first", "last"), [(40, 356, 365), (41, 356, 365), (199, 356, 365), (39, 356, 366)]
+)
+def test_an_item_outside_its_plan_is_invalid(
+    summary: ProcessPlan, index: int, first: int, last: int
+) -> None:
+    # the spec: DPONE_AIRFLOW_MAPPING_ITEM_INVALID, "item JSON or range is invalid" (the plan it
+    # names is the same; it cannot hold this item)
+    item = dataclasses.replace(
+        item_of(summary, 39), item_index=index, first_chunk_index=first, last_chunk_index=last
+    )
+    with pytest.raises(DponeError) as caught:
+        select_chunks(summary, item)
+    assert caught.value.code == errors.MAPPING_ITEM_INVALID
+    assert "items 0-39 over chunks 1-365" in caught.value.message
 
 
 @pytest.mark.parametrize(("first", "last"), [(2, 10), (1, 11), (11, 20), (1, 1), (1, 365)], ids=str)

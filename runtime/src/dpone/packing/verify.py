@@ -93,8 +93,14 @@ def select_chunks(plan: ProcessPlan, item: ParsedItem | None) -> Selection:
         raise _mismatch(
             "mapping_plan_fingerprint", item.mapping_plan_fingerprint, mapping.plan_fingerprint
         )
-    if item.item_index >= mapping.items_total:
-        raise _mismatch("item_index", item.item_index, f"{mapping.items_total} items")
+    if item.item_index >= mapping.items_total or item.last_chunk_index > plan.chunks_total:
+        # an item the plan it names cannot hold: the item is invalid, the plan is the same
+        raise DponeError(
+            errors.MAPPING_ITEM_INVALID,
+            f"mapping item {item.item_index} (chunks {item.first_chunk_index}.."
+            f"{item.last_chunk_index}) is outside its plan: items 0-{mapping.items_total - 1} "
+            f"over chunks 1-{plan.chunks_total}",
+        )
     planned = mapping.items[item.item_index]
     if (item.first_chunk_index, item.last_chunk_index) != (
         planned.first_chunk_index,
