@@ -210,5 +210,11 @@ def test_preview_one_workload(capsys: pytest.CaptureFixture[str]) -> None:
 def test_preview_of_a_broken_project_exits_1(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, out, err = run(capsys, "preview", str(broken_project(tmp_path)), "--format", "json")
+    catalog = str(broken_project(tmp_path))
+    code, out, err = run(capsys, "preview", catalog)
     assert code == 1 and out == "" and "as dpone check reports them" in err
+    # --format json: the problems as a dpone.error.v1 list, as dpone check --format json has them
+    code, out, err = run(capsys, "preview", catalog, "--format", "json")
+    assert code == 1 and err == ""
+    assert out == run(capsys, "check", catalog, "--format", "json")[1]
+    assert {r["schema"] for r in json.loads(out)} == {"dpone.error.v1"}
