@@ -89,6 +89,60 @@ def test_provider_owned_env_is_rejected_before_anything_is_written(
     assert not (here / "dags").exists()
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "PGPASSWORD",
+        "MYSQL_PWD",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "OPENLINEAGE_API_KEY",
+        "warehouse_password",
+    ],
+)
+def test_a_variable_named_as_a_secret_is_refused_with_its_value_unshown(
+    here: Path, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(here / "p", {"alpha": f"env: {{{key}: hunter2-not-shown}}"})
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"DPONE_AIRFLOW_ENV_CREDENTIAL: workload 'alpha': airflow.env.{key} names a secret" in err
+    )
+    assert "hunter2" not in err
+    assert not (here / "dags").exists()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        "{OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer hunter2-not-shown'}",
+        "{OTEL_EXPORTER_OTLP_METRICS_HEADERS: 'x-team=a, api-key=hunter2-not-shown'}",
+    ],
+)
+def test_an_otlp_header_list_with_a_credential_is_refused(
+    here: Path, env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project(here / "p", {"alpha": f"env: {env}"})
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 2
+    err = capsys.readouterr().err
+    assert "DPONE_AIRFLOW_ENV_CREDENTIAL" in err and "hunter2" not in err
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        "{PGPASSWORD: ''}",  # empty: nothing to leak
+        "{TOKEN_URL: 'https://auth.example.com/token', VAULT_SECRET_PATH: kv/etl}",
+        "{OTEL_EXPORTER_OTLP_HEADERS: 'x-team=finance'}",
+        "{PGPASSFILE: /var/run/secrets/pgpass, KEY_COLUMN: id}",
+    ],
+)
+def test_variables_that_only_mention_a_secret_are_kept(here: Path, env: str) -> None:
+    project(here / "p", {"alpha": f"env: {env}"})
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 0
+
+
 def test_json_format_on_success_lists_files(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project(here / "p", {"alpha": ""})
     assert main_generate(["p/workloads.yaml", "--out", "dags", "--format", "json"]) == 0

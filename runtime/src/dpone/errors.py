@@ -107,8 +107,10 @@ ENV_CREDENTIAL = _register(
     "DPONE_AIRFLOW_ENV_CREDENTIAL",
     "airflow.env, airflow.pod or a hook's command (of a workload or of defaults) carries a "
     "connection credential.",
-    "A DPONE_CONN_<NAME> key, or a value that reads as a connection string with a password "
-    "(user:password@, password=, PWD=), in airflow.env, anywhere in airflow.pod (labels, "
+    "A DPONE_CONN_<NAME> key, a variable named as a secret (PGPASSWORD, *_TOKEN, *_API_KEY, "
+    "an OTLP headers list with an authorization header), or a value that reads as a connection "
+    "string with a password (user:password@, password=, PWD=), in airflow.env, anywhere in "
+    "airflow.pod (labels, "
     "annotations, ...) or in a pre_hooks/post_hooks command: all are written in clear into the "
     "DAG file.",
     "Remove it and project the DSN from a Kubernetes secret with airflow.secrets "

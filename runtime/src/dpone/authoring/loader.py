@@ -35,7 +35,7 @@ from dpone.authoring.models import (
 )
 from dpone.authoring.schema import load_schema, validate
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
-from dpone.credentials.redaction import has_credentials
+from dpone.credentials.redaction import has_credentials, secret_env_name
 from dpone.errors import ErrorCollector, ErrorRecord, Location
 from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
@@ -393,20 +393,28 @@ def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, 
 def _env_credentials(
     scope: str, env: Any, path: tuple[str | int, ...], doc: YamlDocument, out: ErrorCollector
 ) -> None:
-    """airflow.env is written in clear into the DAG file: no DSN, no password may be in it."""
+    """airflow.env is written in clear into the DAG file: no DSN, no password, no variable whose
+    name says it holds a secret may be in it."""
     if not isinstance(env, dict):
         return
     for key in sorted(env):
         value = env[key]
         is_conn = str(key).upper().startswith("DPONE_CONN_")
-        if is_conn or (isinstance(value, str) and has_credentials(value)):
-            what = "is a connection DSN" if is_conn else "holds a connection string with a password"
-            out.add(
-                errors.ENV_CREDENTIAL,
-                f"{scope}: airflow.env.{key} {what}: the DAG file would carry it in clear; "
-                "project it from a Kubernetes secret with airflow.secrets instead",
-                doc.locate((*path, "airflow", "env", key), key=True),
-            )
+        text = value if isinstance(value, str) else "" if value is None else str(value)
+        if is_conn:
+            what = "is a connection DSN"
+        elif has_credentials(text):
+            what = "holds a connection string with a password"
+        elif secret_env_name(str(key), text):
+            what = "names a secret (a password, token or key)"
+        else:
+            continue
+        out.add(
+            errors.ENV_CREDENTIAL,
+            f"{scope}: airflow.env.{key} {what}: the DAG file would carry it in clear; "
+            "project it from a Kubernetes secret with airflow.secrets instead",
+            doc.locate((*path, "airflow", "env", key), key=True),
+        )
 
 
 def _pod_credentials(

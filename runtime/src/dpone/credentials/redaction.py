@@ -222,6 +222,40 @@ def has_credentials(value: str) -> bool:
     return any(key.strip().lower() in SECRET_KEYS and secret for key, secret in _pairs(value))
 
 
+#: the last word of an environment variable's name that says its value is a secret
+#: (``PGPASSWORD``, ``MYSQL_PWD``, ``AWS_SESSION_TOKEN``, ``OPENLINEAGE_API_KEY``)
+_SECRET_NAME_ENDINGS = (
+    ("PASSWORD",),
+    ("PGPASSWORD",),
+    ("PASSWD",),
+    ("PWD",),
+    ("SECRET",),
+    ("TOKEN",),
+    ("APIKEY",),
+    ("API", "KEY"),
+    ("SECRET", "KEY"),
+    ("ACCESS", "KEY"),
+    ("PRIVATE", "KEY"),
+    ("AUTH", "KEY"),
+)
+#: OTLP header lists (``OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer ..``) that carry a secret
+_SECRET_HEADER = re.compile(
+    r"(?i)(?:^|,)\s*(?:authorization|proxy-authorization|x-api-key|api-key|x-auth-token)\s*="
+)
+
+
+def secret_env_name(name: str, value: str) -> bool:
+    """True when an environment variable named ``name`` holds a secret by its name (its last
+    words, ``_``-separated, say password, token, secret or key) or, for an OTLP headers list,
+    an authorization header. Such a value must come from a secret, never be written in clear."""
+    if not value.strip():
+        return False
+    words = tuple(word for word in re.split(r"[_.\-]+", name.upper()) if word)
+    if any(words[-len(ending) :] == ending for ending in _SECRET_NAME_ENDINGS):
+        return True
+    return words[-1:] == ("HEADERS",) and _SECRET_HEADER.search(value) is not None
+
+
 def secret_parts(dsn: str) -> set[str]:
     """Every secret fragment of ``dsn`` in any accepted form, malformed ones included."""
     found: set[str] = set()
