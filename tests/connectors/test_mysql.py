@@ -543,6 +543,31 @@ def test_float_columns_move_and_check_their_exact_values(my: My, pg: Pg, mode: s
         assert src.checksum(window) == verified
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_postgres_real_moves_into_a_float_with_its_exact_value(my: My, pg: Pg, mode: str) -> None:
+    """Postgres ``real`` into MariaDB ``FLOAT``: both hold the same single, and the gate compares
+    the single's shortest decimal on both sides (a FLOAT is read as a DOUBLE, never as the text
+    protocol's 6 digits), so the chunk passes and the values are equal as doubles."""
+    schema, dst_db = pg.schema(), my.database()
+    pg.run(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, d date NOT NULL, f real)')
+    pg.run(
+        f'INSERT INTO "{schema}".t VALUES'
+        " (1, '2024-01-01', 1.2345678), (2, '2024-01-01', 16777216), (3, '2024-01-01', 0.1),"
+        " (4, '2024-01-01', NULL), (5, '2024-01-01', -1.17549435e-38)"
+    )
+    my.run(f"CREATE TABLE `{dst_db}`.t (id int PRIMARY KEY, d date NOT NULL, f float, KEY (d))")
+    window = ChunkWindow("d", "date", "2024-01-01", "2024-01-02")
+    keys = ("id",) if mode == "merge" else ()
+    spec = SinkSpec("dst", TableRef(None, "t"), mode, keys)  # type: ignore[arg-type]
+    pg_source = open_source(SourceSpec("src", TableRef(schema, "t")), pg.dsn)
+    with pg_source as src, open_sink(spec, my.dsn(dst_db)) as dst:
+        written = dst.write_chunk(src, window)
+    assert written.checksum == written.source_checksum
+    want = pg.rows(f'SELECT id, f::float8 FROM "{schema}".t ORDER BY id')
+    got = my.rows(f"SELECT id, CAST(f AS DOUBLE) FROM `{dst_db}`.t ORDER BY id")
+    assert [tuple(r) for r in got] == [tuple(r) for r in want]
+
+
 def test_a_read_only_source_session_refuses_writes(my: My) -> None:
     """Regression: `dpone verify` and the preflight read MySQL/MariaDB in ordinary sessions, so a
     trusted query calling a function that writes wrote on every verify."""
