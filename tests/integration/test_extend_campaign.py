@@ -219,3 +219,37 @@ def test_pinning_a_derived_key_keeps_the_campaign(tmp_path: Path) -> None:
     assert pinned.backfill_plan_hash == unpinned.backfill_plan_hash
     assert pinned.config_hash == unpinned.config_hash
     assert derived.run_key == "orders-2024-q1"
+
+
+def test_a_changed_configuration_over_the_same_chunks_is_refused_everywhere(
+    project: Project,
+) -> None:
+    """Regression: restate and status compared only the plan hash, so a catalog whose inner mode
+    changed (append there, replace here) restated chunks the campaign's own mode cannot re-move
+    exactly, and the run with the real catalog then doubled their rows."""
+    s = project.schema
+    plan, identity = project.plan("2024-01-05")
+    assert all(done.returncode == 0 for done in project.run_items(plan, identity))
+    transitions = f"SELECT * FROM {s}_audit.chunk_transition ORDER BY seq"
+    before = project.query(transitions)
+    manifest = (project.root / "orders.yaml").read_text(encoding="utf-8")
+    (project.root / "orders.yaml").write_text(
+        manifest.replace("inner_mode: replace", "inner_mode: merge"), encoding="utf-8"
+    )
+    restate = project.dpone(
+        "ledger", "restate", "--catalog", "workloads.yaml", "--workload", "orders_history",
+        "--chunks", "2", "--reason", "config drift probe",
+    )  # fmt: skip
+    status = _status(project)
+    _, packs, problems = load_and_compile(str(project.root / "workloads.yaml"))
+    assert not problems, problems
+    changed = packs[0].processes[0]
+    assert changed.backfill_plan_hash == plan.backfill_plan_hash
+    run = project.run_items(changed, expected_identity(packs[0], changed.name).env_value())[0]
+    for done in (restate, status, run):
+        assert done.returncode == 3, done.stderr
+        assert "DPONE_LEDGER_SHAPE_MISMATCH" in done.stderr
+        assert "inner mode changed since the campaign started" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert not status.stdout
+    assert project.query(transitions) == before, "nothing was written"

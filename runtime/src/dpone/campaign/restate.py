@@ -19,6 +19,7 @@ from typing import Any
 from dpone import errors
 from dpone.campaign.reconcile import format_chunk_ranges, parse_chunk_ranges
 from dpone.errors import DponeError
+from dpone.ledger.amend import config_changed
 from dpone.ledger.port import CampaignShape, ChunkState, Ledger, LedgerStore
 from dpone.packing.pack import ProcessPlan, WorkloadPack
 from dpone.plan.chunks import Bound, ChunkPlanError, canonical_bound
@@ -115,6 +116,8 @@ def stored_shape(plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
             f"({plan.chunks_total} chunks): restate with the catalog the campaign runs with "
             "(run an extended catalog once first)",
         )
+    if ledger.shape.config_hash != plan.config_hash:
+        raise config_changed(plan.run_key or plan.name)
     return ledger.shape
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from dpone import errors
 from dpone.credentials.redaction import redact_document
 from dpone.errors import DponeError
-from dpone.ledger.amend import check_extension
+from dpone.ledger.amend import check_extension, config_changed
 from dpone.ledger.port import (
     Amendment,
     CampaignShape,
@@ -103,6 +103,8 @@ def _require_same_campaign(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger
     stored campaign or extends it: the states are shown over the catalog's chunks by index,
     which would put the stored chunks' states on chunks of another grid."""
     if ledger.shape.plan_hash == plan.backfill_plan_hash:
+        if ledger.shape.config_hash != plan.config_hash:
+            raise config_changed(plan.run_key or plan.name)
         return
     assert plan.run_key is not None and plan.backfill_plan_hash is not None
     planned = CampaignShape(

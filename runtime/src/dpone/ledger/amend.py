@@ -21,6 +21,18 @@ WAY_OUT = (
 )
 
 
+def config_changed(run_key: str) -> DponeError:
+    """DPONE_LEDGER_SHAPE_MISMATCH for a catalog that plans the stored chunks under another
+    configuration: a campaign's chunks were committed under one source, sink and inner mode."""
+    return DponeError(
+        errors.LEDGER_SHAPE_MISMATCH,
+        f"campaign {run_key!r}: the catalog plans the stored chunks, but its source, sink, merge "
+        "keys, chunk column or inner mode changed since the campaign started (its config_hash "
+        "differs): the committed chunks were moved under the stored configuration; restore it, "
+        "or start a new campaign under a new backfill_id (docs/runbook.md 'Extend a backfill')",
+    )
+
+
 def _bounds(chunk: Chunk) -> str:
     return f"[{chunk.start}, {chunk.end})"
 

@@ -29,7 +29,7 @@ from dpone import errors
 from dpone.credentials.connections import redact
 from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError
-from dpone.ledger.amend import check_extension
+from dpone.ledger.amend import check_extension, config_changed
 from dpone.ledger.port import (
     Amendment,
     CampaignShape,
@@ -693,6 +693,10 @@ RESTATEMENTS: RowCodec[Restatement] = RowCodec(
 
 def verify_shape(stored: CampaignHead, shape: CampaignShape) -> None:
     """DPONE_LEDGER_SHAPE_MISMATCH when the stored campaign is not the one this run plans."""
+    if (stored.plan_hash, stored.chunk_count) == (shape.plan_hash, shape.chunk_count):
+        if stored.config_hash != shape.config_hash:
+            raise config_changed(shape.run_key)
+        return
     drift = [
         f"{name} stored {old!r} != planned {new!r}"
         for name, old, new in (
