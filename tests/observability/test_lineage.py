@@ -21,9 +21,10 @@ import pytest
 from dpone.observability.lineage import DatasetName, dataset_name, lineage_requested, parent_of
 from dpone.packing.pack import load_and_compile
 from dpone.packing.verify import expected_identity
+from dpone.task.airflow_context import CONTEXT_SCHEMA, lineage_env, parse_airflow_context
 
 from .receiver import receiver
-from .runproject import PASSWORD, dpone_run
+from .runproject import DPONE, PASSWORD, dpone_run
 
 pytestmark = pytest.mark.postgres
 SCHEMA = json.loads((Path(__file__).with_name("openlineage_run_event.schema.json")).read_text())
@@ -50,17 +51,33 @@ def events_of(bodies: list[bytes]) -> list[dict[str, Any]]:
     return events
 
 
+def _context(dag_id: str, task_id: str, run_id: str) -> str:
+    """DPONE_AIRFLOW_CONTEXT as the generated operator builds it."""
+    return json.dumps(
+        {
+            "schema": CONTEXT_SCHEMA,
+            "dag_id": dag_id,
+            "task_id": task_id,
+            "run_id": run_id,
+            "try_number": 1,
+            "map_index": -1,
+            "logical_date": "2026-12-01T00:00:00+00:00",
+            "data_interval_start": "2026-12-01T00:00:00+00:00",
+            "data_interval_end": "2026-12-02T00:00:00+00:00",
+        },
+        separators=(",", ":"),
+    )
+
+
 def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]) -> None:
     catalog = project["catalog"]
     _, packs, problems = load_and_compile(catalog)
     assert not problems
     identity = expected_identity(packs[0], "orders")  # what the generated DAG passes
     dag = identity.dag_id
-    env = {
-        "DPONE_AIRFLOW_RUN_IDENTITY": identity.env_value(),
-        "AIRFLOW_CTX_DAG_RUN_ID": "backfill__2026-12-01",
-        "AIRFLOW_CTX_TASK_ID": "orders",
-    }
+    context = _context(dag, "orders", "backfill__2026-12-01")  # and its operator, at execute time
+    # no AIRFLOW_CTX_* (as in a pod): the context names the task and the DAG run
+    env = {"DPONE_AIRFLOW_RUN_IDENTITY": identity.env_value(), "DPONE_AIRFLOW_CONTEXT": context}
     with receiver() as (url, got):
         failed = dpone_run(project, {"OPENLINEAGE_URL": url, **env})
         assert failed.returncode != 0 and "DPONE_SINK_FAILED" in failed.stderr
@@ -102,7 +119,7 @@ def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]
         uuid.UUID(parent["run"]["runId"])
     # both runs of the task share the parent run: the DAG run id drives it
     assert {e["run"]["facets"]["parent"]["run"]["runId"] for e in events} == {
-        parent_of(env, dag, None)[0][2]  # type: ignore[index]
+        parent_of(lineage_env(parse_airflow_context(context)), dag, None)[0][2]  # type: ignore[index]
     }
     message = events[1]["run"]["facets"]["errorMessage"]["message"]
     assert message.startswith("DPONE_") and PASSWORD not in message
@@ -110,6 +127,68 @@ def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]
     assert (
         "outputFacets" not in events[0]["outputs"][0] or not events[0]["outputs"][0]["outputFacets"]
     )
+
+
+MAPPED_CATALOG = """\
+schema: dpone.workload-catalog.v1
+workloads:
+  orders:
+    manifest: orders_mapped.yaml
+    airflow:
+      image: example/dpone:1
+      dag_id: orders_backfill
+      mapping: {mode: summary, max_items: 3, max_active: 3, pool: dpone_test}
+"""
+
+
+def test_a_run_outside_airflow_has_no_airflow_parent(
+    project: dict[str, Any], tmp_path: Path
+) -> None:
+    """`dpone run --item N` re-runs a mapped task outside Airflow (its result says so): its events
+    name no Airflow DAG as parent, even with AIRFLOW_CTX_* inherited from the shell; an explicit
+    OPENLINEAGE_PARENT_ID still sets the parent, with no Airflow root derived beside it."""
+    catalog = Path(project["catalog"]).with_name("mapped.yaml")
+    catalog.write_text(MAPPED_CATALOG)
+    manifest = catalog.with_name("orders.yaml").read_text()  # as a summary mapping needs it
+    manifest = manifest.replace("parallel_workers: 2", "parallel_workers: 1")
+    manifest = manifest.replace("_audit\n", "_audit\n      require_distributed_lock: true\n")
+    catalog.with_name("orders_mapped.yaml").write_text(manifest)
+    item_run = [str(DPONE), "run", "--catalog", str(catalog), "--workload", "orders"]
+    item_run += ["--process", "orders", "--no-progress", "--item"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DPONE_", "OPENLINEAGE"))}
+    env.update(
+        DPONE_CONN_WH=project["dsn"],
+        DPONE_XCOM_PATH=str(tmp_path / "xcom.json"),
+        AIRFLOW_CTX_DAG_ID="orders_backfill",
+        AIRFLOW_CTX_TASK_ID="run_orders",
+        AIRFLOW_CTX_DAG_RUN_ID="manual__2026-12-01",
+    )
+    explicit = f"my_ns/my_job/{uuid.uuid4()}"
+    with receiver() as (url, got):
+        env["OPENLINEAGE_URL"] = url
+        for item, extra in (("0", {}), ("2", {"OPENLINEAGE_PARENT_ID": explicit})):
+            done = subprocess.run(
+                [*item_run, item],
+                check=False,
+                env={**env, **extra},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            result = json.loads((tmp_path / "xcom.json").read_text())
+            assert result["airflow"] == {"outside_airflow": True}
+        bodies = got.bodies("/api/v1/lineage")
+    events = events_of(bodies)
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE", "START", "COMPLETE"]
+    assert [e["run"]["facets"]["dpone_chunks"]["itemIndex"] for e in events] == [0, 0, 2, 2]
+    assert all("parent" not in e["run"]["facets"] for e in events[:2]), events[0]["run"]
+    assert b"orders_backfill" not in b"".join(bodies)  # no Airflow DAG named anywhere
+    for event in events[2:]:
+        parent = event["run"]["facets"]["parent"]
+        assert (parent["job"]["namespace"], parent["job"]["name"]) == ("my_ns", "my_job")
+        assert parent["run"]["runId"] == explicit.rsplit("/", 1)[1]
+        assert "root" not in parent or parent["root"] is None
 
 
 def test_lineage_is_off_by_default_and_the_client_is_not_imported(

@@ -113,6 +113,22 @@ SECRET = "postgresql://u:hunter2@db/x"
         (json.dumps(_context(data_interval_end=5)), "data_interval_end must be an ISO 8601"),
         ('{"try_number": NaN}', "non-standard number NaN"),
         (json.dumps(_context(run_id="x" * 5000)), "value exceeds 4096 bytes"),
+        # a lone surrogate, escaped in the JSON or an undecodable byte held as a surrogate escape
+        (json.dumps(_context(task_id="run_\ud800")), "task_id is not valid UTF-8"),
+        (json.dumps(_context(task_id="run_X")).replace("X", "\udcff"), "task_id is not valid"),
+        (json.dumps(_context(dag_id="d\udcff", task_id="é")), "dag_id is not valid UTF-8"),
+        # C1 controls and Unicode line/paragraph separators are not printable
+        (json.dumps(_context(task_id="run_\x9b")), "task_id must be at most 250 printable"),
+        (json.dumps(_context(run_id="a\x85b")), "run_id must be at most 250 printable"),
+        (json.dumps(_context(dag_id="a\u2028b")), "dag_id must be at most 250 printable"),
+        (json.dumps(_context(run_id="a\u2029b\u00a0")), "run_id must be at most 250 printable"),
+        (json.dumps(_context(logical_date="2024-99-99T::::")), "logical_date must be an ISO"),
+        (json.dumps(_context(logical_date="2024-13-01T00:00:00")), "logical_date must be an ISO"),
+        (json.dumps(_context(logical_date="2024-01-01T25:00:00Z")), "logical_date must be an"),
+        (json.dumps(_context(data_interval_start="2024-01-01T00:00:00+24:00")), "data_interval"),
+        (json.dumps(_context(data_interval_end="2024-01-01T00:00:00\n")), "data_interval_end"),
+        (json.dumps(_context(data_interval_end="\u0662\u0660\u0662\u0664-01-01T00:00:00")), "data"),
+        (json.dumps(_context(logical_date="2024-01-01")), "logical_date must be an ISO 8601"),
     ],
 )
 def test_a_malformed_context_is_refused_without_echoing_it(raw: str, message: str) -> None:
@@ -121,6 +137,30 @@ def test_a_malformed_context_is_refused_without_echoing_it(raw: str, message: st
     assert caught.value.code == errors.AIRFLOW_CONTEXT_INVALID
     assert message in caught.value.message
     assert "hunter2" not in caught.value.message and "xxxxxxxxxx" not in caught.value.message
+    assert caught.value.message.isascii()  # no bad character echoed, none to fail a write
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "2024-01-01T00:00:00+00:00",  # Airflow 2.10 (pendulum) and 3.x isoformat() in UTC
+        "2024-01-01T00:00:00.123456+00:00",
+        "2026-01-02T03:04:05-05:30",
+        "2024-02-29T23:59:59.5Z",
+        "2024-01-01T00:00",
+        None,  # an Airflow 3 run without a logical date
+    ],
+)
+def test_the_dates_airflow_sends_are_accepted(moment: str | None) -> None:
+    context = parse_airflow_context(
+        json.dumps(_context(logical_date=moment, data_interval_end=moment))
+    )
+    assert context.logical_date == context.data_interval_end == moment
+
+
+def test_printable_unicode_ids_are_accepted() -> None:
+    context = parse_airflow_context(json.dumps(_context(dag_id="données_日次", run_id="a b~:+")))
+    assert (context.dag_id, context.run_id) == ("données_日次", "a b~:+")
 
 
 @pytest.fixture
@@ -210,6 +250,31 @@ def test_a_malformed_context_refuses_the_run_before_the_catalog_is_read(
     result = json.loads((folder / "xcom" / "return.json").read_text(encoding="utf-8"))
     assert result["error"]["code"] == errors.AIRFLOW_CONTEXT_INVALID
     assert result["error"]["retryable"] is False
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "run_\udcff",  # an undecodable byte (0xff) in the env value: a surrogate escape in Python
+        "run_\\ud800",  # a lone surrogate escaped in the JSON
+        "run_\\u009b",  # a C1 control (CSI)
+        "run_\\u2028",  # a line separator
+    ],
+)
+def test_a_context_with_a_bad_character_refuses_the_run_before_data_moves(
+    demo: tuple[Path, dict[str, str]], bad: str
+) -> None:
+    folder, env = demo
+    env["DPONE_AIRFLOW_CONTEXT"] = json.dumps(_context(task_id="X")).replace("X", bad)
+    done = _dpone(folder, env, *RUN)
+    assert done.returncode == 3, done.stderr  # not retryable (docs/errors.md)
+    assert "DPONE_INTERNAL" not in done.stderr and "UnicodeEncodeError" not in done.stderr
+    error = json.loads([x for x in done.stderr.splitlines() if x.startswith("{")][-1])
+    assert error["code"] == errors.AIRFLOW_CONTEXT_INVALID, done.stderr
+    assert "run_" not in done.stderr  # the value is never echoed
+    result = json.loads((folder / "xcom" / "return.json").read_text(encoding="utf-8"))
+    assert result["error"]["code"] == errors.AIRFLOW_CONTEXT_INVALID
+    assert not (folder / ".dpone-demo").exists()  # no ledger: not one chunk moved
 
 
 def test_a_context_of_another_dag_or_map_index_is_refused(

@@ -7,11 +7,13 @@ or FAIL. Inputs and outputs are the source and target tables, named as OpenLinea
 ``db.table``, MSSQL ``mssql://host:port`` + ``db.schema.table``; SQLite, which the spec does not
 name, as a local file: ``file`` + ``/path/to/db.sqlite/table``). Only host, port, database and
 object names leave a DSN, never a user or password. The chunk range rides in the custom run facet
-``dpone_chunks``; a run started by an Airflow task carries the parent run facet (the DAG as the
-parent job). The ``openlineage-python`` client (the ``lineage`` extra) is imported only when
-lineage is on. Events are sent on the export worker (dpone.observability.exporting), never on the data path; a
-bad setting or a failed send is one warning and never fails a backfill. Dataset names come from
-the DSN's parts as its driver parses them, validated (dpone.credentials.dsn_parts). See docs/observability.md.
+``dpone_chunks``; a run started by an Airflow task (DPONE_AIRFLOW_CONTEXT) carries the parent run
+facet (the task as the parent job, the DAG as the root), a run outside Airflow none. The
+``openlineage-python`` client (the ``lineage`` extra) is imported only when lineage is on. Events
+are sent on the export worker (dpone.observability.exporting), never on the data path; a bad
+setting or a failed send is one warning and never fails a backfill. Dataset names come from the
+DSN's parts as its driver parses them, validated (dpone.credentials.dsn_parts). See
+docs/observability.md.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dpone.observability.exporting import (
     lineage_requested,
 )
 from dpone.records import record
+from dpone.task.item import ENV_CONTEXT
 
 DEFAULT_JOB_NAMESPACE = "dpone"
 FACET_NAME = "dpone_chunks"
@@ -472,7 +475,11 @@ def describe_run(
         "lowerBound": str(chunks[0].start) if chunks else None,
         "upperBound": str(chunks[-1].end) if chunks else None,
     }
-    parent, root = parent_of(environ, dag_id, plan.run_key)
+    # Only a run started by an Airflow task (its operator passed DPONE_AIRFLOW_CONTEXT, parsed by
+    # the runner before this) has an Airflow parent; a run its result records as outside Airflow
+    # (a shell, `dpone run --item N`) has only an explicit OPENLINEAGE_PARENT_ID.
+    in_airflow = ENV_CONTEXT in environ
+    parent, root = parent_of(environ, dag_id if in_airflow else None, plan.run_key)
     return LineageRun(
         job_namespace=environ.get("OPENLINEAGE_NAMESPACE") or DEFAULT_JOB_NAMESPACE,
         job_name=f"{pack.workload.name}.{plan.name}",

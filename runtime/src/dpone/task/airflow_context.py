@@ -8,6 +8,7 @@ widens or narrows what runs. A run without it ran outside Airflow and says so.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -34,8 +35,12 @@ _FIELDS = (
     "data_interval_end",
 )
 _DATES = ("logical_date", "data_interval_start", "data_interval_end")
-_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}T[0-9:.]+(?:Z|[+-]\d{2}:\d{2})?$")
+# What datetime.isoformat() gives (Airflow 2.x pendulum and 3.x datetimes alike), "Z" too; ASCII
+# digits only, and datetime.fromisoformat() must then accept it (no month 99, no hour 25).
+_DATE = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?"
+    r"(?:Z|[+-][0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?$"
+)
 # The ledger's lease owner of an Airflow attempt: "airflow try=T map=M run=R on <host:pid:token>".
 _OWNER = re.compile(r"^airflow try=(\d+) map=(-?\d+) run=(.+) on [^ ]+$")
 LOCAL_OWNER_PREFIX = "local on "
@@ -115,11 +120,26 @@ def _fail(message: str) -> DponeError:
     return DponeError(errors.AIRFLOW_CONTEXT_INVALID, f"{ENV_CONTEXT}: {message}")
 
 
+def _utf8(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8: a lone surrogate (``\\ud800`` in the JSON, or an
+    undecodable byte in the env value, which Python holds as a surrogate escape) does not, and
+    would fail the run only when it writes its result and ledger rows, after data moved."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _identifier(doc: dict[str, Any], key: str) -> str:
+    """An id as Airflow's ID_LEN allows, printable (str.isprintable: no C0/C1 controls, no line or
+    paragraph separators), since it goes into the lease owner and `dpone ledger status` text."""
     value = doc.get(key)
     if not isinstance(value, str) or not value:
         raise _fail(f"{key} must be a non-empty string")
-    if len(value) > ID_MAX_CHARS or not _PRINTABLE.match(value):
+    if not _utf8(value):
+        raise _fail(f"{key} is not valid UTF-8 (a lone surrogate or an undecodable byte)")
+    if len(value) > ID_MAX_CHARS or not value.isprintable():
         raise _fail(f"{key} must be at most {ID_MAX_CHARS} printable characters")
     return value
 
@@ -135,8 +155,12 @@ def _date(doc: dict[str, Any], key: str) -> str | None:
     value = doc.get(key)
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > DATE_MAX_CHARS or not _DATE.match(value):
+    if not isinstance(value, str) or len(value) > DATE_MAX_CHARS or not _DATE.fullmatch(value):
         raise _fail(f"{key} must be an ISO 8601 date-time or null")
+    try:
+        dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise _fail(f"{key} must be an ISO 8601 date-time or null") from None
     return value
 
 
