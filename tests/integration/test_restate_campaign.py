@@ -310,6 +310,46 @@ def test_restate_races_a_live_pod_on_the_same_chunk(project: Project) -> None:
     assert project.dpone("verify", *LEDGER).returncode == 0
 
 
+def test_a_chunk_restated_while_its_item_runs_is_moved_not_reported_committed(
+    project: Project,
+) -> None:
+    """Regression: a run took "already committed" from its first ledger read, so a chunk
+    restated while the run moved another was reported committed, the run said passed and the
+    chunk stayed pending. The item now reads its chunks again before it ends and moves it."""
+    s = project.schema
+    plan = project.write("summary")  # item 0: chunks 1-3
+    for index in range(4):
+        assert project.run_item(plan, index).returncode == 0
+    first = project.dpone("ledger", "restate", *LEDGER, "--chunks", "1", "--reason", "fix 1")
+    assert first.returncode == 0, first.stderr
+    command, env = project.item_command(plan, 0)
+    env["DPONE_TEST_FAULT"] = "chunk_leased:1:stop"  # holds chunk 1, has skipped chunks 2 and 3
+    pod = subprocess.Popen(command, cwd=project.root, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_lease(project, 1)
+        time.sleep(0.3)
+        meanwhile = project.dpone("ledger", "restate", *LEDGER, "--chunks", "3", "--reason", "x")
+        assert meanwhile.returncode == 0, meanwhile.stderr
+    finally:
+        deadline = time.monotonic() + 120
+        while pod.poll() is None and time.monotonic() < deadline:
+            os.kill(pod.pid, signal.SIGCONT)  # the fault stops the pod at each of its leases
+            time.sleep(0.2)
+        _, stderr = pod.communicate(timeout=10)
+    assert pod.returncode == 0, stderr
+    assert "passed — 2 committed, 1 already committed" in stderr
+    result = json.loads((project.root / "xcom.json").read_text(encoding="utf-8"))
+    counts = result["backfill"]
+    assert (counts["chunks_committed"], counts["chunks_skipped_resume"]) == (2, 1)
+    assert [t[1] for t in project.transitions(3)] == [
+        "running", "committed", "pending", "running", "committed"
+    ]  # fmt: skip
+    status = json.loads(project.dpone("ledger", "status", *LEDGER, "--format", "json").stdout)
+    assert status["counts"]["committed"] == 12
+    source = project.query(f"SELECT * FROM {s}.raw_orders ORDER BY order_id")
+    assert project.query(f"SELECT * FROM {s}.orders ORDER BY order_id") == source
+
+
 def test_restate_refuses_append_and_unknown_campaigns(project: Project) -> None:
     project.write("summary", inner="append")
     refused = project.dpone("ledger", "restate", *LEDGER, "--chunks", "1", "--reason", "r")

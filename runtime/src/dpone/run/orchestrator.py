@@ -29,6 +29,7 @@ from dpone.errors import DponeError, ErrorRecord
 from dpone.ledger.port import (
     CampaignShape,
     ChunkResult,
+    ChunkState,
     Lease,
     LeaseOutcome,
     LeaseStatus,
@@ -577,6 +578,17 @@ class _Tally:
         with self.lock:
             if self.outcome.error is None:
                 self.outcome.error = record
+
+    def unskip(self, chunks: Sequence[Chunk]) -> None:
+        """Take back the "already committed" of ``chunks``: a restatement handed them back."""
+        indexes = {chunk.index for chunk in chunks}
+        with self.lock:
+            o = self.outcome
+            kept = [
+                t for t in o.timings if not (t.status == "skipped_resume" and t.index in indexes)
+            ]
+            o.chunks_skipped_resume -= len(o.timings) - len(kept)
+            o.timings = kept
 
 
 def _run_chunk(
@@ -1143,15 +1155,33 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
                 for chunk in feed.leftovers():
                     work.put(chunk)
 
-        if workers == 1:
-            worker(movers[0])
-        else:
+        def move_queued() -> None:
+            if workers == 1:
+                worker(movers[0])
+                return
             threads = [threading.Thread(target=worker, args=(m,), daemon=True) for m in movers]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 while thread.is_alive():  # a timed join keeps the main thread responsive
                     thread.join(0.5)
+
+        move_queued()
+        moving = {chunk.index for chunk in pending}
+        skipped = [chunk for chunk in ctx.selection.chunks if chunk.index not in moving]
+        for last_pass in (False, False, True):
+            restated = _restated_meanwhile(ctx, store, owner, skipped, tally) if pending else []
+            if not restated:
+                break
+            tally.unskip(restated)
+            skipped = [chunk for chunk in skipped if chunk not in restated]
+            for chunk in restated:
+                if last_pass:  # restated again and again while this run moved them
+                    tally.record(ChunkTiming(chunk.index, "not_started"))
+                else:
+                    work.put(chunk)
+            if not last_pass:
+                move_queued()
         left: list[Chunk] = []
         while (rest := take()) is not None:
             left.append(rest)
@@ -1247,6 +1277,26 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
                     pass
     outcome.duration_ms = int((time.monotonic() - started) * 1000)
     return outcome
+
+
+def _restated_meanwhile(
+    ctx: RunContext, store: LedgerStore, owner: str, skipped: Sequence[Chunk], tally: _Tally
+) -> list[Chunk]:
+    """The chunks this run found committed at its start and a `dpone ledger restate` handed
+    back while it moved the others: the run moves them too, or "passed" would claim chunks
+    that are pending. Read only when the run ended well, skipped chunks and the campaign is
+    not complete (a complete campaign has nothing restated): a count, then the run's chunks."""
+    o = tally.outcome
+    if not skipped or tally.stop.is_set() or STOP.requested:
+        return []
+    if o.error is not None or o.chunks_failed or o.chunks_busy or o.cancelled:
+        return []
+    shape = ctx.shape()
+    if store.committed_count(shape.run_key) >= shape.chunk_count:
+        return []
+    scope = _scope(ctx.selection.chunks, shape)
+    fresh = store.initialize(shape, owner, ctx.settings.lock_timeout_s, scope)
+    return [chunk for chunk in skipped if fresh.state_of(chunk.index) != ChunkState.COMMITTED]
 
 
 def _reload_if_complete(store: LedgerStore, shape: CampaignShape) -> Ledger | None:
