@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from dpone import errors
-from dpone.errors import ErrorRecord
+from dpone.errors import DponeError, ErrorRecord
 from dpone.packing.pack import WorkloadPack
 
 from .check import catalog_problems
@@ -74,18 +74,34 @@ def display_path(path: str) -> str:
 
 PARALLEL_MIN_FILES = 48
 JOBS_ENV = "DPONE_GENERATE_JOBS"
+MAX_JOBS = 64
 
 
 def render_file(dag: DagFile) -> OutputFile:
     return OutputFile(dag.file_name, format_rendered(render_dag(dag)))
 
 
+def configured_jobs() -> int | None:
+    """DPONE_GENERATE_JOBS as a whole number from 1 to MAX_JOBS, None when unset or blank; a
+    malformed value is refused, not ignored, so a typo does not silently change the worker count."""
+    raw = os.environ.get(JOBS_ENV, "").strip()
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 10 and 1 <= int(raw) <= MAX_JOBS):
+        raise DponeError(
+            errors.CONFIG_INVALID,
+            f"{JOBS_ENV} must be a whole number of worker processes from 1 to {MAX_JOBS} "
+            f"(unset: one per usable CPU for big catalogs); got {raw[:40]!r}",
+        )
+    return int(raw)
+
+
 def render_jobs(count: int) -> int:
     """Worker processes for ``count`` files: DPONE_GENERATE_JOBS, else one per usable CPU for
     big catalogs on Linux (fork shares the loaded modules), else 1."""
-    configured = os.environ.get(JOBS_ENV, "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
+    configured = configured_jobs()
+    if configured is not None:
+        return configured
     if count < PARALLEL_MIN_FILES or sys.platform != "linux":
         return 1
     return max(1, min(len(os.sched_getaffinity(0)), 8))
@@ -109,6 +125,10 @@ def render_files(dags: tuple[DagFile, ...]) -> list[OutputFile]:
 def build(catalog_path: str) -> Build:
     """Run every step up to the files' bytes; all errors of all steps are collected."""
     display = catalog_identity(catalog_path)
+    try:
+        configured_jobs()  # refused before the catalog is read, like every setting
+    except DponeError as exc:
+        return Build(display, (), (), (), exc.records)
     packs, problems = catalog_problems(catalog_path)
     if problems:
         return Build(display, (), (), (), tuple(problems))

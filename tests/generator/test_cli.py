@@ -198,3 +198,29 @@ def test_absolute_catalog_path_is_written_relative(here: Path) -> None:
         encoding="utf-8"
     )
     assert generate_command("./p/../p/workloads.yaml", "dags", check=True) == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["abc", "-1", "0", "65", "99999999999999999999", "2.5", "\u0663", "9" * 5000],
+    ids=lambda value: repr(value[:24]),
+)
+def test_a_malformed_generate_jobs_value_is_refused_before_anything_is_written(
+    here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    project(here / "p", {"alpha": ""})
+    monkeypatch.setenv("DPONE_GENERATE_JOBS", value)
+    assert main_generate(["p/workloads.yaml", "--out", "dags", "--format", "json"]) == 2
+    errors = json.loads(capsys.readouterr().out)
+    assert [e["code"] for e in errors] == ["DPONE_CONFIG_INVALID"]
+    assert "DPONE_GENERATE_JOBS" in errors[0]["message"]
+    assert not (here / "dags").exists()
+
+
+@pytest.mark.parametrize("value", ["", " ", "1", " 3 ", "64"])
+def test_a_blank_or_bounded_generate_jobs_value_generates(
+    here: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    project(here / "p", {"alpha": ""})
+    monkeypatch.setenv("DPONE_GENERATE_JOBS", value)
+    assert main_generate(["p/workloads.yaml", "--out", "dags"]) == 0

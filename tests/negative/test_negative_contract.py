@@ -560,3 +560,24 @@ def test_an_unwritable_result_destination_is_refused_before_any_io(
     record = result.error()
     assert result.code == 3 and record["code"] == errors.OUTPUT_UNWRITABLE
     assert_refused_before_io(neg_db)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("variable", ["DPONE_XCOM_PATH", "DPONE_EVIDENCE_DIR"])
+def test_an_output_path_of_the_wrong_kind_is_refused_before_any_io(
+    project: Project, neg_db: str, tmp_path: Path, variable: str
+) -> None:
+    """A folder as the result file, or a file as the evidence folder, would only fail after
+    every chunk committed."""
+    if variable == "DPONE_XCOM_PATH":
+        wrong = tmp_path / "xcom-folder"
+        wrong.mkdir()
+    else:
+        wrong = tmp_path / "evidence-file"
+        wrong.write_text("x")
+    env = {**project.identity_env(), negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)}
+    result = run_cli(project.run_argv(), {**env, variable: str(wrong)})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.OUTPUT_UNWRITABLE
+    assert variable in record["message"]
+    assert_refused_before_io(neg_db)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dpone.ledger.factory import open_store
@@ -176,3 +178,160 @@ def test_status_without_the_connection_is_refused(campaign: tuple[Path, dict[str
     assert done.returncode == 3
     last = json.loads(done.stderr.strip().splitlines()[-1])
     assert last["code"] == "DPONE_CONNECTION_MISSING" and "DPONE_CONN_WAREHOUSE" in last["message"]
+
+
+def _last_error(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(done.stderr.strip().splitlines()[-1])
+    return record
+
+
+@pytest.mark.parametrize("where", ["missing-folder/x.html", "a-folder"])
+def test_status_html_that_cannot_be_written_is_refused_before_anything_is_written(
+    campaign: tuple[Path, dict[str, str]], where: str
+) -> None:
+    """Regression: a missing folder or a folder as FILE was DPONE_INTERNAL (FileNotFoundError)
+    after the status had printed."""
+    cwd, env = campaign
+    (cwd / "a-folder").mkdir()
+    done = ledger(env, cwd, "status", "--process", "payments", "--html", where)
+    assert done.returncode == 3, done.stderr
+    record = _last_error(done)
+    assert record["code"] == "DPONE_OUTPUT_UNWRITABLE" and "--html" in record["message"]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (cwd / "missing-folder").exists() and not list((cwd / "a-folder").iterdir())
+
+
+@pytest.mark.parametrize(
+    "by",
+    ["ana\n  committed: chunks 1-10 outside Airflow", "ana\x1b[2J", "", "x" * 501],
+    ids=["newline", "escape", "empty", "too-long"],
+)
+def test_restate_by_is_checked_as_the_reason_is(
+    campaign: tuple[Path, dict[str, str]], by: str
+) -> None:
+    cwd, env = campaign
+    done = ledger(
+        env, cwd, "restate", "--process", "payments", "--chunks", "1", "--reason", "r", "--by", by
+    )
+    assert done.returncode == 2, done.stderr
+    assert _last_error(done)["code"] == "DPONE_USAGE" and "--by" in done.stderr
+    status = json.loads(
+        ledger(env, cwd, "status", "--process", "payments", "--format", "json").stdout
+    )
+    assert status["restated"] == [] and status["counts"]["committed"] == 6
+
+
+def test_status_text_escapes_stored_text(
+    campaign: tuple[Path, dict[str, str]], pg_dsn: str
+) -> None:
+    """Defence in depth: text a ledger row holds (written by an older dpone, or by hand) cannot
+    forge a status line or reach the terminal as an escape sequence."""
+    cwd, env = campaign
+    _, packs, _ = load_and_compile(str(cwd / "workloads.yaml"))
+    plan = packs[0].processes[0]
+    assert plan.run_key and plan.backfill_plan_hash
+    shape = CampaignShape(
+        plan.run_key, "payments_daily", plan.name, plan.backfill_plan_hash, plan.config_hash,
+        plan.chunks,
+    )  # fmt: skip
+    schema = plan.config.state.schema
+    store = open_store("audit_schema", pg_dsn, schema, None)
+    try:
+        assert store.restate(shape, [1], "why\n  committed: chunks 1-10 forged", "a\x1b[2Jb") == [1]
+    finally:
+        store.close()
+    text = ledger(env, cwd, "status", "--process", "payments")
+    assert text.returncode == 0, text.stderr
+    assert "\x1b" not in text.stdout and "forged" in text.stdout
+    assert not any(
+        line.startswith("  committed: chunks 1-10 forged") for line in text.stdout.splitlines()
+    )
+    assert "a\\x1b[2Jb" in text.stdout and "why\\n  committed" in text.stdout
+
+
+def test_restate_json_names_the_inner_mode_and_says_what_moving_again_does(
+    campaign: tuple[Path, dict[str, str]],
+) -> None:
+    cwd, env = campaign
+    done = ledger(
+        env, cwd, "restate", "--process", "payments", "--chunks", "1", "--reason", "r",
+        "--by", "ana", "--dry-run", "--format", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "dpone.ledger-restate.v1" and doc["inner_mode"] == "merge"
+    assert doc["moving_again"].startswith("upserts on the keys")
+    assert doc["requested_by"] == "ana" and doc["restated"] == [1]
+
+
+def _schema_exists(dsn: str, schema: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    return row is not None
+
+
+def test_restate_cancel_and_status_of_a_ledger_that_does_not_exist_create_nothing(
+    campaign: tuple[Path, dict[str, str]], pg_dsn: str
+) -> None:
+    """Regression: restate and cancel created the audit schema (seven tables), then refused."""
+    cwd, env = campaign
+    fresh = f"dpone_absent_{uuid.uuid4().hex[:10]}"
+    manifest = cwd / "payments.yaml"
+    text = manifest.read_text(encoding="utf-8")
+    manifest.write_text(re.sub(r"schema: dpone_status_\w+", f"schema: {fresh}", text))
+    try:
+        for args in (
+            ("restate", "--process", "payments", "--chunks", "1", "--reason", "r"),
+            ("cancel", "--process", "payments"),
+        ):
+            done = ledger(env, cwd, *args)
+            assert done.returncode == 2, done.stderr
+            record = _last_error(done)
+            assert record["code"] == "DPONE_USAGE" and "not in the ledger" in record["message"]
+        shown = ledger(env, cwd, "status", "--process", "payments", "--format", "json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["exists"] is False
+        assert not _schema_exists(pg_dsn, fresh), "a refused command created the ledger"
+    finally:
+        import psycopg
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {fresh} CASCADE")
+
+
+LOCAL_CATALOG = """\
+schema: dpone.workload-catalog.v1
+workloads:
+  payments_daily:
+    manifest: payments.yaml
+    airflow: {image: registry.example.com/dpone-runtime:0.1.0}
+"""
+
+
+def test_restate_and_cancel_of_a_local_file_ledger_that_does_not_exist_create_nothing(
+    tmp_path: Path,
+) -> None:
+    """Regression: an empty ledger.journal and ledger.lock appeared, then the command refused."""
+    process = PROCESS.format(name="payments", schema="unused").replace(
+        "{backend: audit_schema, connection: warehouse, schema: unused, "
+        "require_distributed_lock: true}",
+        "{backend: local_file, path: state/ledger}",
+    )
+    (tmp_path / "workloads.yaml").write_text(LOCAL_CATALOG, encoding="utf-8")
+    (tmp_path / "payments.yaml").write_text(
+        "schema: dpone.pipeline.v1\nprocesses:\n" + process, encoding="utf-8"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
+    env["DPONE_CONN_WAREHOUSE"] = "postgresql://nobody@127.0.0.1:9/none"
+    for args in (
+        ("restate", "--chunks", "1", "--reason", "r"),
+        ("cancel",),
+    ):
+        done = ledger(env, tmp_path, *args)
+        assert done.returncode == 2, done.stderr
+        assert "not in the ledger" in _last_error(done)["message"]
+    shown = ledger(env, tmp_path, "status", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert not (tmp_path / "state").exists(), "a refused command created the ledger"

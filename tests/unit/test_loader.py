@@ -465,6 +465,27 @@ def test_catalog_and_manifest_policies_that_differ(tmp_path: Path) -> None:
     assert where(problem) == ("workloads.yaml", 6, 7)
 
 
+@pytest.mark.parametrize("empty", ["null", "~", "", "{}"])
+def test_an_empty_catalog_mapping_is_absent_not_an_internal_policy(
+    tmp_path: Path, empty: str
+) -> None:
+    """Regression: ``mapping: null`` or ``{}`` was an explicit internal policy, then conflicted
+    with the manifest's (a policy the user never wrote). Absence means internal."""
+    policy, source = loaded_policy(tmp_path / "m", catalog_with(empty), gitops(SUMMARY))
+    assert (policy.mode, source) == ("summary", "manifest")
+    policy, source = loaded_policy(tmp_path / "b", catalog_with(empty), BACKFILL_MANIFEST)
+    assert (policy, source) == (MappingPolicy(), "built-in")
+    defaults = (
+        "schema: dpone.workload-catalog.v1\n"
+        f"defaults:\n  airflow:\n    mapping: {empty}\n"
+        "workloads:\n  orders:\n    manifest: orders.yaml\n"
+    )
+    policy, source = loaded_policy(tmp_path / "d", defaults, gitops(SUMMARY))
+    assert (policy.mode, source) == ("summary", "manifest")
+    policy, source = loaded_policy(tmp_path / "g", catalog_with(), gitops(empty))
+    assert (policy, source) == (MappingPolicy(), "built-in")
+
+
 def test_manifest_policy_alone(tmp_path: Path) -> None:
     policy, source = loaded_policy(tmp_path, catalog_with(), gitops(SUMMARY))
     assert (policy.mode, policy.max_items, source) == ("summary", 5, "manifest")

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
+import pytest
+from dpone import errors
+from dpone.errors import DponeError
 from dpone.observability.progress import ChunkLines, choose_progress, log_format
 from dpone.observability.result import ChunkTiming
 
@@ -93,3 +97,18 @@ def test_log_format_and_off_terminal_choice() -> None:
     assert log_format({}) == "text" and log_format({"DPONE_LOG_FORMAT": "JSON"}) == "json"
     assert isinstance(choose_progress({}, io.StringIO(), "text"), ChunkLines)
     assert choose_progress({}, io.StringIO(), "json").json_lines
+
+
+def test_log_format_accepts_any_case_and_blank_as_documented() -> None:
+    """docs/cli.md states the lenient reading the code does: any case, blank means text."""
+    row = next(
+        line
+        for line in (Path(__file__).parents[2] / "docs" / "cli.md").read_text().splitlines()
+        if line.startswith("| `DPONE_LOG_FORMAT` |")
+    )
+    assert "any case" in row and "empty or blank means `text`" in row
+    assert log_format({"DPONE_LOG_FORMAT": " Json "}) == "json"
+    assert log_format({"DPONE_LOG_FORMAT": ""}) == log_format({"DPONE_LOG_FORMAT": "  "}) == "text"
+    with pytest.raises(DponeError) as caught:
+        log_format({"DPONE_LOG_FORMAT": "yaml"})
+    assert caught.value.records[0].code == errors.USAGE and "'yaml'" in str(caught.value)

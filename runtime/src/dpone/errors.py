@@ -157,7 +157,8 @@ MAPPING_TASK_LIMIT_EXCEEDED = _register(
 MAPPING_POOL_REQUIRED = _register(
     "DPONE_AIRFLOW_MAPPING_POOL_REQUIRED",
     "visible/summary has no valid Airflow pool.",
-    "pool is missing, empty, or not an Airflow identifier (letters, digits, _ . -).",
+    "pool is null, empty, or not an Airflow identifier (letters, digits, _ . -); a mapping "
+    "that leaves pool out takes the default pool dpone_backfill.",
     "Set mapping.pool to a pool name; `dpone generate` writes the pools file.",
 )
 MAPPING_PARALLELISM_MULTIPLIER = _register(
@@ -360,9 +361,13 @@ RESULT_WRITE_FAILED = _register(
 )
 OUTPUT_UNWRITABLE = _register(
     "DPONE_OUTPUT_UNWRITABLE",
-    "The XCom result file or the evidence folder cannot be written; nothing was moved.",
-    "DPONE_XCOM_PATH or DPONE_EVIDENCE_DIR points to a read-only, missing or full location.",
-    "Mount a writable volume there (docs/deploy-kubernetes.md) or unset the variable.",
+    "The XCom result file, the evidence folder or a `ledger status --html` page cannot be "
+    "written; nothing was moved or written.",
+    "DPONE_XCOM_PATH, DPONE_EVIDENCE_DIR or --html points to a read-only, missing or full "
+    "location, or to the wrong kind of entry: a folder named as the result file or page, a file "
+    "as the evidence folder.",
+    "Mount a writable volume there (docs/deploy-kubernetes.md), name a file (XCom, --html) or a "
+    "folder (evidence), or unset the variable.",
 )
 PREFLIGHT_FAILED = _register(
     "DPONE_PREFLIGHT_FAILED",

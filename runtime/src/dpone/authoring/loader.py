@@ -367,7 +367,7 @@ def load_manifest(path: Path, display: str, out: ErrorCollector) -> Manifest | N
             processes.append(process)
     mapping_raw = data.get("gitops", {}).get("airflow", {}).get("mapping")
     mapping = None
-    if mapping_raw is not None:
+    if _stated(mapping_raw):
         mapping = _policy(mapping_raw, doc, ("gitops", "airflow", "mapping"), out)
         if mapping is None:
             return None
@@ -379,6 +379,13 @@ def _system_path(path: str) -> bool:
     """A path under /proc, /sys or /dev (after normalising ``..`` and repeated slashes)."""
     parts = Path("/" + os.path.normpath(path).lstrip("/") if path.startswith("/") else path).parts
     return len(parts) > 1 and parts[0] == "/" and parts[1] in ("proc", "sys", "dev")
+
+
+def _stated(mapping: object) -> bool:
+    """Whether an ``airflow.mapping`` node states a policy: ``null`` and ``{}`` say nothing, so
+    they are absent (the contract: absence means internal, or the manifest's or the defaults'
+    policy), never an explicit internal one that conflicts with the manifest's."""
+    return mapping is not None and mapping != {}
 
 
 def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
@@ -563,7 +570,7 @@ def load_catalog_partly(
     data = doc.data
     defaults_airflow = data.get("defaults", {}).get("airflow", {})
     default_policy = None
-    if "mapping" in defaults_airflow:
+    if _stated(defaults_airflow.get("mapping")):
         default_policy = _policy(
             defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out
         )
@@ -605,7 +612,7 @@ def load_catalog_partly(
             )
         dag_ids.setdefault(airflow.dag_id, name)
         catalog_policy = None
-        if "mapping" in own_airflow:
+        if _stated(own_airflow.get("mapping")):
             catalog_policy = _policy(
                 own_airflow["mapping"], doc, (*wpath, "airflow", "mapping"), out
             )

@@ -103,11 +103,7 @@ def _before(a: Bound, b: Bound) -> bool:
 def stored_shape(plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
     """The campaign the ledger holds for ``plan``; refused when it has none or another plan."""
     if ledger is None:
-        raise DponeError(
-            errors.USAGE,
-            f"campaign {plan.run_key!r} ({plan.name}) is not in the ledger: nothing ran, nothing "
-            "to restate",
-        )
+        raise not_in_ledger(plan)
     if ledger.shape.plan_hash != plan.backfill_plan_hash:
         raise DponeError(
             errors.LEDGER_SHAPE_MISMATCH,
@@ -119,6 +115,14 @@ def stored_shape(plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
     if ledger.shape.config_hash != plan.config_hash:
         raise config_changed(plan.run_key or plan.name)
     return ledger.shape
+
+
+def not_in_ledger(plan: ProcessPlan) -> DponeError:
+    return DponeError(
+        errors.USAGE,
+        f"campaign {plan.run_key!r} ({plan.name}) is not in the ledger: nothing ran, nothing "
+        "to restate",
+    )
 
 
 def preview(
@@ -160,12 +164,15 @@ def restate_command(
     if args.chunks is None and (args.start is None or args.end is None):
         raise DponeError(errors.USAGE, "--from and --to go together")
     note = check_exact(plan)
+    assert plan.config.backfill is not None
     if args.chunks is not None:
         indexes = parse_chunk_ranges(args.chunks, plan.chunks_total)
     else:
         indexes = select_by_time(plan, args.start, args.end)
     who = requested_by(args.by)
-    store: LedgerStore = store_for(plan)
+    store: LedgerStore | None = store_for(plan)  # None: no ledger yet, and none is created
+    if store is None:
+        raise not_in_ledger(plan)
     try:
         assert plan.run_key is not None
         ledger = store.load(plan.run_key)
@@ -196,7 +203,8 @@ def restate_command(
         ),
         "reason": args.reason,
         "requested_by": who,
-        "inner_mode": note,
+        "inner_mode": plan.config.backfill.inner_mode,
+        "moving_again": note,
     }
     if args.format == "json":
         print(json.dumps(doc, indent=2, sort_keys=True))
@@ -223,7 +231,7 @@ def render_text(doc: dict[str, Any]) -> str:
             f"{format_chunk_ranges(doc['leased_now'])}"
         )
     lines.append(f"  reason: {doc['reason']} (by {doc['requested_by']})")
-    lines.append(f"  moving again: {doc['inner_mode']}")
+    lines.append(f"  moving again ({doc['inner_mode']}): {doc['moving_again']}")
     if doc["restated"] and not doc["dry_run"]:
         lines.append(
             "  next: run the campaign again (internal), or clear its mapped items; "

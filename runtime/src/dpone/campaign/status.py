@@ -10,9 +10,11 @@ import argparse
 import functools
 import html
 import json
+import os
 import re
 import shlex
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -376,10 +378,30 @@ def _cancel_flag(doc: dict[str, Any]) -> str:
     return f"  [CANCELLED: {reason}]" if reason else "  [CANCELLED]"
 
 
+def shown(text: str) -> str:
+    """``text`` as one printable line: a control character (a newline, ESC) is shown escaped, so
+    text kept in a ledger row cannot forge a status line or drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def _printable(value: Any) -> Any:
+    """Every string of a status document through :func:`shown` (the JSON form needs none)."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {key: _printable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(item) for item in value]
+    return value
+
+
 def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH) -> str:
     def paint(state: str, text: str) -> str:
         return f"\033[{ANSI[state]}m{text}\033[0m" if colour else text
 
+    doc = _printable(doc)  # defence in depth: --by and --reason are checked when stored
     c = doc["counts"]
     lines = [
         f"campaign {doc['run_key']}  ({doc['workload']}/{doc['process']}, mode {doc['mode']})",
@@ -593,6 +615,73 @@ def _open_store(plan: ProcessPlan) -> LedgerStore:
     return store
 
 
+def _open_existing(plan: ProcessPlan) -> LedgerStore | None:
+    """The process's ledger, or None when there is none yet: status, cancel and restate never
+    create one (an audit schema of seven tables, or an empty journal) only to say it is empty."""
+    from dpone.credentials.connections import resolve_dsn
+    from dpone.ledger.factory import open_store
+
+    state = plan.config.state
+    if state.backend == "local_file" and state.path:
+        if not Path(state.path).exists() and not Path(state.path + ".journal").exists():
+            existing = next(p for p in Path(state.path).absolute().parents if p.exists())
+            if existing.is_dir():
+                return None  # else a file stands in the way: the store names the problem
+    elif state.backend == "audit_schema" and state.connection:
+        dsn = resolve_dsn(state.connection)
+        try:
+            probe = open_store("audit_schema", dsn, state.schema, None, create=False)
+        except DponeError as exc:
+            if exc.code != errors.LEDGER_UNAVAILABLE:
+                raise
+            return _open_store(plan)  # an older schema: migrated as a run would, or refused
+        if getattr(probe, "absent", False):
+            probe.close()
+            return None
+        return probe
+    return _open_store(plan)
+
+
+def _check_html_target(path: str) -> None:
+    """Prove --html writable before the ledger is read: a missing folder, a folder as the file
+    or a read-only place is DPONE_OUTPUT_UNWRITABLE, not a traceback after the status printed."""
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "a folder, not a file")
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".dpone-probe-"):
+            pass
+    except OSError as exc:
+        raise _html_unwritable(path, exc) from None
+
+
+def _html_unwritable(path: str, exc: OSError) -> DponeError:
+    return DponeError(
+        errors.OUTPUT_UNWRITABLE,
+        f"--html {path!r} cannot be written ({type(exc).__name__}: {exc.strerror or 'error'}); "
+        "nothing was written",
+    )
+
+
+def _write_html(path: str, page: str) -> None:
+    """Write the page to a temp file beside it, then rename: never a half-written page."""
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise _html_unwritable(path, exc) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(page)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _html_unwritable(path, exc) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:
     plans = [p for p in pack.processes if p.run_key is not None]
     if process is not None:
@@ -610,18 +699,28 @@ REASON_MAX = 500
 def cancel_reason(text: str) -> str:
     """--reason: printable UTF-8 text of at most REASON_MAX characters (it is stored in the ledger
     and shown by status pages); undecodable bytes and control characters are usage errors."""
+    return _stored_argument(text, "the reason")
+
+
+def requester(text: str) -> str:
+    """restate --by: checked as --reason is, since it is stored and shown beside it (a newline
+    or an ESC sequence in it would forge a `ledger status` line)."""
+    return _stored_argument(text, "--by")
+
+
+def _stored_argument(text: str, what: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError("the reason is not valid UTF-8") from None
+        raise argparse.ArgumentTypeError(f"{what} is not valid UTF-8") from None
     if len(text) > REASON_MAX:
         raise argparse.ArgumentTypeError(
-            f"the reason has {len(text)} characters; at most {REASON_MAX} are kept"
+            f"{what} has {len(text)} characters; at most {REASON_MAX} are kept"
         )
     if any(not ch.isprintable() for ch in text):
-        raise argparse.ArgumentTypeError("the reason contains a control character")
+        raise argparse.ArgumentTypeError(f"{what} contains a control character")
     if not text.strip():
-        raise argparse.ArgumentTypeError("the reason is empty")
+        raise argparse.ArgumentTypeError(f"{what} is empty")
     return text
 
 
@@ -767,7 +866,11 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
                 required=True,
                 help=f"why, recorded with each restated chunk (at most {REASON_MAX} characters)",
             )
-            p.add_argument("--by", help="who asked (default: user@host)")
+            p.add_argument(
+                "--by",
+                type=requester,
+                help=f"who asked (default: user@host; at most {REASON_MAX} characters of text)",
+            )
             p.add_argument(
                 "--dry-run", action="store_true", help="show what would change, change nothing"
             )
@@ -790,10 +893,16 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
     if args.action == "restate":
         from dpone.campaign.restate import restate_command
 
-        return restate_command(args, pack, plans, _open_store)
+        return restate_command(args, pack, plans, _open_existing)
     if args.action == "cancel":
         for plan in plans:
-            store = _open_store(plan)
+            store = _open_existing(plan)
+            if store is None:
+                raise DponeError(
+                    errors.USAGE,
+                    f"campaign {plan.run_key!r} ({plan.name}) is not in the ledger: nothing ran, "
+                    "nothing to cancel",
+                )
             try:
                 assert plan.run_key is not None
                 store.cancel(plan.run_key, args.reason, undo=args.undo)
@@ -802,9 +911,14 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             verb = "resumed" if args.undo else "cancelled"
             print(f"dpone: campaign {plan.run_key} ({plan.name}) {verb}")
         return 0
+    if args.html:
+        _check_html_target(args.html)
     docs = []
     for plan in plans:
-        store = _open_store(plan)
+        store = _open_existing(plan)
+        if store is None:
+            docs.append(status_document(pack, plan, None, [], [], {}))
+            continue
         try:
             assert plan.run_key is not None
             ledger = store.load(plan.run_key)
@@ -824,6 +938,6 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         glyph = glyphs_for(sys.stdout)
         print("".join(render_text(doc, colour, glyph) for doc in docs), end="")
     if args.html:
-        Path(args.html).write_text(render_html_page(docs), encoding="utf-8")
+        _write_html(args.html, render_html_page(docs))
         print(f"dpone: wrote {args.html}", file=sys.stderr)
     return 0

@@ -34,12 +34,15 @@ _OUTCOME_WORDS = {
 
 
 def log_format(environ: Mapping[str, str]) -> str:
-    """``text`` (the default) or ``json`` from DPONE_LOG_FORMAT; anything else is a usage error."""
-    value = environ.get(ENV_LOG_FORMAT, "").strip().lower() or "text"
+    """``text`` (the default) or ``json`` from DPONE_LOG_FORMAT, in any case, blank meaning unset
+    (docs/cli.md says so: an operator's ``JSON`` is not a typo); anything else is a usage error."""
+    raw = environ.get(ENV_LOG_FORMAT, "")
+    value = raw.strip().lower() or "text"
     if value not in LOG_FORMATS:
         raise DponeError(
             errors.USAGE,
-            f"{ENV_LOG_FORMAT}={value!r} is not one of {', '.join(LOG_FORMATS)}",
+            f"{ENV_LOG_FORMAT}={raw[:40]!r} is not one of {', '.join(LOG_FORMATS)} "
+            "(any case; empty means text)",
         )
     return value
 

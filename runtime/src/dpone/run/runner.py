@@ -116,6 +116,13 @@ def check_outputs_writable() -> None:
     targets: list[tuple[str, Path]] = []
     target = xcom_path()
     if target is not None:
+        if target.is_dir():
+            # The final rename would fail on a folder only after every chunk had committed.
+            raise DponeError(
+                errors.OUTPUT_UNWRITABLE,
+                f"the result file (DPONE_XCOM_PATH) {str(target)!r} is a folder, not a file; "
+                "nothing was moved",
+            )
         targets.append(("the result file (DPONE_XCOM_PATH)", target.parent))
     evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
     if evidence_dir:
