@@ -96,6 +96,51 @@ def test_password_file_is_reread_at_connect_after_rotation(scram_port: int, tmp_
         assert conn.execute("SELECT current_user").fetchone() == ("app",)
 
 
+def _terminate_sessions(port: int) -> None:
+    """What a failover or a rotation policy does mid-run: every session of ``app`` ends."""
+    admin = f"postgresql://postgres:{ADMIN_PW}@127.0.0.1:{port}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'")
+
+
+def test_a_reconnect_mid_run_uses_the_rotated_password(scram_port: int, tmp_path: Path) -> None:
+    """The connectors' and the ledger's connections, opened with the first password, are lost
+    after the password was rotated and the file rewritten: their reconnects in the same process
+    read the file again (docs/security.md: "never cached")."""
+    from dpone import errors
+    from dpone.connectors.postgres import PgConnection
+    from dpone.errors import DponeError
+    from dpone.ledger.postgres import PostgresLedger
+
+    _rotate(scram_port, FIRST)
+    secret = tmp_path / "password"
+    secret.write_text(FIRST + "\n", encoding="utf-8")
+    env = {
+        "DPONE_CONN_WH": f"postgresql://app@127.0.0.1:{scram_port}/postgres",
+        "DPONE_CONN_WH_PASSWORD_FILE": str(secret),
+    }
+    dsn = resolve_dsn("wh", env)  # what the run resolves once, when it opens its connectors
+    table = PgConnection(dsn, "table app.orders")
+    assert table.get().execute("SELECT current_user").fetchone() == ("app",)
+    ledger = PostgresLedger(dsn, "audit_reconnect")
+    try:
+        assert ledger.list_campaigns() == []
+        _rotate(scram_port, SECOND)
+        secret.write_text(SECOND + "\n", encoding="utf-8")
+        _terminate_sessions(scram_port)
+        with pytest.raises(psycopg.OperationalError):
+            table.get().execute("SELECT 1")
+        table.forget_if_broken()
+        assert table.get().execute("SELECT current_user").fetchone() == ("app",)
+        with pytest.raises(DponeError) as lost:
+            ledger.list_campaigns()
+        assert lost.value.code == errors.CONNECTION_FAILED
+        assert ledger.list_campaigns() == []  # reconnected with the rotated password
+    finally:
+        ledger.close()
+        table.discard()
+
+
 def _run(root: Path, audit: str, env: dict[str, str], ok: bool = True) -> dict[str, object]:
     (root / "workloads.yaml").write_text(CATALOG, encoding="utf-8")
     (root / "orders.yaml").write_text(MANIFEST.format(audit=audit), encoding="utf-8")

@@ -25,6 +25,7 @@ from dpone import errors
 from dpone.connectors import base, sql_base
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mssql_column_type
+from dpone.credentials.connections import current_dsn
 from dpone.errors import DponeError
 from dpone.lifecycle.session_limits import session_limits
 
@@ -158,7 +159,9 @@ def _is_connection_loss(exc: BaseException) -> bool:
 
 
 class MssqlConnection(sql_base.DriverConnection[Any]):
-    """A lazily opened pyodbc connection with XACT_ABORT and value converters set."""
+    """A lazily opened pyodbc connection with XACT_ABORT and value converters set; each open reads
+    the connection's DSN again (``current_dsn``), so a rotated password is used without a
+    restart."""
 
     def __init__(self, dsn: str, label: str, driver: Driver | None, autocommit: bool) -> None:
         super().__init__(label)
@@ -180,7 +183,9 @@ class MssqlConnection(sql_base.DriverConnection[Any]):
     def open(self) -> Any:
         driver = self.driver
         try:
-            conn = driver.connect(odbc_connection_string(self._dsn), autocommit=self._autocommit)
+            conn = driver.connect(
+                odbc_connection_string(current_dsn(self._dsn)), autocommit=self._autocommit
+            )
             conn.add_output_converter(SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
             conn.add_output_converter(SQL_GUID, _guid)
             conn.execute("SET XACT_ABORT ON")

@@ -47,6 +47,7 @@ from dpone import errors
 from dpone.connectors import base, sql_base
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mysql_column_type
+from dpone.credentials.connections import current_dsn
 from dpone.credentials.dsn_settings import missing_file
 from dpone.errors import DponeError
 from dpone.lifecycle.session_limits import SessionLimits, session_limits
@@ -326,10 +327,12 @@ def _keepalive(conn: Any, limits: SessionLimits) -> None:
 
 
 class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[Any]"]):
-    """A lazily (re)opened PyMySQL connection with dpone's session settings."""
+    """A lazily (re)opened PyMySQL connection with dpone's session settings; each open reads the
+    connection's DSN again (``current_dsn``), so a rotated password is used without a restart."""
 
     def __init__(self, dsn: str, label: str, *, sink: bool) -> None:
         super().__init__(label)
+        self._given_dsn = dsn
         self._sink = sink
         self.local_infile = sink  # LOAD DATA LOCAL, for sinks
         self.read_only = False  # sessions refuse writes (SET SESSION TRANSACTION READ ONLY)
@@ -337,14 +340,18 @@ class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[
         self.lock_timeout_s = max(1, math.ceil(limits.fence_lock_s))
         self.idle_timeout_s = max(1, math.ceil(limits.idle_in_transaction_s))
         self._limits = limits
-        try:
-            self.dsn = parse_dsn(dsn)
-        except DponeError as exc:
-            raise DponeError(exc.code, f"{label}: {exc.message}") from None
-        for key, value in self.dsn.options:
-            if key in _FILE_OPTIONS and not os.path.isfile(value):
-                raise missing_file(label, f"option {key!r}")
+        self.dsn = self._parsed(dsn)
         self._used = 0.0
+
+    def _parsed(self, dsn: str) -> MysqlDsn:
+        try:
+            parsed = parse_dsn(dsn)
+        except DponeError as exc:
+            raise DponeError(exc.code, f"{self._label}: {exc.message}") from None
+        for key, value in parsed.options:
+            if key in _FILE_OPTIONS and not os.path.isfile(value):
+                raise missing_file(self._label, f"option {key!r}")
+        return parsed
 
     def get(self) -> pymysql.connections.Connection[Any]:
         """The connection, pinged first when it sat idle (a dead one is reopened)."""
@@ -360,6 +367,7 @@ class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[
         return conn
 
     def open(self) -> pymysql.connections.Connection[Any]:
+        self.dsn = self._parsed(current_dsn(self._given_dsn))
         args = self.dsn.connect_args()
         try:
             conn = pymysql.connect(

@@ -51,11 +51,13 @@ from dpone.connectors.base import (
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import pg_column_type
+from dpone.credentials.connections import current_dsn
 from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
     postgres_connect_reason,
     postgres_missing_file,
+    postgres_parse_problem,
     postgres_setting_problem,
 )
 from dpone.errors import DponeError
@@ -183,7 +185,10 @@ def translate_error(
 
 
 class PgConnection:
-    """A lazily (re)opened autocommit connection with dpone's session settings."""
+    """A lazily (re)opened autocommit connection with dpone's session settings.
+
+    Each (re)open reads the connection's DSN again (``current_dsn``): a password rotated while a
+    run goes on is used by the next connect, not only by the next process."""
 
     def __init__(self, dsn: str, label: str) -> None:
         self._dsn = dsn
@@ -196,11 +201,13 @@ class PgConnection:
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         self.discard()
+        dsn = current_dsn(self._dsn)
         try:
-            given = conninfo_to_dict(self._dsn)
-        except psycopg.Error:
+            given = conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
             raise DponeError(
-                errors.CONFIG_INVALID, f"{self._label}: the Postgres DSN is malformed"
+                errors.CONFIG_INVALID,
+                f"{self._label}: the Postgres DSN is malformed ({postgres_parse_problem(exc)})",
             ) from None
         missing = postgres_missing_file(given)
         if missing is not None:
@@ -209,7 +216,7 @@ class PgConnection:
         defaults = {**_CONNECT_DEFAULTS, **limits.libpq_client()}
         extra = {k: v for k, v in defaults.items() if k not in given}
         try:
-            conn = psycopg.connect(make_conninfo(self._dsn, **extra), autocommit=True)
+            conn = psycopg.connect(make_conninfo(dsn, **extra), autocommit=True)
             settings = TEXT_FORM_SETTINGS + limits.postgres_settings(conn.info.server_version)
             if self.read_only:
                 settings = (*settings, ("default_transaction_read_only", "on"))

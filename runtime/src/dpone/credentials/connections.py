@@ -29,9 +29,38 @@ def register_dsn(dsn: str) -> None:
     register_driver_secrets(dsn)
 
 
-def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
+class ConnectionDsn(str):
+    """A DSN read from connection ``name``'s variables that can read them again: the string the
+    call sites pass around is also the resolver a connector calls at each (re)connect
+    (:func:`current_dsn`), so a password rotated mid-run (a rewritten file) is used by the next
+    connection of the same process, not only by the next process."""
+
+    name: str
+    environ: Mapping[str, str] | None
+
+    def __new__(cls, value: str, name: str, environ: Mapping[str, str] | None) -> ConnectionDsn:
+        dsn = super().__new__(cls, value)
+        dsn.name, dsn.environ = name, environ
+        return dsn
+
+    def __reduce__(self) -> tuple[type[ConnectionDsn], tuple[str, str, Mapping[str, str] | None]]:
+        return type(self), (str(self), self.name, self.environ)
+
+    def reread(self) -> ConnectionDsn:
+        """The connection's DSN read now (its secrets registered for redaction again)."""
+        return resolve_dsn(self.name, self.environ)
+
+
+def current_dsn(dsn: str) -> str:
+    """The DSN to open now: a :class:`ConnectionDsn` read again from its variables and files, any
+    other string (a DSN given directly, e.g. by a test) as it is."""
+    return dsn.reread() if isinstance(dsn, ConnectionDsn) else dsn
+
+
+def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> ConnectionDsn:
     """The DSN of ``name``, read now from its variable, its file or its separate parts
-    (dpone.credentials.credential_parts), so a rotated file is seen by the next connection."""
+    (dpone.credentials.credential_parts), so a rotated file is seen by the next connection; the
+    result reads them again when a connector reconnects (:func:`current_dsn`)."""
     env = os.environ if environ is None else environ
     key = env_key(name)
     value = resolve_parts(name, env)
@@ -41,7 +70,7 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> str:
             f"connection {name!r} has no DSN: set {key}",
         )
     register_dsn(value)
-    return value
+    return ConnectionDsn(value, name, environ)
 
 
 def require_connections(

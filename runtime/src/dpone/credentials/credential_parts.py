@@ -195,6 +195,10 @@ def resolve_parts(name: str, environ: Mapping[str, str] | None = None) -> str | 
     env = os.environ if environ is None else environ
     base_var = f"DPONE_CONN_{name.upper()}"
     base = _value(base_var, env, secret=True)
+    if base is not None and "__extra__" in base:  # an Airflow Connection's packed extra
+        from dpone.credentials.airflow_extra import unpack_airflow_extra
+
+        base = unpack_airflow_extra(base, f"connection {name!r}")
     parts: dict[str, str] = {}
     for field in FIELDS:
         value = _value(field_env(name, field), env, secret=field in SECRET_FIELDS)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 
 from dpone import errors
+from dpone.credentials import redaction
 from dpone.errors import DponeError
 
 # The patterns are texts, compiled by ``re`` on first use (only a refused connection needs them).
@@ -32,6 +33,9 @@ _SERVER_OPTION = (
     r"|(?P<argument>invalid command-line argument for server process)"
 )
 _SERVER_PARAMETER = r"[a-z_][a-z0-9_.]*"
+#: libpq's refusals that quote only a parameter's name (never its value)
+_UNKNOWN_PARAMETER = r'(?:invalid URI query parameter:|invalid connection option) "([^"\n]*)"'
+_PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _VERIFYING = ("verify-ca", "verify-full")
 
 
@@ -56,6 +60,19 @@ def postgres_setting_problem(message: str) -> str | None:
     if server.group("invalid"):
         return f"options (gives {shown} a value the server refuses)"
     return f"options (sets {shown}, which cannot be set at connect)"
+
+
+def postgres_parse_problem(exc: BaseException) -> str:
+    """libpq's reason for refusing a DSN's text, every quoted fragment masked (they are pieces of
+    the DSN) except an unknown parameter's name: a plain word that is no registered secret, and
+    the one thing the user needs to see to correct the DSN."""
+    message = str(exc).strip()
+    unknown = re.search(_UNKNOWN_PARAMETER, message)
+    if unknown is not None:
+        name = unknown.group(1)
+        if re.fullmatch(_PARAMETER_NAME, name) and redaction.redact_text(name) == name:
+            return f"{name!r} is not a connection parameter libpq knows"
+    return redaction.mask_quoted(message)
 
 
 def postgres_connect_reason(message: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Unpack
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
-from dpone.credentials.connections import redact
+from dpone.credentials.connections import current_dsn, redact
 from dpone.errors import DponeError
 from dpone.ledger import sql as ledger_sql
 from dpone.ledger.port import Amendment, ChunkState, Restatement
@@ -431,13 +431,18 @@ class MssqlLedger(ledger_sql.SqlLedger):
         if self.driver is None:
             self.driver = load_pyodbc()
         self.statements = MssqlStatements(self.schema)
-        self._connection_string = odbc_connection_string(dsn, application_name)
+        self._application_name = application_name
+        odbc_connection_string(dsn, application_name)  # a malformed DSN is refused at once
 
     def _connection(self) -> Any:
+        """The store's one connection; a (re)connect reads the connection's DSN again, so a
+        password rotated while a run goes on is used without a restart."""
         if self._conn is not None:
             return self._conn
+        self._dsn = current_dsn(self._dsn)
+        connection_string = odbc_connection_string(self._dsn, self._application_name)
         try:
-            self._conn = self.driver.connect(self._connection_string, autocommit=False)
+            self._conn = self.driver.connect(connection_string, autocommit=False)
         except self.driver.Error as exc:
             raise self._unreachable(self._message(exc)) from exc
         return self._conn

@@ -15,14 +15,15 @@ from contextlib import contextmanager
 from typing import Any, Unpack
 
 from dpone import errors
+from dpone.credentials.connections import current_dsn
 from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
     postgres_connect_reason,
     postgres_missing_file,
+    postgres_parse_problem,
     postgres_setting_problem,
 )
-from dpone.credentials.redaction import mask_quoted
 from dpone.errors import DponeError
 from dpone.ledger.port import (
     Amendment,
@@ -548,7 +549,7 @@ def connection_info(dsn: str, application_name: str) -> str:
     except psycopg.ProgrammingError as exc:
         raise DponeError(
             errors.CONFIG_INVALID,
-            f"the ledger's Postgres DSN is malformed ({mask_quoted(str(exc)).strip()})",
+            f"the ledger's Postgres DSN is malformed ({postgres_parse_problem(exc)})",
         ) from None
     missing = postgres_missing_file(given)
     if missing is not None:
@@ -893,7 +894,14 @@ class PostgresLedger(SqlLedger):
         option = self._idle_timeout_option
         self.idle_timeout_s = session_limits().idle_in_transaction_s if option is None else option
         self.statements = PostgresStatements(self.schema)
-        self._conninfo = connection_info(dsn, application_name)
+        self._application_name = application_name
+        connection_info(dsn, application_name)  # a malformed DSN is refused before any connect
+
+    def _current_conninfo(self) -> str:
+        """The connection's DSN read again at each (re)connect: a password rotated while a run
+        goes on is used by the next connection, not only by the next process."""
+        self._dsn = current_dsn(self._dsn)
+        return connection_info(self._dsn, self._application_name)
 
     # --- connection -----------------------------------------------------------------------------
     def _connection(self) -> psycopg.Connection[Any]:
@@ -923,7 +931,7 @@ class PostgresLedger(SqlLedger):
             self._conn = None
         connected = False
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True)
+            conn = psycopg.connect(self._current_conninfo(), autocommit=True)
             connected = True
             # Server-side: the server, not only this client, gives up on a silent peer, and a
             # stuck statement ends (docs/ledger.md "Lost pods").
