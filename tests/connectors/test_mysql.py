@@ -25,6 +25,7 @@ from dpone.connectors import (
     open_source,
     table_checksum,
 )
+from dpone.connectors.column_types import narrowing
 from dpone.connectors.mysql import MysqlDsn, dsn_secrets, parse_dsn, quote
 from dpone.credentials import redaction
 from dpone.credentials.connections import dsn_kind
@@ -585,3 +586,65 @@ def test_a_read_only_source_session_refuses_writes(my: My) -> None:
     with open_source(spec, my.dsn(db)) as writing:  # an ordinary session is not refused
         writing.checksum(None)
     assert my.rows(f"SELECT count(*) FROM `{db}`.log")[0][0] > 0
+
+
+# --- BIT and spatial columns: the driver reads them as bytes --------------------------------------
+def _bits_and_points(my: My) -> str:
+    db = my.database()
+    my.run(f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, b BIT(8), g POINT, w BIT(12))")
+    my.run(f"INSERT INTO `{db}`.t VALUES (1, b'01000001', POINT(1, 2), b'101'), (2, NULL, NULL, 0)")
+    return db
+
+
+def test_bit_and_spatial_columns_are_binary_for_the_type_preflight(my: My, pg: Pg) -> None:
+    """A MySQL BIT or POINT read as bytes into a Postgres text column would be stored as its
+    \\x hex text, which both checksums read alike: the preflight refuses it before anything
+    moves (table columns from the catalog, computed ones from the result's metadata)."""
+    db = _bits_and_points(my)
+    with source(my.dsn(db), "t") as src:
+        kinds = src.column_types()
+    query = f"SELECT (SELECT b FROM `{db}`.t LIMIT 1) AS b, ST_PointFromText('POINT(1 1)') AS g"
+    with open_source(SourceSpec("src", query=query), my.dsn(db)) as src:
+        computed = src.column_types()
+    schema = pg.schema()
+    pg.run(f'CREATE TABLE "{schema}".t (b text, g text, r bytea, v varchar(100))')
+    with open_source(SourceSpec("dst", TableRef(schema, "t"), role="target"), pg.dsn) as dst:
+        target = dst.column_types()
+    for found in (kinds, computed):
+        assert found["b"] is not None and found["b"].family == "binary" and found["b"].bits == 8
+        assert found["g"] is not None and found["g"].family == "binary"
+        for name in ("b", "g"):
+            for text in ("b", "v"):
+                reason = narrowing(found[name], target[text])  # type: ignore[arg-type]
+                assert reason is not None and "binary values stored as text" in reason
+            assert narrowing(found[name], target["r"]) is None  # type: ignore[arg-type]
+    assert kinds["w"] is not None and (kinds["w"].bits, kinds["w"].length) == (12, 2)
+    assert narrowing(kinds["b"], kinds["b"]) is None  # type: ignore[arg-type]
+    assert narrowing(kinds["w"], kinds["b"]) is not None  # type: ignore[arg-type]
+
+
+def test_bit_and_spatial_values_into_a_postgres_text_column_fail_the_chunk(my: My, pg: Pg) -> None:
+    """Past the preflight (the connectors alone, as a query or accept_narrowing would be), the
+    Postgres sink refuses the bytes themselves; into bytea they move and check equal."""
+    db = _bits_and_points(my)
+    schema = pg.schema()
+    pg.run(f'CREATE TABLE "{schema}".txt (id int PRIMARY KEY, b text, g text, w text)')
+    pg.run(f'CREATE TABLE "{schema}".raw (id int PRIMARY KEY, b bytea, g bytea, w bytea)')
+    window = ChunkWindow("id", "integer", 1, 3)
+    for column in ("b", "g"):
+        spec = SourceSpec("src", TableRef(None, "t"), columns=("id", column))
+        sink_spec = SinkSpec("dst", TableRef(schema, "txt"), "replace")
+        with open_source(spec, my.dsn(db)) as src, open_sink(sink_spec, pg.dsn) as dst:
+            with pytest.raises(DponeError) as caught:
+                dst.write_chunk(src, window)
+        assert caught.value.code == errors.SINK_FAILED
+        assert f"column {column!r}" in caught.value.message
+    assert pg.rows(f'SELECT count(*) FROM "{schema}".txt') == [(0,)]
+    sink_spec = SinkSpec("dst", TableRef(schema, "raw"), "replace")
+    with source(my.dsn(db), "t") as src, open_sink(sink_spec, pg.dsn) as dst:
+        written = dst.write_chunk(src, window)
+    assert written.rows == 2 and written.checksum == written.source_checksum
+    assert pg.rows(f'SELECT b, w FROM "{schema}".raw ORDER BY id') == [
+        (b"A", b"\x00\x05"),
+        (None, b"\x00\x00"),
+    ]

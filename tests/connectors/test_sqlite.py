@@ -426,3 +426,108 @@ def test_sqlite_to_postgres_full_refresh(sqlite_db: MakeDb, pg: Pg) -> None:
     assert result.method == "copy-rows"
     assert pg_rows(pg, schema) == canon(ROWS)
     assert result.checksum == table_checksum(src_dsn, TableRef(None, "orders"))
+
+
+# --- bytes and text into Postgres: a text COPY writes bytes as their \x hex text ----------------
+_KEPT = (500, "kept")  # a target row outside the chunk's range: a rolled-back chunk keeps it
+
+
+def _kinds_case(
+    sqlite_db: MakeDb, pg: Pg, declared: str, target: str, values: list[object], name: str = "src"
+) -> tuple[str, str]:
+    """A SQLite table ``s`` (``v`` declared as given) holding ``values`` at ids 1.., and a
+    Postgres table ``t`` (``v`` of type ``target``) holding only the row ``_KEPT``."""
+    src_dsn, src = sqlite_db(name)
+    src.execute(f"CREATE TABLE s (id INTEGER PRIMARY KEY, v {declared})")
+    src.executemany("INSERT INTO s VALUES (?, ?)", list(enumerate(values, 1)))
+    schema = pg.schema()
+    pg.run(
+        sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, v {})").format(
+            sql.Identifier(schema, "t"), sql.SQL(target)
+        )
+    )
+    if target == "text":
+        pg.run(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(sql.Identifier(schema, "t")), _KEPT)
+    return src_dsn, schema
+
+
+def _kinds_write(
+    src_dsn: str, pg: Pg, schema: str, mode: str, accept: tuple[str, ...] = ()
+):  # type: ignore[no-untyped-def]
+    options = SinkOptions(accept_narrowing=accept)
+    with (
+        open_source(SourceSpec("src", TableRef(None, "s")), src_dsn) as source,
+        _sink(pg.dsn, mode, table="t", schema=schema, options=options) as sink,
+    ):
+        if mode == "full_refresh":
+            return sink.write_all(source)
+        return sink.write_chunk(source, ChunkWindow("id", "integer", 1, 100))
+
+
+def _t_rows(pg: Pg, schema: str) -> list[tuple[object, ...]]:
+    return [
+        tuple(row)
+        for row in pg.rows(
+            sql.SQL("SELECT id, v FROM {} ORDER BY id").format(sql.Identifier(schema, "t"))
+        )
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("declared", ["TEXT", "BLOB", ""])
+@pytest.mark.parametrize("mode", [*MODES, "full_refresh"])
+def test_sqlite_bytes_into_a_postgres_text_column_fail_the_chunk(
+    sqlite_db: MakeDb, pg: Pg, mode: str, declared: str
+) -> None:
+    """A blob (in any declared type: SQLite keeps a blob a blob) bound for a text column would
+    be stored as the text '\\x616263', which hashes like the blob on both sides: the chunk is
+    refused and rolled back, naming the column, never the value."""
+    src_dsn, schema = _kinds_case(sqlite_db, pg, declared, "text", [b"abc", b"\x00", "plain"])
+    with pytest.raises(DponeError) as caught:
+        _kinds_write(src_dsn, pg, schema, mode)
+    assert caught.value.code == errors.SINK_FAILED
+    assert "column 'v'" in caught.value.message and "not bytea" in caught.value.message
+    assert "616263" not in caught.value.message and "abc" not in caught.value.message
+    assert _t_rows(pg, schema) == [_KEPT]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["replace", "full_refresh"])
+def test_sqlite_text_into_a_postgres_bytea_column_fails_the_chunk(
+    sqlite_db: MakeDb, pg: Pg, mode: str
+) -> None:
+    """Text bound for bytea is read as a bytea literal: '\\x41' would be the one byte 0x41 and
+    hash like the text. Untyped SQLite columns are not described, so the value decides."""
+    src_dsn, schema = _kinds_case(sqlite_db, pg, "", "bytea", ["\\x4243", b"ok"])
+    with pytest.raises(DponeError) as caught:
+        _kinds_write(src_dsn, pg, schema, mode)
+    assert caught.value.code == errors.SINK_FAILED
+    assert "column 'v'" in caught.value.message and "str values for a bytea column" in (
+        caught.value.message
+    )
+    assert "4243" not in caught.value.message
+    assert _t_rows(pg, schema) == []
+
+
+@pytest.mark.postgres
+def test_sqlite_bytes_into_bytea_and_text_into_text_still_move(sqlite_db: MakeDb, pg: Pg) -> None:
+    """What a column keeps passes as before, NULLs included: blobs into bytea, text that looks
+    like hex into text."""
+    src_dsn, schema = _kinds_case(sqlite_db, pg, "", "bytea", [b"abc", b"\x00", None])
+    written = _kinds_write(src_dsn, pg, schema, "replace")
+    assert written.rows == 3 and written.checksum == written.source_checksum
+    assert _t_rows(pg, schema) == [(1, b"abc"), (2, b"\x00"), (3, None)]
+    src_dsn, schema = _kinds_case(sqlite_db, pg, "TEXT", "text", ["\\x616263", None], "src2")
+    written = _kinds_write(src_dsn, pg, schema, "merge")
+    assert written.rows == 2 and written.checksum == written.source_checksum
+    assert _t_rows(pg, schema) == [(1, "\\x616263"), (2, None), _KEPT]
+
+
+@pytest.mark.postgres
+def test_sqlite_bytes_into_an_accepted_text_column_store_their_hex_text(
+    sqlite_db: MakeDb, pg: Pg
+) -> None:
+    """sink.accept_narrowing names the column: what Postgres makes of the bytes is accepted."""
+    src_dsn, schema = _kinds_case(sqlite_db, pg, "BLOB", "text", [b"abc"])
+    assert _kinds_write(src_dsn, pg, schema, "replace", accept=("v",)).rows == 1
+    assert _t_rows(pg, schema) == [(1, "\\x616263"), _KEPT]

@@ -301,3 +301,51 @@ def test_values_into_text_and_out_of_fixed_width(
     source: ColumnType, target: ColumnType, refused: bool
 ) -> None:
     assert (narrowing(source, target) is not None) == refused, narrowing(source, target)
+
+
+def _my_bit(n: int) -> ColumnType:
+    return mysql_column_type("bit", f"bit({n})", None, n, None, None, None)
+
+
+BINARY_INTO_TEXT = [
+    pg("bytea"),
+    my("varbinary(16)"),
+    my("blob"),
+    my("point"),
+    my("geometry"),
+    _my_bit(8),
+    mssql_column_type("varbinary(max)"),
+]
+
+
+@pytest.mark.parametrize("source", BINARY_INTO_TEXT, ids=lambda v: v.declared)
+@pytest.mark.parametrize(
+    "target", [pg("text"), pg("character varying(100)"), my("longtext")], ids=lambda v: v.declared
+)
+def test_binary_values_into_text_are_refused(source: ColumnType, target: ColumnType) -> None:
+    """Regression: bytes stored in a Postgres text column become their \\x hex text, which the
+    checksum (bytes are \\x + hex there too) cannot tell from the bytes. MySQL BIT and spatial
+    types were 'unknown types', accepted into unbounded text."""
+    reason = narrowing(source, target)
+    assert reason is not None and "binary values stored as text" in reason
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "refused"),
+    [
+        (_my_bit(8), pg("bytea"), False),
+        (_my_bit(8), my("longblob"), False),
+        (_my_bit(8), _my_bit(8), False),
+        (_my_bit(5), _my_bit(8), False),
+        (_my_bit(8), _my_bit(4), True),
+        (_my_bit(8), _my_bit(12), True),  # read back as two bytes, not one
+        (my("varbinary(1)"), _my_bit(8), True),
+        (my("point"), my("point"), False),
+        (my("point"), pg("bytea"), False),
+    ],
+    ids=lambda v: getattr(v, "declared", v),
+)
+def test_bit_and_spatial_columns_between_binary_types(
+    source: ColumnType, target: ColumnType, refused: bool
+) -> None:
+    assert (narrowing(source, target) is not None) == refused

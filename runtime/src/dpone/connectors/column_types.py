@@ -40,8 +40,9 @@ class ColumnType:
     """One column's type, reduced to what decides whether a value survives being stored.
 
     ``None`` in a limit means unbounded (Postgres ``numeric``, ``text``, ``bytea``). ``bits`` is
-    an integer's storage width or a float's mantissa width; ``fsp`` the fractional-second digits
-    kept (-1: whole minutes only); ``tz`` a timestamp that stores an instant, not a wall clock;
+    an integer's storage width, a float's mantissa width or a MySQL ``BIT(n)``'s n; ``fsp`` the
+    fractional-second digits kept (-1: whole minutes only); ``tz`` a timestamp that stores an
+    instant, not a wall clock;
     ``padded`` how a fixed-width ``char(n)``/``binary(n)`` pads ("kept": read back padded,
     "trimmed": MySQL strips trailing spaces on read); ``charset`` a character set narrower than
     Unicode (MySQL ``utf8mb3``, ``latin1``); ``epoch_range`` MySQL ``TIMESTAMP`` (1970-2038);
@@ -224,6 +225,12 @@ def narrowing(source: ColumnType, target: ColumnType) -> str | None:
     if target.family == "text" and source.family != "text":
         if source.family in _EXACT_AS_TEXT:
             return _as_text(source, target)
+        if source.family == "binary":
+            return (
+                "binary values stored as text are converted, not kept (Postgres stores their "
+                "\\x hex text, which a checksum cannot tell from the bytes; MySQL reads the "
+                "bytes in the column's character set)"
+            )
         return _different(source, target)
     if source.family == "boolean" and target.family in ("boolean", "integer", "decimal", "float"):
         return None
@@ -249,9 +256,24 @@ def narrowing(source: ColumnType, target: ColumnType) -> str | None:
             )
         return _length_fits(source, target, "characters")
     if source.family == "binary":
+        if target.bits is not None:
+            return _bits_fit(source, target)
         return _length_fits(source, target, "bytes")
     if source.family in ("time", "timestamp"):
         return _to_temporal(source, target)
+    return None
+
+
+def _bits_fit(source: ColumnType, target: ColumnType) -> str | None:
+    """Bytes into a MySQL ``BIT(n)`` are read as a number and read back as n bits: only a BIT
+    as wide in bytes and at most as wide in bits keeps them."""
+    if source.bits is None:
+        return f"the target {target.declared} stores a number of {target.bits} bits, not bytes"
+    if source.bits > (target.bits or 0) or source.length != target.length:
+        return (
+            f"the target holds {target.bits} bits read back as {target.length} byte(s), "
+            f"the source {source.bits} bits as {source.length}"
+        )
     return None
 
 

@@ -58,6 +58,11 @@ _MY_INTEGERS["bigint"] = 64
 _MY_CHAR_BYTES = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf32": 4}
 _MY_TEXT_BYTES = {"tinytext": 255, "text": 65_535, "mediumtext": 16_777_215}
 _MY_BLOB_BYTES = {"tinyblob": 255, "blob": 65_535, "mediumblob": 16_777_215}
+#: Spatial types: the driver reads their internal form (SRID + WKB) as bytes.
+MY_GEOMETRY = frozenset(
+    {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring"}
+    | {"multipolygon", "geometrycollection", "geomcollection"}
+)
 
 
 def mysql_column_type(
@@ -102,8 +107,11 @@ def mysql_column_type(
         return ColumnType(declared, "binary", length=char_length, padded=padded)
     if kind in _MY_BLOB_BYTES:
         return ColumnType(declared, "binary", length=_MY_BLOB_BYTES[kind])
-    if kind == "longblob":
+    if kind == "longblob" or kind in MY_GEOMETRY:
         return ColumnType(declared, "binary")
+    if kind == "bit":  # read as ceil(n/8) bytes; NUMERIC_PRECISION is n
+        bits = numeric_precision or 1
+        return ColumnType(declared, "binary", bits=bits, length=(bits + 7) // 8)
     if kind == "date":
         return ColumnType(declared, "date")
     fsp = datetime_precision or 0

@@ -570,6 +570,10 @@ def _result_type(item: Any) -> ColumnType:
         return ColumnType("date", "date")
     if code == FIELD_TYPE.JSON:
         return ColumnType("json", "json")
+    if code == FIELD_TYPE.BIT:  # read as ceil(n/8) bytes
+        return ColumnType(f"bit({length})", "binary", bits=length, length=(length + 7) // 8)
+    if code == FIELD_TYPE.GEOMETRY:
+        return ColumnType("geometry", "binary")
     if code in _RESULT_STRINGS or code in _RESULT_BLOBS:
         binary = int(item.charsetnr) == 63
         size = length if binary else length // _widest_character(int(item.charsetnr))

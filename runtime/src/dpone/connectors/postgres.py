@@ -18,6 +18,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Collection, Generator, Hashable, Iterator, Sequence
 from dataclasses import replace
+from operator import itemgetter
 from typing import Any, Self
 
 import psycopg
@@ -820,6 +821,9 @@ _COERCERS: dict[int, Callable[[object], object]] = {
     _TIMESTAMPTZ: _aware_utc,
     _TIMESTAMP: _naive_utc,
 }
+#: Python values a text COPY writes as ``\x`` + hex: kept as bytes by a bytea column only.
+_BINARY_VALUES = frozenset({bytes, bytearray, memoryview})
+_BYTEA_VALUES = _BINARY_VALUES | {type(None)}
 
 
 class PostgresSink(Sink):
@@ -1264,12 +1268,15 @@ class PostgresSink(Sink):
         coercers = [
             (i, _COERCERS[types[c]]) for i, c in enumerate(columns) if types[c] in _COERCERS
         ]
+        accepted = self.options.accept_narrowing
+        guards = [(i, c, types[c] == _BYTEA) for i, c in enumerate(columns) if c not in accepted]
         count = 0
         with (
             contextlib.closing(source.rows(window, self.options.batch_rows)) as batches,
             cur.copy(self._copy_in(rel, columns, binary=False)) as copy,
         ):
             for batch in batches:
+                self._check_kinds(batch, guards, window)
                 for row in batch:
                     if coercers:
                         values = list(row)
@@ -1280,6 +1287,42 @@ class PostgresSink(Sink):
                         copy.write_row(row)
                 count += len(batch)
         return count
+
+    def _check_kinds(
+        self,
+        batch: Sequence[Row],
+        guards: Sequence[tuple[int, str, bool]],
+        window: ChunkWindow | None,
+    ) -> None:
+        """DPONE_SINK_FAILED for bytes bound for any column but bytea, or anything but bytes
+        for a bytea column (``guards``: position, name, is bytea). Text COPY writes bytes as
+        their ``\\x`` hex text, which a text column keeps as text and the checksum (bytes are
+        ``\\x`` + hex there too) cannot tell from the bytes; and the server reads text bound for
+        bytea as a bytea literal (``'\\x41'`` is one byte). Each column's value types of the
+        batch are collected at C speed, never a value named."""
+        for i, name, into_bytea in guards:
+            seen = set(map(type, map(itemgetter(i), batch)))
+            wrong = seen - _BYTEA_VALUES if into_bytea else seen & _BINARY_VALUES
+            if not wrong:
+                continue
+            if into_bytea:
+                kinds = ", ".join(sorted(kind.__name__ for kind in wrong))
+                why = (
+                    f"the source sent {kinds} values for a bytea column: Postgres would read "
+                    "them as bytea literals (the text '\\x41' is one byte), not keep them"
+                )
+            else:
+                why = (
+                    "the source sent binary values (bytes) for a column that is not bytea: "
+                    "Postgres would store their \\x hex text, which the read-back checksum "
+                    "cannot tell from the bytes"
+                )
+            raise DponeError(
+                errors.SINK_FAILED,
+                f"{self.spec.display()}: writing {scope_display(window)} (rolled back): column "
+                f"{name!r}: {why}; change the target column's type, or list {name!r} in "
+                "sink.accept_narrowing to store what Postgres makes of them",
+            )
 
     def _target_types(self, cur: Cursor, columns: tuple[str, ...]) -> dict[str, int]:
         """Type oid of each moved column in the target (base type for domains), cached."""
