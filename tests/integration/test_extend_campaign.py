@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -253,3 +254,37 @@ def test_a_changed_configuration_over_the_same_chunks_is_refused_everywhere(
         assert "Traceback" not in done.stderr
     assert not status.stdout
     assert project.query(transitions) == before, "nothing was written"
+
+
+def test_restate_with_an_extended_catalog_before_it_runs(project: Project) -> None:
+    """Regression: after the end moved and before any run, verify printed a restate command
+    for the new chunks (their target is empty) and restate refused the extended catalog, so
+    the runbook's verify, restate, run, verify stopped there. Restate now takes a catalog that
+    extends the campaign: the stored chunks restate, the added ones are not committed yet."""
+    s = project.schema
+    plan, identity = project.plan("2024-01-09")
+    assert all(done.returncode == 0 for done in project.run_items(plan, identity))
+    grown, grown_identity = project.plan("2024-01-13")
+    verify = project.dpone("verify", "--catalog", "workloads.yaml", "--workload", "orders_history")
+    assert verify.returncode == 1
+    command = shlex.split(verify.stdout.strip().splitlines()[-1])
+    assert command[:3] == ["dpone", "ledger", "restate"] and "9-12" in command
+    restate = project.dpone(*command[1:])
+    assert restate.returncode == 0, restate.stderr
+    assert "not committed (they move on the next run anyway): chunks 9-12" in restate.stdout
+    assert project.query(f"SELECT count(*) FROM {s}_audit.chunk_restatement") == [(0,)]
+    again = project.dpone(
+        "ledger", "restate", "--catalog", "workloads.yaml", "--workload", "orders_history",
+        "--chunks", "2,9", "--reason", "source corrected", "--format", "json",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert (doc["restated"], doc["not_committed"]) == ([2], [9])
+    assert all(done.returncode == 0 for done in project.run_items(grown, grown_identity))
+    source = project.query(f"SELECT * FROM {s}.raw_orders ORDER BY order_id")
+    assert project.query(f"SELECT * FROM {s}.orders ORDER BY order_id") == source
+    moved = project.query(
+        f"SELECT chunk_index FROM {s}_audit.chunk_transition WHERE state = 'committed' "
+        "GROUP BY chunk_index HAVING count(*) > 1"
+    )
+    assert moved == [(2,)], "only the restated stored chunk moved twice"

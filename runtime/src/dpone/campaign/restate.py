@@ -10,6 +10,7 @@ chunks a pod is moving now, and for a catalog whose plan is not the stored campa
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import json
 import os
@@ -19,9 +20,9 @@ from typing import Any
 from dpone import errors
 from dpone.campaign.reconcile import format_chunk_ranges, parse_chunk_ranges
 from dpone.errors import DponeError
-from dpone.ledger.amend import config_changed
+from dpone.ledger.amend import check_extension, config_changed
 from dpone.ledger.port import CampaignShape, ChunkState, Ledger, LedgerStore
-from dpone.packing.pack import ProcessPlan, WorkloadPack
+from dpone.packing.pack import ProcessPlan, WorkloadPack, config_hash_at
 from dpone.plan.chunks import Bound, ChunkPlanError, canonical_bound
 
 RESTATE_SCHEMA = "dpone.ledger-restate.v1"
@@ -100,20 +101,28 @@ def _before(a: Bound, b: Bound) -> bool:
     return a < b  # type: ignore[operator]
 
 
-def stored_shape(plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
-    """The campaign the ledger holds for ``plan``; refused when it has none or another plan."""
+def stored_shape(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger | None) -> CampaignShape:
+    """The campaign the ledger holds for ``plan``: refused when it has none, holds another
+    configuration, or a plan the catalog neither equals nor extends (DPONE_LEDGER_SHAPE_MISMATCH,
+    as `dpone run` refuses it). A catalog that extends it (a later end not run yet) restates the
+    stored chunks, which are its first ones; the added chunks are not committed."""
     if ledger is None:
         raise not_in_ledger(plan)
-    if ledger.shape.plan_hash != plan.backfill_plan_hash:
-        raise DponeError(
-            errors.LEDGER_SHAPE_MISMATCH,
-            f"campaign {plan.run_key!r}: the ledger holds plan {ledger.shape.plan_hash} "
-            f"({ledger.shape.chunk_count} chunks), this catalog plans {plan.backfill_plan_hash} "
-            f"({plan.chunks_total} chunks): restate with the catalog the campaign runs with "
-            "(run an extended catalog once first)",
-        )
-    if ledger.shape.config_hash != plan.config_hash:
-        raise config_changed(plan.run_key or plan.name)
+    if ledger.shape.plan_hash == plan.backfill_plan_hash:
+        if ledger.shape.config_hash != plan.config_hash:
+            raise config_changed(plan.run_key or plan.name)
+        return ledger.shape
+    assert plan.run_key is not None and plan.backfill_plan_hash is not None
+    planned = CampaignShape(
+        run_key=plan.run_key,
+        workload=pack.workload.name,
+        process=plan.name,
+        plan_hash=plan.backfill_plan_hash,
+        config_hash=plan.config_hash,
+        chunks=plan.chunks,
+    )
+    at = functools.partial(config_hash_at, plan.config)
+    check_extension(ledger.shape, ledger.shape.config_hash, planned, at)
     return ledger.shape
 
 
@@ -176,14 +185,17 @@ def restate_command(
     try:
         assert plan.run_key is not None
         ledger = store.load(plan.run_key)
-        shape = stored_shape(plan, ledger)
+        shape = stored_shape(pack, plan, ledger)
         assert ledger is not None
         holders = getattr(store, "chunk_lock_holders", None)
         held = holders(plan.run_key) if holders is not None and args.dry_run else {}
         would = preview(ledger, indexes, held)
         restated = would["restate"]
-        if not args.dry_run:
-            restated = store.restate(shape, indexes, args.reason, who)
+        stored = [index for index in indexes if index <= shape.chunk_count]
+        if not args.dry_run and stored:
+            restated = store.restate(shape, stored, args.reason, who)
+        elif not args.dry_run:
+            restated = []  # only chunks an extension adds: none is stored, none committed
     finally:
         store.close()
     doc = {

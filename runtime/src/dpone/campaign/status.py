@@ -7,7 +7,6 @@ task: chunk states grouped by mapped item, running leases with owner and expiry,
 from __future__ import annotations
 
 import argparse
-import functools
 import html
 import json
 import os
@@ -21,19 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
+from dpone.campaign.restate import stored_shape
 from dpone.credentials.redaction import redact_document
 from dpone.errors import DponeError
-from dpone.ledger.amend import check_extension, config_changed
 from dpone.ledger.port import (
     Amendment,
-    CampaignShape,
     ChunkState,
     Ledger,
     LedgerStore,
     Restatement,
 )
 from dpone.observability.reporting import use_colour
-from dpone.packing.pack import ProcessPlan, WorkloadPack, config_hash_at, load_workload_pack
+from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.packing.task_env import runtime_task_id
 from dpone.plan.mapping import MappingItem
 from dpone.records import record
@@ -104,21 +102,7 @@ def _require_same_campaign(pack: WorkloadPack, plan: ProcessPlan, ledger: Ledger
     """DPONE_LEDGER_SHAPE_MISMATCH (as `dpone run` refuses it) unless the catalog plans the
     stored campaign or extends it: the states are shown over the catalog's chunks by index,
     which would put the stored chunks' states on chunks of another grid."""
-    if ledger.shape.plan_hash == plan.backfill_plan_hash:
-        if ledger.shape.config_hash != plan.config_hash:
-            raise config_changed(plan.run_key or plan.name)
-        return
-    assert plan.run_key is not None and plan.backfill_plan_hash is not None
-    planned = CampaignShape(
-        run_key=plan.run_key,
-        workload=pack.workload.name,
-        process=plan.name,
-        plan_hash=plan.backfill_plan_hash,
-        config_hash=plan.config_hash,
-        chunks=plan.chunks,
-    )
-    at = functools.partial(config_hash_at, plan.config)
-    check_extension(ledger.shape, ledger.shape.config_hash, planned, at)
+    stored_shape(pack, plan, ledger)
 
 
 def status_document(
