@@ -648,3 +648,136 @@ def test_bit_and_spatial_values_into_a_postgres_text_column_fail_the_chunk(my: M
         (b"A", b"\x00\x05"),
         (None, b"\x00\x00"),
     ]
+
+
+# --- max_allowed_packet, dead sessions ------------------------------------------------------------
+SMALL_PACKET = 1024 * 1024
+
+
+@pytest.fixture
+def small_packets(my: My) -> Iterator[int]:
+    """The server's max_allowed_packet at 1 MB for sessions opened during the test (the helper's
+    own session, opened before, keeps the old limit), restored afterwards."""
+    (old,) = my.rows("SELECT @@global.max_allowed_packet")[0]
+    my.run("SET GLOBAL max_allowed_packet = %s", [SMALL_PACKET])
+    try:
+        yield SMALL_PACKET
+    finally:
+        my.run("SET GLOBAL max_allowed_packet = %s", [int(old)])
+
+
+def _blob_tables(my: My, db: str, rows: list[tuple[int, bytes]]) -> None:
+    my.run(f"CREATE TABLE `{db}`.blobs (id int PRIMARY KEY, data longblob)")
+    my.run(f"CREATE TABLE `{db}`.copy (id int PRIMARY KEY, data longblob)")
+    my.many(f"INSERT INTO `{db}`.blobs VALUES (%s, %s)", rows)
+
+
+@pytest.mark.parametrize("mode", ["replace", "merge"])
+def test_a_row_over_max_allowed_packet_fails_its_chunk_alone(
+    my: My, small_packets: int, mode: str
+) -> None:
+    """The probe's case: a row over the packet limit is one stable, non-retryable
+    DPONE_SINK_FAILED naming the limit and the chunk (never the row); it is refused before it is
+    sent, so the session survives and the next chunks (1-byte rows) commit."""
+    db = my.database()
+    _blob_tables(my, db, [(1, b"Z" * (small_packets + 4096)), (150, b"\x01"), (250, b"\x02")])
+    with (
+        source(my.dsn(db) + "?connect_timeout=9", "blobs") as src,
+        sink(my.dsn(db), mode, "copy") as dst,
+    ):
+        for _ in range(2):  # the same every time: nothing a retry could change
+            with pytest.raises(DponeError) as big:
+                dst.write_chunk(src, ChunkWindow("id", "integer", 1, 101))
+            assert big.value.code == errors.SINK_FAILED
+            assert not errors.REGISTRY[big.value.code].retryable
+            message = big.value.message
+            assert f"max_allowed_packet of {small_packets} bytes" in message
+            assert "packet limit" in message and "chunk id [1, 101)" in message
+            assert "ZZZZ" not in message and "5a5a" not in message.lower()
+        second = dst.write_chunk(src, ChunkWindow("id", "integer", 101, 201))
+        third = dst.write_chunk(src, ChunkWindow("id", "integer", 201, 301))
+    assert second.rows == third.rows == 1
+    assert my.rows(f"SELECT id, data FROM `{db}`.copy ORDER BY id") == [
+        (150, b"\x01"),
+        (250, b"\x02"),
+    ]
+
+
+def test_batched_inserts_stay_under_the_servers_packet_limit(
+    my: My, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyMySQL joins rows into statements of up to 1,000 KB; a server whose max_allowed_packet is
+    smaller would drop the connection on every batch: statements are capped at the limit."""
+    db = my.database()
+    rows = [(i, bytes([i % 256]) * 20_000) for i in range(1, 41)]  # 800 KB in all
+    _blob_tables(my, db, rows)
+    sent: list[int] = []
+    query = pymysql.cursors.Cursor._query
+
+    def spy(self: Any, q: Any) -> int:
+        sent.append(len(q))
+        return int(query(self, q))
+
+    monkeypatch.setattr(pymysql.cursors.Cursor, "_query", spy)
+    limit = 100_000
+    with (
+        source(my.dsn(db) + "?connect_timeout=9", "blobs") as src,
+        sink(my.dsn(db), "replace", "copy") as dst,
+    ):
+        dst.db.get()
+        dst.db.packet_limit = limit  # as if the server's were 100 KB
+        written = dst.write_chunk(src, ChunkWindow("id", "integer", 1, 41))
+    assert written.rows == 40
+    inserts = [size for size in sent if size > 20_000]
+    assert len(inserts) > 1 and max(inserts) + 1 < limit
+    assert my.rows(f"SELECT count(*), sum(length(data)) FROM `{db}`.copy") == [(40, 800_000)]
+
+
+def test_a_packet_error_reported_by_the_server_is_not_retryable(my: My) -> None:
+    """Error 1153 (the server read a packet over its limit) is the packet limit, not a lost
+    connection; a genuine loss (2013) stays DPONE_CONNECTION_FAILED, retryable."""
+    db = my.database()
+    with sink(my.dsn(db), "replace", "copy") as dst:
+        dst.db.packet_limit = 4096
+        what = "sink 'dst': writing chunk id [1, 101) (rolled back)"
+        too_large = pymysql.err.OperationalError(
+            1153, "Got a packet bigger than 'max_allowed_packet' bytes"
+        )
+        packet = dst._failure(too_large, what, 1)
+        lost = dst._failure(pymysql.err.OperationalError(2013, "Lost connection"), what, 1)
+    assert (
+        packet.code == errors.SINK_FAILED and "max_allowed_packet of 4096 bytes" in packet.message
+    )
+    assert what in packet.message
+    assert lost.code == errors.CONNECTION_FAILED and errors.REGISTRY[lost.code].retryable
+
+
+def test_a_chunk_that_leaves_the_session_dead_does_not_fail_the_next(
+    my: My, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure that is not itself a connection error (here the source breaks) but finds the
+    session dead (the server closed it meanwhile) drops it: the next chunk reconnects instead of
+    failing with 'lost the connection' (InterfaceError 0) on the dead session."""
+    db = my.database()
+    create_my(my, db)
+    create_my(my, db, "target", rows=[])
+    window = WINDOWS["integer"]
+    with source(my.dsn(db) + "?connect_timeout=7") as src, sink(my.dsn(db), "replace") as dst:
+        rows = src.rows
+
+        def broken(scope: Any, batch_rows: int) -> Iterator[list[Any]]:
+            conn = dst.db.current
+            assert conn is not None
+            my.run("KILL CONNECTION %s", [int(conn.thread_id())])
+            time.sleep(0.3)
+            raise RuntimeError("the source broke")
+            yield []
+
+        monkeypatch.setattr(src, "rows", broken)
+        with pytest.raises(DponeError) as first:
+            dst.write_chunk(src, window)
+        assert first.value.code == errors.SINK_FAILED
+        monkeypatch.setattr(src, "rows", rows)
+        written = dst.write_chunk(src, window)
+    assert written.rows == len(expected(window))
+    assert my_rows(my, db, "target") == expected(window)

@@ -76,6 +76,9 @@ _FILE_OPTIONS = frozenset({"ssl_ca", "ssl_cert", "ssl_key"})
 #: Connection-level error numbers: client 20xx, and the server's shutdown/killed notices.
 _CONNECTION_LOSS = frozenset({0, 1053, 1077, 1152, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
 _LOCK_WAIT_TIMEOUT, _DEADLOCK = 1205, 1213
+#: ER_NET_PACKET_TOO_LARGE: a statement over the server's max_allowed_packet (the server then
+#: closes the connection, or resets it while the client is still sending: error 2006/2013).
+_PACKET_TOO_LARGE = 1153
 DEADLOCK_RETRIES = 3
 #: LOAD DATA LOCAL refused by the server (local_infile=OFF, MySQL 8's default) or the client.
 _LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})  # 4166: MariaDB
@@ -240,6 +243,17 @@ class BinaryValue(Exception):
     """A batch holds bytes, which the text file of LOAD DATA cannot carry."""
 
 
+class PacketTooLarge(Exception):
+    """A statement the server would refuse as over its ``max_allowed_packet``; raised before it
+    is sent, since the server answers one by dropping the connection (as error 1153, 2006 or
+    2013, depending on how much it had read), which no retry can fix."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(size, limit)
+        self.size = size
+        self.limit = limit
+
+
 def tsv_field(value: object) -> str:
     """One value in LOAD DATA's default text format (tab-separated, backslash escapes)."""
     if value is None:
@@ -342,6 +356,8 @@ class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[
         self._limits = limits
         self.dsn = self._parsed(dsn)
         self._used = 0.0
+        #: the open session's max_allowed_packet (None: not read yet on this connection)
+        self.packet_limit: int | None = None
 
     def _parsed(self, dsn: str) -> MysqlDsn:
         try:
@@ -366,8 +382,36 @@ class MysqlConnection(sql_base.DriverConnection["pymysql.connections.Connection[
         self._used = time.monotonic()
         return conn
 
+    def max_packet(self, conn: pymysql.connections.Connection[Any]) -> int:
+        """The session's ``max_allowed_packet``, read once per connection (only a batched insert
+        sends a statement as large as a row: LOAD DATA LOCAL sends its file in 16 KB packets)."""
+        if self.packet_limit is None:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@max_allowed_packet")
+                found = cur.fetchone()
+            self.packet_limit = int(found[0]) if found else 16 * 1024 * 1024
+        return self.packet_limit
+
+    def drop_if_unusable(self) -> None:
+        """Drop the connection when a failed chunk left it dead (the server closes it after some
+        errors, e.g. 1153, and PyMySQL only notices on the next statement): the next chunk then
+        opens a fresh one instead of failing on the dead session."""
+        conn = self.current
+        if conn is None:
+            return
+        if not conn.open:
+            self.discard()
+            return
+        try:
+            conn.ping(reconnect=False)
+        except pymysql.err.Error:
+            self.discard()
+        else:
+            self._used = time.monotonic()
+
     def open(self) -> pymysql.connections.Connection[Any]:
         self.dsn = self._parsed(current_dsn(self._given_dsn))
+        self.packet_limit = None
         args = self.dsn.connect_args()
         try:
             conn = pymysql.connect(
@@ -603,6 +647,17 @@ class _WarningCounter(pymysql.cursors.Cursor):  # type: ignore[misc]  # untyped 
     INSERT per max_stmt_length of rows, and the server reports warnings per statement."""
 
     warnings_seen = 0
+    #: the session's max_allowed_packet: a statement the server would refuse is never sent
+    packet_limit: int | None = None
+
+    def _query(self, q: Any) -> int:
+        """The formatted statement, refused unsent when the server would take it as too large:
+        it refuses a packet (the command byte and the statement) of max_allowed_packet or more."""
+        if self.packet_limit is not None:
+            size = len(q.encode(self._get_db().encoding) if isinstance(q, str) else q)
+            if size + 1 >= self.packet_limit:
+                raise PacketTooLarge(size, self.packet_limit)
+        return int(super()._query(q))
 
     def execute(self, query: Any, args: Any = None) -> int:
         result = super().execute(query, args)
@@ -611,6 +666,18 @@ class _WarningCounter(pymysql.cursors.Cursor):  # type: ignore[misc]  # untyped 
 
 
 # --- sink -----------------------------------------------------------------------------------------
+def _packet_limit(what: str, limit: int | None, size: int | None) -> DponeError:
+    """SINK_FAILED for a row over the server's max_allowed_packet: the same data fails the same
+    way on every attempt, so it is not retryable (a dropped connection would say it is)."""
+    server = f"max_allowed_packet of {limit} bytes" if limit else "max_allowed_packet"
+    sent = f" (a {size}-byte INSERT of one row)" if size is not None else ""
+    return DponeError(
+        errors.SINK_FAILED,
+        f"{what}: a row is over the packet limit, the server's {server}{sent}; raise "
+        "max_allowed_packet on the server (it caps one row's INSERT) to move it",
+    )
+
+
 class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
     """Writes chunks into one MySQL/MariaDB table (InnoDB), one transaction per chunk; with a
     fence the chunk's row in ``dpone_chunk_fence`` is claimed first (see docs/connectors.md,
@@ -651,6 +718,18 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
         return True
 
     def _failure(self, exc: BaseException, what: str, attempt: int) -> DponeError:
+        """The chunk's error; a connection the failure left dead is dropped here, so the next
+        chunk reconnects (a connection loss is dropped by ``translate`` already)."""
+        try:
+            return self._classify(exc, what, attempt)
+        finally:
+            self.db.drop_if_unusable()
+
+    def _classify(self, exc: BaseException, what: str, attempt: int) -> DponeError:
+        if isinstance(exc, PacketTooLarge):
+            return _packet_limit(what, exc.limit, exc.size)
+        if isinstance(exc, pymysql.err.OperationalError) and _errno(exc) == _PACKET_TOO_LARGE:
+            return _packet_limit(what, self.db.packet_limit, None)
         if isinstance(exc, pymysql.err.OperationalError) and _errno(exc) in (
             _DEADLOCK,
             _LOCK_WAIT_TIMEOUT,
@@ -784,7 +863,12 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
                 out.writelines("\t".join(map(tsv_field, row)) + "\n" for row in batch)
         except BinaryValue:
             marks = ", ".join("%s" for _ in columns)
+            limit = self.db.max_packet(cur.connection)
             with cur.connection.cursor(_WarningCounter) as counted:
+                counted.packet_limit = limit
+                # PyMySQL joins rows into statements of up to max_stmt_length (1,000 KB): never
+                # more than the server takes; only a single row can then be over it
+                counted.max_stmt_length = max(1, min(counted.max_stmt_length, limit - 2))
                 counted.executemany(
                     f"INSERT INTO {rel} ({cols}) VALUES ({marks})",
                     [tuple(map(to_mysql, row)) for row in batch],
