@@ -12,6 +12,7 @@ from dpone.credentials.dsn_parts import driver_secrets, server_parts
 from dpone.credentials.redaction import forget_registered_secrets, redact_text
 from dpone.observability.exporting import ExportWorker, export_budget
 from dpone.observability.lineage import DatasetName, dataset_name, settings_problem
+from dpone.observability.metrics import export_millis
 from dpone.observability.metrics import settings_problem as metrics_problem
 
 
@@ -108,9 +109,6 @@ def test_good_lineage_settings_have_no_problem() -> None:
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
-        ("OTEL_METRIC_EXPORT_INTERVAL", "-5"),
-        ("OTEL_METRIC_EXPORT_INTERVAL", "1.5"),
-        ("OTEL_METRIC_EXPORT_TIMEOUT", "0"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "nan"),
         ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "-1"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip"),
@@ -124,6 +122,25 @@ def test_metrics_settings_problems_name_the_variable(variable: str, value: str) 
     problem = metrics_problem(env)
     assert problem is not None and problem.startswith(variable)
     assert f"={value}" not in problem  # the value is not echoed
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OTEL_METRIC_EXPORT_INTERVAL", "-5"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "1.5"),
+        ("OTEL_METRIC_EXPORT_TIMEOUT", "0"),
+    ],
+)
+def test_a_bad_export_interval_or_timeout_is_named_and_the_default_used(
+    variable: str, value: str
+) -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", variable: value}
+    assert metrics_problem(env) is None  # metrics stay on
+    values, problems = export_millis(env)
+    assert values[variable] in (60_000, 30_000)
+    assert len(problems) == 1 and problems[0].startswith(variable)
+    assert f"={value}" not in problems[0]  # the value is not echoed
 
 
 def test_the_budget_is_a_warning_when_bad_and_bounds_the_wait() -> None:

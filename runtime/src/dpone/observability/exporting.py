@@ -28,9 +28,11 @@ import os
 import queue
 import threading
 import time
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from dpone.credentials.redaction import redact_text
@@ -116,9 +118,41 @@ def metrics_requested(environ: Mapping[str, str]) -> bool:
     return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
+def escape_controls(text: str) -> str:
+    """``text`` with every control, format and line-separator character escaped (``\\n``,
+    ``\\x1b``, ``\\u2028``): a value a warning names (a path, a library's message) can then never
+    start a second line that imitates a record, nor move the terminal's cursor."""
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable() or char == " ":
+            out.append(char)
+        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            out.append(char.encode("unicode_escape").decode("ascii"))
+        else:  # other unprintable spaces (U+00A0, ...): harmless on one line
+            out.append(char)
+    return "".join(out)
+
+
+def one_line_warnings(warn: Callable[[str], None]) -> Callable[[str], None]:
+    """``warn`` for messages that name user-given values: each is printed on one line (see
+    escape_controls), whatever the value holds; redacted first, so that a secret holding a
+    control character is still recognised."""
+    if getattr(warn, "one_line", False):
+        return warn
+
+    def escaped(message: str) -> None:
+        warn(escape_controls(redact_text(message)))
+
+    escaped.one_line = True  # type: ignore[attr-defined]
+    return escaped
+
+
 def export_budget(environ: Mapping[str, str], warn: Callable[[str], None]) -> float:
     """Seconds the process may wait for exporters in all; a bad value is a warning, and the
     default applies (an exporter setting never fails a run)."""
+    warn = one_line_warnings(warn)
     text = environ.get(BUDGET_VARIABLE, "").strip()
     if not text:
         return DEFAULT_BUDGET_S
@@ -138,7 +172,7 @@ def export_budget(environ: Mapping[str, str], warn: Callable[[str], None]) -> fl
 def one_line(text: str) -> str:
     """A library's message as one short, redacted line."""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    first = redact_text(first)
+    first = escape_controls(redact_text(first))
     return first if len(first) <= _MESSAGE_LIMIT else first[: _MESSAGE_LIMIT - 3] + "..."
 
 
@@ -148,9 +182,10 @@ class ExportWorker:
 
     def __init__(self, budget_s: float, warn: Callable[[str], None]) -> None:
         self.budget_s = budget_s
-        self._warn = warn
+        self._warn = one_line_warnings(warn)
         self._spent = 0.0
-        self._lanes: dict[str, queue.Queue[tuple[str, Callable[[], None]]]] = {}
+        self._draining_since: float | None = None
+        self._lanes: dict[str, queue.Queue[tuple[str, Callable[[], object]]]] = {}
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}
         self._idle = threading.Condition(self._lock)
@@ -158,7 +193,7 @@ class ExportWorker:
         self._reported: set[str] = set()
         self._current: dict[str, str] = {}
 
-    def submit(self, exporter: str, what: str, call: Callable[[], None]) -> None:
+    def submit(self, exporter: str, what: str, call: Callable[[], object]) -> None:
         """Queue ``call`` (one step of ``exporter``: build, send, close) on the exporter's lane,
         after the steps queued before it; never blocks, never raises."""
         with self._lock:
@@ -172,17 +207,31 @@ class ExportWorker:
                 ).start()
         lane.put((what, call))
 
-    def problem(self, exporter: str, message: str) -> None:
-        """One warning per exporter for the whole process. It is held and printed by the run's
-        own thread when it waits (:meth:`drain`), so it never splits a progress line and never
-        follows the run's last line."""
+    def problem(
+        self, exporter: str, message: str, outcome: str = "the run goes on without it"
+    ) -> None:
+        """One warning per exporter for the whole process, ending in what happens now
+        (``outcome``). It is held and printed by the run's own thread when it waits
+        (:meth:`drain`), so it never splits a progress line and never follows the run's last
+        line."""
         with self._lock:
             if exporter in self._reported:
                 return
             self._reported.add(exporter)
-            self._held.append(f"{exporter}: {message}; the run goes on without it")
+            self._held.append(f"{exporter}: {message}; {outcome}")
 
-    def _work(self, exporter: str, lane: queue.Queue[tuple[str, Callable[[], None]]]) -> None:
+    def time_left(self) -> float:
+        """Seconds the run will still wait for the exporters (its budget less what it waited
+        already), for a client that waits on its own (OpenLineage's async transport)."""
+        with self._lock:
+            left = self.budget_s - self._spent
+            if self._draining_since is not None:
+                left -= time.monotonic() - self._draining_since
+                if STOP.requested:
+                    left = min(left, STOP_BUDGET_S - (time.monotonic() - self._draining_since))
+        return max(left, 0.0)
+
+    def _work(self, exporter: str, lane: queue.Queue[tuple[str, Callable[[], object]]]) -> None:
         while True:
             what, call = lane.get()
             with self._lock:
@@ -209,6 +258,7 @@ class ExportWorker:
         dropped, if anything."""
         started = time.monotonic()
         with self._lock:
+            self._draining_since = started
             while any(self._pending.values()):
                 left = self.budget_s - self._spent - (time.monotonic() - started)
                 if STOP.requested:
@@ -217,6 +267,7 @@ class ExportWorker:
                     break
                 self._idle.wait(min(left, 0.05))  # short steps: a stop shortens the wait
             self._spent += time.monotonic() - started
+            self._draining_since = None
             unfinished = [
                 f"{exporter} ({self._current.get(exporter, 'queued')})"
                 for exporter, count in sorted(self._pending.items())
@@ -266,6 +317,54 @@ def take_over_library_output(worker: ExportWorker) -> None:
         logger.propagate = False
     for name in LIBRARY_LOGGERS:
         warnings.filterwarnings("ignore", module=rf"{name}(\.|$)")
+    route_thread_exceptions(worker)
+
+
+#: the threads the exporter libraries start, by name prefix (the SDK's periodic reader)
+_LIBRARY_THREADS = {"OtelPeriodicExportingMetricReader": "OpenTelemetry metrics"}
+#: a library's source folder (in a traceback's file names) -> its exporter
+_LIBRARY_FOLDERS = {"opentelemetry": "OpenTelemetry metrics", "openlineage": "OpenLineage"}
+
+
+def _thread_exporter(thread_name: str, tb: TracebackType | None) -> str | None:
+    """The exporter a thread that died belongs to, by its name or its traceback's files."""
+    for prefix, exporter in _LIBRARY_THREADS.items():
+        if thread_name.startswith(prefix):
+            return exporter
+    while tb is not None:
+        parts = Path(tb.tb_frame.f_code.co_filename).parts
+        for folder, exporter in _LIBRARY_FOLDERS.items():
+            if folder in parts:
+                return exporter
+        tb = tb.tb_next
+    return "exporters" if thread_name.startswith("dpone-export-") else None
+
+
+def route_thread_exceptions(worker: ExportWorker) -> None:
+    """An exception that ends an exporter library's own thread (the SDK's periodic reader, the
+    async transport's loop) becomes the exporter's one warning instead of Python's raw
+    traceback on stderr; any other thread's goes to the hook that was there before."""
+    previous = threading.excepthook
+    if getattr(previous, "dpone_exporters", False):
+        previous = previous.previous  # type: ignore[attr-defined]
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else ""
+        exporter = _thread_exporter(name, args.exc_traceback)
+        if exporter is None or args.exc_type is SystemExit:
+            previous(args)
+            return
+        detail = one_line(str(args.exc_value)) if args.exc_value is not None else ""
+        worker.problem(
+            exporter,
+            f"its background thread stopped ({args.exc_type.__name__}"
+            + (f": {detail}" if detail else "")
+            + ")",
+        )
+
+    hook.dpone_exporters = True  # type: ignore[attr-defined]
+    hook.previous = previous  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 @contextlib.contextmanager

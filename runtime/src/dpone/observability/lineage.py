@@ -19,6 +19,7 @@ docs/observability.md.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import uuid
@@ -31,11 +32,13 @@ from dpone.credentials.connections import dsn_kind, sqlite_path
 from dpone.credentials.dsn_parts import server_parts
 from dpone.credentials.redaction import redact_text
 from dpone.observability.exporting import (
+    BUDGET_VARIABLE,
     DEFAULT_BUDGET_S,
     ExportWorker,
     RunLineage,
     build_client,
     lineage_requested,
+    one_line_warnings,
 )
 from dpone.records import record
 from dpone.task.item import ENV_CONTEXT
@@ -192,6 +195,25 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
     if url and (problem := _http_url_problem(url)):
         return f"OPENLINEAGE_URL {problem}"
     transport: dict[str, Any] = {}
+    whole = environ.get("OPENLINEAGE__TRANSPORT")
+    if whole is not None:  # the whole transport as JSON: the client needs an object
+        try:
+            parsed = json.loads(whole)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            return (
+                "OPENLINEAGE__TRANSPORT is not a JSON object (it needs one like "
+                '{"type": "http", "url": "https://..."})'
+            )
+    for name in sorted(environ):
+        # the client reads each OPENLINEAGE__* value as JSON, else as a string (and logs it)
+        value = environ[name]
+        if name.startswith("OPENLINEAGE__") and value.lstrip()[:1] in ("{", "["):
+            try:
+                json.loads(value)
+            except ValueError:
+                return f"{name} looks like JSON (it has brackets) but is not valid JSON"
     config_given = environ.get("OPENLINEAGE_CONFIG", "")
     if config_given and not Path(config_given).is_file():
         return "OPENLINEAGE_CONFIG names no readable file"
@@ -222,9 +244,15 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
             and not any(key.startswith("OPENLINEAGE__TRANSPORT") for key in environ)
         ):
             return f"{where} has no `transport:` section (with a `type:`)"
-    env_type = environ.get("OPENLINEAGE__TRANSPORT__TYPE")
+    if whole is not None:  # it replaces the file's and the other variables' transport
+        transport = json.loads(whole)
+        if "type" not in transport:
+            return 'OPENLINEAGE__TRANSPORT has no "type"'
+        env_type, setting = transport["type"], "OPENLINEAGE__TRANSPORT.type"
+    else:
+        env_type = environ.get("OPENLINEAGE__TRANSPORT__TYPE")
+        setting = "OPENLINEAGE__TRANSPORT__TYPE" if env_type is not None else "transport.type"
     kind = env_type if env_type is not None else transport.get("type")
-    setting = "OPENLINEAGE__TRANSPORT__TYPE" if env_type is not None else "transport.type"
     if kind is not None and not (
         str(kind).strip() in TRANSPORT_TYPES or _CLASS_PATH.fullmatch(str(kind))
     ):
@@ -234,8 +262,10 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
             f"{', '.join(TRANSPORT_TYPES)}, or a transport class path)"
         )
     if kind is not None and str(kind).strip() in ("http", "async_http"):
-        given = environ.get("OPENLINEAGE__TRANSPORT__URL")
+        given = None if whole is not None else environ.get("OPENLINEAGE__TRANSPORT__URL")
         name = "OPENLINEAGE__TRANSPORT__URL" if given is not None else "transport.url"
+        if whole is not None:
+            name = "OPENLINEAGE__TRANSPORT.url"
         given = given if given is not None else transport.get("url")
         if given is None and not url:
             return f"{setting}={str(kind).strip()!r} needs OPENLINEAGE__TRANSPORT__URL"
@@ -246,9 +276,10 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
             return (
                 "OPENLINEAGE__TRANSPORT__* variables are set without OPENLINEAGE__TRANSPORT__TYPE"
             )
-    timeout = environ.get("OPENLINEAGE__TRANSPORT__TIMEOUT")
+    timeout = None if whole is not None else environ.get("OPENLINEAGE__TRANSPORT__TIMEOUT")
     if timeout is None and "timeout" in transport:
-        timeout, setting = transport["timeout"], "transport.timeout"
+        where = "OPENLINEAGE__TRANSPORT" if whole is not None else "transport"
+        timeout, setting = transport["timeout"], f"{where}.timeout"
     else:
         setting = "OPENLINEAGE__TRANSPORT__TIMEOUT"
     if timeout is not None and not _positive(timeout):
@@ -258,6 +289,8 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
 
 def transport_setting(environ: Mapping[str, str]) -> str:
     """The setting that chose the OpenLineage transport, for a warning."""
+    if "OPENLINEAGE__TRANSPORT" in environ:
+        return "OPENLINEAGE__TRANSPORT"
     if (kind := environ.get("OPENLINEAGE__TRANSPORT__TYPE")) is not None:
         return f"OPENLINEAGE__TRANSPORT__TYPE={kind.strip()[:40]!r}"
     path = config_file(environ)
@@ -277,6 +310,7 @@ def open_run_lineage(
     env = os.environ if environ is None else environ
     if not lineage_requested(env):
         return RunLineage()
+    warn = one_line_warnings(warn)
     try:
         import openlineage.client  # noqa: F401
     except ImportError:
@@ -312,7 +346,11 @@ def open_run_lineage(
         )
         return RunLineage()
     if records:
-        worker.problem("OpenLineage", f"the client reported: {records[0]}")
+        worker.problem(
+            "OpenLineage",
+            f"the client reported at start-up: {records[0]}",
+            "lineage is emitted as the client set it up",
+        )
     return emitter
 
 
@@ -441,7 +479,20 @@ class OpenLineageRun(RunLineage):
         self._exports.submit("OpenLineage", "client's close", self._close_client)
 
     def _close_client(self) -> None:
-        self._client.close(timeout=1.0)
+        # A transport that sends in the background (async_http) is waited for here, within what
+        # the run will still wait; what it still holds then is dropped and said once.
+        transport = self._client.transport
+        stats = getattr(transport, "get_stats", None)
+        delivered = self._client.close(timeout=max(self._exports.time_left() - 0.2, 0.0))
+        if delivered is False:
+            pending = stats().get("pending") if callable(stats) else None
+            count = f"{pending} event(s)" if isinstance(pending, int) and pending > 0 else "events"
+            self._exports.problem(
+                "OpenLineage",
+                f"the {transport.kind} transport still held {count} unsent when the export "
+                f"budget ({BUDGET_VARIABLE}={self._exports.budget_s:g} s) was spent",
+                "dropped, the run's result is unaffected",
+            )
 
 
 def describe_run(

@@ -25,6 +25,7 @@ from dpone.observability.exporting import (
     RunObserver,
     build_client,
     metrics_requested,
+    one_line_warnings,
 )
 from dpone.observability.result import ChunkTiming
 from dpone.records import record
@@ -87,8 +88,15 @@ class RunLabels:
         return attributes
 
 
-#: OpenTelemetry variables whose value is a whole number of milliseconds, greater than 0
-_MILLISECONDS = ("OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_TIMEOUT")
+#: OpenTelemetry variables whose value is a whole number of milliseconds -> the SDK's default
+_MILLISECONDS = {"OTEL_METRIC_EXPORT_INTERVAL": 60_000, "OTEL_METRIC_EXPORT_TIMEOUT": 30_000}
+#: the longest interval or timeout taken (a day): beyond it the SDK's reader thread overflows
+#: its timer (and a longer one means no periodic export anyway; the run's final one is kept)
+MAX_MILLISECONDS = 86_400_000
+#: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE values the exporter knows; the first is its
+#: default
+_TEMPORALITIES = ("cumulative", "delta", "lowmemory")
+_HISTOGRAMS = ("explicit_bucket_histogram", "base2_exponential_bucket_histogram")
 #: OpenTelemetry variables whose value is a timeout greater than 0
 _TIMEOUTS = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
 _COMPRESSIONS = ("gzip", "deflate", "none")
@@ -110,10 +118,6 @@ def settings_problem(environ: Mapping[str, str]) -> str | None:
             return f"{name} is not a valid URL (bad host or port)"
         if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
             return f"{name} is not an http:// or https:// URL with a host"
-    for name in _MILLISECONDS:
-        value = environ.get(name)
-        if value is not None and not (value.strip().isdigit() and int(value) > 0):
-            return f"{name} must be a whole number of milliseconds greater than 0"
     for name in _TIMEOUTS:
         value = environ.get(name)
         if value is None:
@@ -141,6 +145,49 @@ def settings_problem(environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def export_millis(environ: Mapping[str, str]) -> tuple[dict[str, int], list[str]]:
+    """The reader's interval and timeout (OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT) and what is
+    wrong with them: a value that is not 1 to MAX_MILLISECONDS in ASCII digits is named, and the
+    default is used (the SDK itself would take ``²`` or ``1e30`` and fail later)."""
+    values: dict[str, int] = {}
+    problems: list[str] = []
+    for name, default in _MILLISECONDS.items():
+        text = environ.get(name)
+        values[name] = default
+        if text is None:
+            continue
+        digits = text.strip()
+        if digits.isascii() and digits.isdigit() and 0 < int(digits) <= MAX_MILLISECONDS:
+            values[name] = int(digits)
+        else:
+            problems.append(
+                f"{name} must be a whole number of milliseconds from 1 to {MAX_MILLISECONDS}; "
+                f"the default {default} is used"
+            )
+    return values, problems
+
+
+def fallback_problems(environ: Mapping[str, str]) -> list[str]:
+    """The metrics settings that the exporter replaces by its default (it logs, and goes on),
+    each named with what really happens."""
+    problems = []
+    name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+    value = environ.get(name)
+    if value is not None and value.strip().lower() not in _TEMPORALITIES:
+        problems.append(
+            f"{name} must be one of {', '.join(_TEMPORALITIES)}; "
+            f"the default ({_TEMPORALITIES[0]}) is used"
+        )
+    name = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
+    value = environ.get(name)
+    if value is not None and value not in _HISTOGRAMS:
+        problems.append(
+            f"{name} must be one of {', '.join(_HISTOGRAMS)}; the default ({_HISTOGRAMS[0]}) "
+            "is used"
+        )
+    return problems
+
+
 def open_run_observer(
     labels: RunLabels,
     environ: Mapping[str, str] | None = None,
@@ -155,6 +202,7 @@ def open_run_observer(
     env = os.environ if environ is None else environ
     if not metrics_requested(env):
         return RunObserver()
+    warn = one_line_warnings(warn)
     protocol = env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
     )
@@ -164,9 +212,13 @@ def open_run_observer(
     if problem is not None:
         warn(f"{problem}; this run exports no metrics")
         return RunObserver()
+    millis, fallbacks = export_millis(env)
+    fallbacks += fallback_problems(env)
+    for fallback in fallbacks:
+        warn(fallback)
     worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
     observer, records = build_client(
-        lambda: OtelRunObserver(labels, env, worker),
+        lambda: OtelRunObserver(labels, env, worker, millis),
         warn,
         "the OpenTelemetry metrics settings (OTEL_*) are invalid",
         "this run exports no metrics",
@@ -175,8 +227,15 @@ def open_run_observer(
     )
     if observer is None:
         return RunObserver()
+    # what the SDK logged about a setting already named above says nothing new
+    named = [fallback.split(" ", 1)[0] for fallback in fallbacks]
+    records = [r for r in records if not any(name in r for name in named)]
     if records:
-        worker.problem("OpenTelemetry metrics", f"the SDK reported: {records[0]}")
+        worker.problem(
+            "OpenTelemetry metrics",
+            f"the SDK reported at start-up: {records[0]}",
+            "metrics are exported as the SDK set them up",
+        )
     return observer
 
 
@@ -189,7 +248,11 @@ class OtelRunObserver(RunObserver):
     """
 
     def __init__(
-        self, labels: RunLabels, environ: Mapping[str, str], exports: ExportWorker
+        self,
+        labels: RunLabels,
+        environ: Mapping[str, str],
+        exports: ExportWorker,
+        millis: Mapping[str, int] | None = None,
     ) -> None:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics import MeterProvider
@@ -201,7 +264,13 @@ class OtelRunObserver(RunObserver):
         )
         resource = Resource.create({} if named else {"service.name": "dpone"})
         self._exports = exports
-        self._reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+        # the interval and timeout as checked (export_millis), never the SDK's own reading
+        millis = millis if millis is not None else export_millis(environ)[0]
+        self._reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(),
+            export_interval_millis=millis["OTEL_METRIC_EXPORT_INTERVAL"],
+            export_timeout_millis=millis["OTEL_METRIC_EXPORT_TIMEOUT"],
+        )
         # no atexit shutdown: the final export runs on the export worker, within the budget
         self._provider = MeterProvider(
             resource=resource, metric_readers=[self._reader], shutdown_on_exit=False

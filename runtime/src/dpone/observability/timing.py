@@ -23,7 +23,10 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
+from dpone.credentials.redaction import redact_text
 from dpone.lifecycle.read_ahead import THREAD_NAME as READ_AHEAD_THREAD
+from dpone.observability.exporting import escape_controls
+from dpone.observability.progress import ENV_LOG_FORMAT, PROGRESS_EVENT_SCHEMA
 
 ENV_TIMING = "DPONE_TIMING"
 
@@ -192,6 +195,18 @@ def _report(path: str) -> None:
         pass
 
 
+def _warn(message: str) -> None:
+    """One warning line as the runner prints it (a progress ``warning`` event in JSON log mode),
+    with the path's control characters escaped: a newline in it cannot start a second line."""
+    text = escape_controls(redact_text(message))
+    if os.environ.get(ENV_LOG_FORMAT, "").strip().lower() == "json":
+        record = {"schema": PROGRESS_EVENT_SCHEMA, "event": "warning", "message": text}
+        line = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    else:
+        line = f"dpone: warning: {text}"
+    print(line, file=sys.stderr, flush=True)
+
+
 def install(path: str) -> None:
     """Wrap every phase of ``PHASES`` and report to ``path`` at exit (idempotent per process);
     a path that cannot be appended to is one warning now, and no timing at all."""
@@ -201,11 +216,9 @@ def install(path: str) -> None:
         with open(path, "a", encoding="utf-8"):
             pass
     except OSError as exc:
-        print(
-            f"dpone: warning: {ENV_TIMING}={path}: cannot be written "
-            f"({exc.strerror or type(exc).__name__}); the run goes on without timing",
-            file=sys.stderr,
-            flush=True,
+        _warn(
+            f"{ENV_TIMING}={path}: cannot be written "
+            f"({exc.strerror or type(exc).__name__}); the run goes on without timing"
         )
         return
     _state.update(installed=1, started=time.perf_counter_ns())
