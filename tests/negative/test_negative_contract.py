@@ -11,6 +11,10 @@ audit schema must not exist afterwards and the sink must be untouched.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +24,7 @@ import psycopg
 import pytest
 from dpone import errors
 from dpone.plan.mapping import MappingItem, MappingPlanError, verify_coverage
-from negkit import Project, run_cli
+from negkit import CliResult, Project, run_cli
 
 
 @pytest.fixture
@@ -580,4 +584,49 @@ def test_an_output_path_of_the_wrong_kind_is_refused_before_any_io(
     record = result.error()
     assert result.code == 3 and record["code"] == errors.OUTPUT_UNWRITABLE
     assert variable in record["message"]
+    assert_refused_before_io(neg_db)
+
+
+#: mount a 64 KiB tmpfs on the folder "$0" in a private mount namespace (a user namespace too,
+#: so no root is needed where unprivileged ones are allowed), fill it, then run "$@" there
+FULL_TMPFS = (
+    'mount -t tmpfs -o size=64k tmpfs "$0" || exit 97; '
+    'dd if=/dev/zero of="$0/filler" bs=4k 2>/dev/null; exec "$@"'
+)
+
+
+def run_on_a_full_filesystem(folder: Path, argv: list[str], env: dict[str, str]) -> CliResult:
+    """``argv`` in a process that sees ``folder`` as a full tmpfs; skipped where this machine
+    cannot mount one in a namespace (no unshare, no user namespaces)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("a full filesystem needs unshare(1) to mount a tmpfs in a namespace")
+    folder.mkdir(parents=True, exist_ok=True)
+    ns = ["unshare", "--mount", "--map-root-user", "sh", "-c", FULL_TMPFS, str(folder)]
+    probe = subprocess.run([*ns, "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a user+mount namespace here: {probe.stderr[-200:]}")
+    done = subprocess.run(
+        [*ns, *argv], env=env, capture_output=True, text=True, check=False, timeout=120
+    )
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("variable", ["DPONE_XCOM_PATH", "DPONE_EVIDENCE_DIR"])
+def test_a_full_output_location_is_refused_before_any_io(
+    project: Project, neg_db: str, tmp_path: Path, variable: str
+) -> None:
+    """A full filesystem still lets the check create an empty file: only a written, synced
+    probe finds it full before the chunks commit (and their result is lost)."""
+    full = tmp_path / "full"
+    where = str(full / "xcom.json") if variable == "DPONE_XCOM_PATH" else str(full)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
+    fixed = {**project.identity_env(), negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)}
+    env.update({k: str(v) for k, v in fixed.items() if v is not None})
+    env[variable] = where
+    dpone = str(Path(sys.executable).with_name("dpone"))
+    result = run_on_a_full_filesystem(full, [dpone, *project.run_argv()], env)
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.OUTPUT_UNWRITABLE, result.stderr
+    assert variable in record["message"] and "nothing was moved" in record["message"]
     assert_refused_before_io(neg_db)

@@ -354,7 +354,8 @@ RUN_INTERRUPTED = _register(
 )
 RESULT_WRITE_FAILED = _register(
     "DPONE_RESULT_WRITE_FAILED",
-    "The run result (XCom) or the evidence file could not be written after data was committed.",
+    "The run result (XCom), the evidence file or the campaign's verification export could not be "
+    "written after data was committed; the result says so when its own folder still works.",
     "The XCom or evidence folder became unwritable or full during the run.",
     "The committed chunks are in the ledger and the target: fix the folder and re-run the task "
     "(committed chunks are skipped) to get the result.",

@@ -1195,7 +1195,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         final = _reload_if_complete(store, ctx.shape()) if pending else ledger
         outcome.campaign_complete = bool(final and final.complete)
         if final is not None and final.complete:
-            _write_verification(store, final)
+            _write_verification(store, final, outcome)
     finally:
         settings.progress.finish()
         for mover in movers:
@@ -1308,9 +1308,11 @@ def _reload_if_complete(store: LedgerStore, shape: CampaignShape) -> Ledger | No
     return store.load_checked(shape)
 
 
-def _write_verification(store: LedgerStore, ledger: Ledger) -> None:
+def _write_verification(store: LedgerStore, ledger: Ledger, outcome: RunOutcome) -> None:
     """The campaign verification export, written atomically by whoever sees completion (from
-    every chunk's record: a ledger loaded for a mapped item's chunks is loaded whole first)."""
+    every chunk's record: a ledger loaded for a mapped item's chunks is loaded whole first).
+    A full or read-only evidence folder does not undo the committed data: the outcome ends
+    DPONE_RESULT_WRITE_FAILED, and the run result still gets written and says so."""
     from dpone.observability.result import verification_document, write_json_atomic
 
     target = os.environ.get("DPONE_EVIDENCE_DIR")
@@ -1322,4 +1324,13 @@ def _write_verification(store: LedgerStore, ledger: Ledger) -> None:
             return
         ledger = whole
     path = Path(target) / ledger.shape.run_key / "verification.json"
-    write_json_atomic(path, verification_document(ledger))
+    try:
+        write_json_atomic(path, verification_document(ledger))
+    except OSError as exc:
+        if outcome.error is None:
+            outcome.error = ErrorRecord(
+                errors.RESULT_WRITE_FAILED,
+                f"the campaign is complete ({ledger.shape.chunk_count} chunk(s) committed; the "
+                f"ledger and the target have them), but its verification export {str(path)!r} "
+                f"could not be written ({type(exc).__name__}: {exc.strerror or 'error'})",
+            )

@@ -110,9 +110,15 @@ def evidence_key(outcome: RunOutcome) -> str | None:
     return outcome.run_key
 
 
+#: what the up-front check writes and syncs: an empty file can still be created on a full
+#: filesystem, a few KiB cannot (larger than a result document, cheap on every pod start)
+PROBE_BYTES = 16 * 1024
+
+
 def check_outputs_writable() -> None:
-    """Prove the result (XCom) and evidence destinations writable before any data moves, so a
-    read-only or missing volume refuses the run instead of losing its result after a commit."""
+    """Prove the result (XCom) and evidence destinations writable, with room to spare, before any
+    data moves, so a read-only, missing or full volume refuses the run instead of losing its
+    result after a commit."""
     targets: list[tuple[str, Path]] = []
     target = xcom_path()
     if target is not None:
@@ -130,8 +136,12 @@ def check_outputs_writable() -> None:
     for what, folder in targets:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".dpone-probe-"):
-                pass
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".dpone-probe-") as probe:
+                # random bytes, synced: a compressing filesystem would store zeros in no space,
+                # and a delayed allocation may report a full disk only at the sync
+                probe.write(os.urandom(PROBE_BYTES))
+                probe.flush()
+                os.fsync(probe.fileno())
         except OSError as exc:
             raise DponeError(
                 errors.OUTPUT_UNWRITABLE,
@@ -141,24 +151,42 @@ def check_outputs_writable() -> None:
 
 
 def _emit(outcome: RunOutcome, owner: str) -> None:
-    """Write the result and the evidence; a failure after data moved says that it did."""
-    try:
-        target = xcom_path()
-        if target is not None:
-            write_json_atomic(target, outcome.result_document())
-        evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
-        key = evidence_key(outcome)
-        if evidence_dir and key:
-            scope = f"item-{outcome.mapping['item_index']:03d}" if outcome.mapping else "internal"
-            safe_owner = "".join(c if c.isalnum() else "-" for c in owner)
-            path = Path(evidence_dir) / key / f"{scope}.{safe_owner}.json"
+    """Write the evidence, then the result: an evidence file that cannot be written turns a
+    passed outcome into DPONE_RESULT_WRITE_FAILED, which the result then says. A result that
+    cannot be written raises DPONE_RESULT_WRITE_FAILED, saying that data moved."""
+    evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
+    key = evidence_key(outcome)
+    if evidence_dir and key:
+        scope = f"item-{outcome.mapping['item_index']:03d}" if outcome.mapping else "internal"
+        safe_owner = "".join(c if c.isalnum() else "-" for c in owner)
+        path = Path(evidence_dir) / key / f"{scope}.{safe_owner}.json"
+        try:
             write_json_atomic(path, outcome.evidence_document(owner))
+        except OSError as exc:
+            problem = (
+                f"the evidence file {str(path)!r} could not be written ({type(exc).__name__}: "
+                f"{exc.strerror or 'error'})"
+            )
+            if outcome.error is None:
+                outcome.error = ErrorRecord(
+                    errors.RESULT_WRITE_FAILED,
+                    f"{outcome.workload}/{outcome.process}: {outcome.chunks_committed} chunk(s) "
+                    f"committed ({outcome.rows_written:,} rows; the ledger and the target have "
+                    f"them), but {problem}",
+                )
+            else:  # the run's own failure stays its error; its retry writes the evidence
+                _warn(f"{outcome.workload}/{outcome.process}: {problem}")
+    target = xcom_path()
+    if target is None:
+        return
+    try:
+        write_json_atomic(target, outcome.result_document())
     except OSError as exc:
         raise DponeError(
             errors.RESULT_WRITE_FAILED,
             f"{outcome.workload}/{outcome.process}: {outcome.chunks_committed} chunk(s) "
             f"committed ({outcome.rows_written:,} rows; the ledger and the target have them), but "
-            f"the result or evidence could not be written ({type(exc).__name__}: "
+            f"the result could not be written ({type(exc).__name__}: "
             f"{exc.strerror or 'error'})",
         ) from None
 
@@ -400,6 +428,7 @@ def run_plans(
     worst = EXIT_OK
     first_failed: tuple[RunOutcome, str] | None = None  # of several processes, the first failed
     outcome: RunOutcome | None = None
+    stopped_between = True  # until the loop ran to its end
     for plan, selection in zip(plans, selections, strict=True):
         if STOP.requested:
             break
@@ -455,29 +484,36 @@ def run_plans(
         refusal.SCOPE.entered = True  # from here on the run writes its own result
         observer.run_started(len(selection.chunks) if not full_refresh else 1)
         lineage.start()
+        raised: DponeError | None = None
         try:
             run(RunContext(pack, plan, selection, settings), outcome)
         except DponeError as exc:
             if not STOP.requested:
                 outcome.error = exc.records[0]
-                _emit(outcome, owner)  # the result first, then the exit-time exports
-                observer.run_finished()
-                lineage.fail(f"{exc.code}: {exc.message}")
-                exports.drain()
-                raise
-            outcome.error = STOP.record(f"stopped while {exc.code} ({exc.message[:200]})")
+                raised = exc
+            else:
+                outcome.error = STOP.record(f"stopped while {exc.code} ({exc.message[:200]})")
         except BaseException:
             observer.run_finished()
             exports.drain()
             raise
-        _emit(outcome, owner)  # the result first, then the exit-time exports (within a budget)
+        # The result first, then the exit-time exports (within a budget). From here on the exit
+        # code is the result's: a stop during the exporters' wait only shortens it.
+        try:
+            _emit(outcome, owner)
+        except DponeError as exc:
+            raised = exc  # the run ends with it, after its FAIL event and its final metrics
         observer.run_finished()
-        if outcome.status == "passed":
+        if raised is not None:
+            lineage.fail(f"{raised.code}: {raised.message}")
+        elif outcome.status == "passed":
             lineage.complete(outcome.rows_written)
         else:
             assert outcome.error is not None
             lineage.fail(f"{outcome.error.code}: {outcome.error.message}")
         exports.drain()
+        if raised is not None:
+            raise raised
         if outcome.status == "passed":
             print(summary(outcome), file=sys.stderr)
             continue
@@ -487,10 +523,24 @@ def run_plans(
             print(error_json_line(outcome.error), file=sys.stderr, flush=True)
         else:
             report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
-        code = EXIT_CANCELLED if outcome.cancelled else exit_code_for(outcome.error.code)
+        if outcome.cancelled:
+            code = EXIT_CANCELLED
+        elif outcome.error.code == errors.RUN_INTERRUPTED:
+            code = STOP.exit_code  # 130 for SIGINT
+        else:
+            code = exit_code_for(outcome.error.code)
         worst = max(worst, code if code != EXIT_OK else EXIT_FAILED)
         first_failed = first_failed or (outcome, owner)
-    if STOP.requested:
+    else:
+        stopped_between = False
+    if stopped_between:
+        # a process never started: the run was interrupted, whatever an earlier result said
+        if outcome is None or outcome.error is None or outcome.error.code != errors.RUN_INTERRUPTED:
+            record = STOP.record(f"{plan.name} and any later process not started")
+            if fmt == "json":
+                print(error_json_line(record), file=sys.stderr, flush=True)
+            else:
+                report_error(record)
         return STOP.exit_code
     if first_failed is not None and first_failed[0] is not outcome:
         # a later process passed after this one failed: the result file and the last line on
