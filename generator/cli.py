@@ -32,8 +32,9 @@ EPILOG = """examples:
 Writes one <dag_id>.py per workload and dpone_pools.json (for `airflow pools import`) into DIR.
 Files are replaced atomically and only when their bytes change; generated files of this catalog
 that are no longer produced are removed; a file dpone did not generate is never touched. Keep one
-catalog per output folder and run from the repository root (headers name the catalog path as
-given). --check writes nothing: it prints a unified diff per changed, missing or stale file.
+catalog per output folder. Headers name the catalog by its path relative to the git checkout's
+root, so the working folder and an absolute path change nothing (outside a checkout: as given,
+relative to the working folder). --check writes nothing: it prints a unified diff per changed, missing or stale file.
 exit codes: 0 up to date / written, 1 --check found differences, 2 error."""
 
 

@@ -345,7 +345,7 @@ def test_missing_driver_is_a_dpone_error(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(DponeError) as caught:
         load_driver()
     assert caught.value.code == errors.DRIVER_MISSING
-    assert "dpone-runtime[mssql]" in caught.value.message
+    assert "[mssql] extra" in caught.value.message
 
 
 # --- the whole table: Sink.write_all and inner mode full_refresh ----------------------------------

@@ -192,12 +192,22 @@ def test_sqlite_preflight(sqlite_db: MakeDb) -> None:
     assert "does not exist" in missing
 
 
-def test_sqlite_missing_file_is_a_connection_failure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sqlite_missing_file_is_a_configuration_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Not retryable (another attempt finds no file either), and named by its file name only;
+    a file that exists and cannot be opened stays a connection failure."""
     source = open_source(SourceSpec("src", TableRef(None, "t")), f"sqlite:///{tmp_path}/none.db")
     with pytest.raises(DponeError) as caught:
         source.columns()
-    assert caught.value.code == errors.CONNECTION_FAILED
+    assert caught.value.code == errors.CONFIG_INVALID
+    assert not errors.REGISTRY[caught.value.code].retryable
+    assert "'none.db' does not exist" in caught.value.message
+    assert str(tmp_path) not in caught.value.message
     assert not (tmp_path / "none.db").exists()
+    (tmp_path / "folder.db").mkdir()
+    folder = open_source(SourceSpec("src", TableRef(None, "t")), f"sqlite:///{tmp_path}/folder.db")
+    with pytest.raises(DponeError) as caught:
+        folder.columns()
+    assert caught.value.code == errors.CONNECTION_FAILED
 
 
 def test_external_connection_is_postgres_only(sqlite_db: MakeDb) -> None:

@@ -44,8 +44,8 @@ def test_refusals(backend: str, dsn: str | None, path: str | None, code: str) ->
 @pytest.mark.parametrize(
     ("module", "dsn", "extra"),
     [
-        ("psycopg", "postgresql://u@h/d", "dpone-runtime[postgres]"),
-        ("pyodbc", "mssql://u:p@h:1433/d", "dpone-runtime[mssql]"),
+        ("psycopg", "postgresql://u@h/d", "[postgres] extra"),
+        ("pyodbc", "mssql://u:p@h:1433/d", "[mssql] extra"),
     ],
 )
 def test_missing_driver_names_the_extra(

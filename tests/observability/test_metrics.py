@@ -211,4 +211,4 @@ def test_a_missing_extra_is_a_warning_not_a_failure(monkeypatch: pytest.MonkeyPa
         warnings.append,
     )
     assert type(observer).__name__ == "RunObserver"
-    assert warnings and "dpone-runtime[metrics]" in warnings[0]
+    assert warnings and "[metrics] extra" in warnings[0]

@@ -37,7 +37,7 @@ usage: dpone <command> [options]
 
 commands:
   run        move a backfill chunk by chunk under the ledger (what every pod runs)
-  ledger     show (status), cancel, restate or list (list) the campaigns of a ledger
+  ledger     status, cancel, restate or list the campaigns of a ledger
   verify     compare every chunk's source and target rows (count + checksum), read-only
   check      validate a catalog and its manifests             [dpone distribution]
   preview    show the chunk and mapping plans                 [dpone distribution]
@@ -89,7 +89,7 @@ def _run_parser() -> CommandParser:
         description="Re-verify the plan, then move the selected chunks under the ledger.",
         epilog=(
             "examples:\n"
-            "  DPONE_CONN_DEMO=sqlite:///demo.db dpone run --catalog "
+            "  DPONE_CONN_DEMO=sqlite:///.dpone-demo/demo.db dpone run --catalog "
             "golden/internal_default/workloads.yaml --workload orders_history\n"
             "  dpone run --catalog golden/summary_365_into_40/workloads.yaml "
             "--workload orders_history --process orders --item 7\n"
@@ -154,7 +154,7 @@ def _verify_parser() -> CommandParser:
         ),
         epilog=(
             "examples:\n"
-            "  DPONE_CONN_DEMO=sqlite:///demo.db dpone verify --catalog "
+            "  DPONE_CONN_DEMO=sqlite:///.dpone-demo/demo.db dpone verify --catalog "
             "golden/internal_default/workloads.yaml --workload orders_history\n"
             "  dpone verify --catalog workloads.yaml --workload orders_history --chunks 1-40 "
             "--format json\n"

@@ -300,8 +300,8 @@ DRIVER_MISSING = _register(
     "DPONE_DRIVER_MISSING",
     "The database driver for a source or sink is not installed.",
     "dpone-runtime was installed without the extra for that database.",
-    "Install dpone-runtime[postgres] (psycopg), dpone-runtime[mssql] (pyodbc + unixODBC) or "
-    "dpone-runtime[mysql] (PyMySQL).",
+    "Install the dpone-runtime wheel, by path, with its [postgres] (psycopg), [mssql] (pyodbc + "
+    "unixODBC) or [mysql] (PyMySQL) extra (docs/deploy-kubernetes.md).",
 )
 LEDGER_CORRUPT = _register(
     "DPONE_LEDGER_CORRUPT",
@@ -331,7 +331,8 @@ LEDGER_UNAVAILABLE = _register(
     "DPONE_LEDGER_UNAVAILABLE",
     "The state store cannot be used (missing driver, unsupported backend or schema version).",
     "psycopg/pyodbc not installed, or the audit schema was created by a newer dpone.",
-    "Install dpone-runtime[postgres] or [mssql]; upgrade dpone to the schema's version.",
+    "Install the dpone-runtime wheel, by path, with its [postgres] or [mssql] extra; upgrade "
+    "dpone to the schema's version.",
 )
 CAMPAIGN_CANCELLED = _register(
     "DPONE_BACKFILL_CANCELLED",

@@ -834,7 +834,14 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
             continue
         p.add_argument("--catalog", required=True, help="path of the workload catalog")
         p.add_argument("--workload", required=True, help="workload name in the catalog")
-        p.add_argument("--process", help="only this process (default: every chunked process)")
+        p.add_argument(
+            "--process",
+            help=(
+                "the process to restate (needed when the workload has several chunked processes)"
+                if name == "restate"
+                else "only this process (default: every chunked process)"
+            ),
+        )
         if name == "status":
             p.add_argument(
                 "--format", choices=("text", "json"), default="text", help="output (text)"

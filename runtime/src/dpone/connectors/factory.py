@@ -37,7 +37,8 @@ def _module(kind: str) -> ModuleType:
             raise
         raise DponeError(
             errors.DRIVER_MISSING,
-            f"the {kind} connector needs its driver: install dpone-runtime[{extra}]",
+            f"the {kind} connector needs its driver: install the dpone-runtime "
+            f"wheel with its [{extra}] extra, by path (docs/deploy-kubernetes.md)",
         ) from None
 
 

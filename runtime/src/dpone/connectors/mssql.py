@@ -56,7 +56,8 @@ def load_driver() -> Driver:
     except ImportError:
         raise DponeError(
             errors.DRIVER_MISSING,
-            "MSSQL needs pyodbc and unixODBC's libodbc: install dpone-runtime[mssql] and an SQL "
+            "MSSQL needs pyodbc and unixODBC's libodbc: install the dpone-runtime wheel with its "
+            "[mssql] extra (by path) and an SQL "
             "Server ODBC driver",
         ) from None
     driver: Driver = pyodbc

@@ -87,6 +87,15 @@ class SqliteConnection(sql_base.DriverConnection[sqlite3.Connection]):
                 uri, uri=True, isolation_level=None, timeout=30, check_same_thread=False
             )
         except sqlite3.Error:
+            if not os.path.exists(self.path):
+                # not transient: another attempt finds no file either (the name only: the DSN
+                # stays out of messages)
+                raise DponeError(
+                    errors.CONFIG_INVALID,
+                    f"{self._label}: the SQLite database file {os.path.basename(self.path)!r} "
+                    "does not exist (a relative sqlite:/// path is taken from the working "
+                    "folder); correct DPONE_CONN_<NAME>",
+                ) from None
             raise DponeError(
                 errors.CONNECTION_FAILED,
                 f"{self._label}: could not open the SQLite database file",

@@ -25,7 +25,8 @@ def _adapter(module: str, kind: str) -> Any:
     except ImportError as exc:
         raise DponeError(
             errors.LEDGER_UNAVAILABLE,
-            f"the {kind} ledger needs its driver ({exc}): install dpone-runtime[{EXTRA_BY_KIND[kind]}]",
+            f"the {kind} ledger needs its driver ({exc}): install the dpone-runtime wheel "
+            f"with its [{EXTRA_BY_KIND[kind]}] extra, by path (docs/deploy-kubernetes.md)",
         ) from exc
 
 

@@ -43,7 +43,8 @@ def load_pyodbc() -> ModuleType:
         raise DponeError(
             errors.LEDGER_UNAVAILABLE,
             f"the MSSQL ledger needs pyodbc and the unixODBC library ({exc}): "
-            "install dpone-runtime[mssql] and the system package unixodbc",
+            "install the dpone-runtime wheel with its [mssql] extra, by path "
+            "(docs/deploy-kubernetes.md), and the system package unixodbc",
         ) from exc
 
 

@@ -77,7 +77,8 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised by the factory guard test
     raise DponeError(
         errors.LEDGER_UNAVAILABLE,
-        f"the Postgres ledger needs psycopg ({missing}): install dpone-runtime[postgres]",
+        f"the Postgres ledger needs psycopg ({missing}): install the dpone-runtime wheel "
+        "with its [postgres] extra, by path (docs/deploy-kubernetes.md)",
     ) from missing
 
 CONNECTION_DEFAULTS = {"connect_timeout": "10"}

@@ -316,7 +316,8 @@ def open_run_lineage(
     except ImportError:
         warn(
             "OPENLINEAGE_URL or an OpenLineage config is set but openlineage-python is missing: "
-            "install dpone-runtime[lineage]; this run emits no lineage"
+            "install the dpone-runtime wheel with its [lineage] extra, by path "
+            "(docs/deploy-kubernetes.md); this run emits no lineage"
         )
         return RunLineage()
     problem = settings_problem(env)

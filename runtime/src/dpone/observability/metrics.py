@@ -223,7 +223,8 @@ def open_run_observer(
         "the OpenTelemetry metrics settings (OTEL_*) are invalid",
         "this run exports no metrics",
         missing="OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are missing: "
-        "install dpone-runtime[metrics]; this run exports no metrics",
+        "install the dpone-runtime wheel with its [metrics] extra, by path "
+        "(docs/deploy-kubernetes.md); this run exports no metrics",
     )
     if observer is None:
         return RunObserver()
