@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing as mp
+import os
 import threading
 from pathlib import Path
 
+import pytest
+from dpone import errors
+from dpone.errors import DponeError
 from dpone.ledger.localfile import LocalFileLedger
 from dpone.ledger.port import ChunkResult, ChunkState, LeaseStatus
 from ledger_backends import make_shape
@@ -60,6 +65,44 @@ def test_a_torn_last_line_is_ignored_and_cut(tmp_path: Path) -> None:
     for line in (tmp_path / "ledger.json.journal").read_text().splitlines():
         json.loads(line)  # every line whole again
     store.close()
+
+
+def test_a_full_file_system_fails_the_record_and_leaves_none_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a full tmpfs answers a write with a short count, not ENOSPC; the count was
+    ignored, so completions were counted as recorded and the run said passed over a journal
+    that lacked them. The write is now whole and synced, or DPONE_LEDGER_UNAVAILABLE with the
+    partial line cut, and the ledger on disk says what the store says."""
+    path = tmp_path / "ledger.json"
+    store = LocalFileLedger(path)
+    shape = make_shape("bf-full", 3)
+    store.initialize(shape, "a", 5)
+    lease = store.acquire_lease(shape, shape.chunks[0], "a", 30).lease
+    assert lease is not None
+    real_write = os.write
+    room = [10]  # bytes left on the "disk"
+
+    def full_disk(fd: int, data: bytes) -> int:
+        if room[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        count = real_write(fd, data[: room[0]])
+        room[0] -= count
+        return count
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(DponeError) as caught:
+        store.complete(lease, shape.chunks[0], ChunkResult(committed=True, rows=7))
+    monkeypatch.setattr(os, "write", real_write)
+    assert caught.value.code == errors.LEDGER_UNAVAILABLE
+    assert "not recorded" in caught.value.message
+    for line in (tmp_path / "ledger.json.journal").read_text().splitlines():
+        json.loads(line)  # the partial line is gone
+    store.close()
+    reopened = LocalFileLedger(path)
+    ledger = reopened.load("bf-full")
+    assert ledger is not None and ledger.state_of(1) is ChunkState.RUNNING, "not committed"
+    reopened.close()
 
 
 def test_one_instance_shared_by_many_threads(tmp_path: Path) -> None:

@@ -330,7 +330,8 @@ RESTATE_REFUSED = _register(
 LEDGER_UNAVAILABLE = _register(
     "DPONE_LEDGER_UNAVAILABLE",
     "The state store cannot be used (missing driver, unsupported backend or schema version).",
-    "psycopg/pyodbc not installed, or the audit schema was created by a newer dpone.",
+    "psycopg/pyodbc not installed, the audit schema was created by a newer dpone, or the local "
+    "ledger's file system is full or read-only.",
     "Install the dpone-runtime wheel, by path, with its [postgres] or [mssql] extra; upgrade "
     "dpone to the schema's version.",
 )

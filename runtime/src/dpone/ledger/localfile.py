@@ -319,14 +319,39 @@ class LocalFileLedger(StoreBase):
         if size > self._journal_offset:  # a torn line from a crashed writer: cut it off
             os.ftruncate(self._journal_fd, self._journal_offset)
         line = (json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-        os.write(self._journal_fd, line)
-        if self.durable:
-            os.fdatasync(self._journal_fd)
+        self._write_line(line)
         self._journal_offset += len(line)
         self._journal_lines += 1
         self._apply(entry)
         if self._journal_lines >= self.compact_every:
-            self._compact()
+            try:
+                self._compact()
+            except OSError:  # the journal holds every record: a snapshot can wait for room
+                with contextlib.suppress(OSError):
+                    self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp").unlink()
+
+    def _write_line(self, line: bytes) -> None:
+        """Write the whole line and sync it, or raise DPONE_LEDGER_UNAVAILABLE with nothing of
+        it left: a short write (a full tmpfs returns one instead of ENOSPC) was counted as
+        written, so a run said passed over records that were never on disk."""
+        written = 0
+        try:
+            while written < len(line):
+                count = os.write(self._journal_fd, line[written:])
+                if count <= 0:
+                    raise OSError(28, "No space left on device")
+                written += count
+            if self.durable:
+                os.fdatasync(self._journal_fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._journal_fd, self._journal_offset)
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"local ledger {self.path.name}: a record could not be written to its journal "
+                f"({exc.strerror or type(exc).__name__}); it is not recorded: free space on the "
+                "ledger's file system (or make it writable), then run again",
+            ) from None
 
     def _compact(self) -> None:
         """Fold the journal into a new snapshot (atomic replace), then empty the journal."""
