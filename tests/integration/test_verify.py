@@ -251,6 +251,8 @@ def test_verify_never_prints_a_dsn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("DPONE_CONN_DEMO", "sqlite:///nosuch-secret-path/x.db")
-    assert main(["verify", "--catalog", DEMO_CATALOG, "--workload", "orders_history"]) == 4
+    # a file that does not exist is a configuration error (exit 3), named by its file name only
+    assert main(["verify", "--catalog", DEMO_CATALOG, "--workload", "orders_history"]) == 3
     captured = capsys.readouterr()
     assert "nosuch-secret-path" not in captured.out + captured.err
+    assert "DPONE_CONFIG_INVALID" in captured.err and "'x.db' does not exist" in captured.err

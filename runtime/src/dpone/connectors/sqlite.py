@@ -5,6 +5,12 @@ and sink are the same database file the chunk is copied with ``INSERT .. SELECT`
 (two connections to one file would wait on each other's locks). SQLite compares timestamps as
 text, so timestamp columns hold UTC ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (SQLite's own ``datetime()``
 form) and timestamp bounds are bound in that form.
+
+Lock waits: every connection waits at most DPONE_FENCE_LOCK_TIMEOUT for the file's lock. A file
+still locked by another process is transient, never a refusal: the sink's chunk is CHUNK_BUSY,
+a read or describe CONNECTION_FAILED (both retryable). SQLite's own busy wait ignores
+``sqlite3_interrupt``, so the sink waits for its write lock in short steps that look at the stop
+request between them, and a stopped sink rolls back instead of writing or committing.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import os
 import pathlib
 import re
 import sqlite3
+import threading
+import time
 import uuid
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeGuard
 
 from dpone import errors
 from dpone.connectors import base, sql_base
@@ -26,6 +34,8 @@ from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import sqlite_column_type
 from dpone.credentials.connections import sqlite_path
 from dpone.errors import DponeError
+from dpone.lifecycle.interrupt import STOP
+from dpone.lifecycle.session_limits import session_limits
 
 MAX_IDENTIFIER_CHARS = 1024
 _SAFE_MESSAGE = re.compile(
@@ -39,6 +49,12 @@ _SAFE_MESSAGE = re.compile(
     r"|ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE constraint"
     r"|near \"[^\"']*\": syntax error)$"
 )
+
+
+#: SQLITE_BUSY, SQLITE_LOCKED: another connection holds the file's (or a table's) lock
+_LOCK_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+#: The busy wait of one BEGIN IMMEDIATE try: the stop request is looked at between tries.
+_BUSY_STEP_MS = 50
 
 
 class SqliteDialect(sql_base.SqlDialect):
@@ -66,6 +82,16 @@ def to_sqlite(value: object) -> object:
     return str(value)
 
 
+def locked(exc: BaseException) -> TypeGuard[sqlite3.OperationalError]:
+    """True when ``exc`` is SQLite's "the file (or a table) is locked by another connection"."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (
+        isinstance(exc, sqlite3.OperationalError)
+        and code is not None
+        and code & 0xFF in _LOCK_CODES
+    )
+
+
 def describe_error(exc: sqlite3.Error) -> str:
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
     text = str(exc)
@@ -79,12 +105,22 @@ class SqliteConnection(sql_base.DriverConnection[sqlite3.Connection]):
         super().__init__(label)
         self.path = os.path.realpath(sqlite_path(dsn))
         self.read_only = False
+        self.lock_timeout_s = session_limits().fence_lock_s
+        #: set by interrupt() while a chunk's transaction is begun or in flight: it must not
+        #: commit; an interrupt when idle is ignored (as a cancel reaching an idle session)
+        self._stop = False
+        self._in_chunk = False
+        self._state = threading.Lock()
 
     def open(self) -> sqlite3.Connection:
         uri = pathlib.Path(self.path).as_uri() + ("?mode=ro" if self.read_only else "?mode=rw")
         try:
             return sqlite3.connect(
-                uri, uri=True, isolation_level=None, timeout=30, check_same_thread=False
+                uri,
+                uri=True,
+                isolation_level=None,
+                timeout=self.lock_timeout_s,
+                check_same_thread=False,
             )
         except sqlite3.Error:
             if not os.path.exists(self.path):
@@ -115,7 +151,68 @@ class SqliteConnection(sql_base.DriverConnection[sqlite3.Connection]):
     def after_loss(self) -> None:
         """A closed connection stays closed: the caller closed it on purpose."""
 
+    def translate(self, exc: BaseException, code: str, what: str) -> DponeError:
+        """A lock held by another process past the wait is transient: CONNECTION_FAILED
+        (retryable), not the caller's non-retryable ``code``."""
+        if locked(exc):
+            return DponeError(errors.CONNECTION_FAILED, self.locked_message(what, exc))
+        return super().translate(exc, code, what)
+
+    def locked_message(self, what: str, exc: sqlite3.Error) -> str:
+        return (
+            f"{what}: the SQLite file is locked by another process ({describe_error(exc)}, "
+            f"waited {self.lock_timeout_s:g}s: DPONE_FENCE_LOCK_TIMEOUT)"
+        )
+
+    @property
+    def stopping(self) -> bool:
+        """True once interrupt() was called for the transaction in flight, or the run stops."""
+        return self._stop or STOP.requested
+
+    def settled(self) -> None:
+        """The transaction ended: a later one may run again (unless the run stops)."""
+        with self._state:
+            self._stop = self._in_chunk = False
+
+    def begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE, waiting up to lock_timeout_s for the write lock in short tries,
+        RUN_INTERRUPTED when a stop comes first (SQLite's busy wait would not notice it)."""
+        with self._state:
+            self._in_chunk = True
+        deadline = time.monotonic() + self.lock_timeout_s
+        conn.execute(f"PRAGMA busy_timeout = {_BUSY_STEP_MS}")
+        try:
+            while True:
+                self.refuse_if_stopping("waiting for the SQLite write lock")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not locked(exc) or time.monotonic() >= deadline:
+                        raise
+        except BaseException:
+            self.settled()  # no transaction began: the caller does not roll back
+            raise
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {round(self.lock_timeout_s * 1000)}")
+        try:
+            self.refuse_if_stopping("the SQLite write lock was granted after the stop")
+        except DponeError:
+            conn.execute("ROLLBACK")
+            raise
+
+    def refuse_if_stopping(self, doing: str) -> None:
+        """RUN_INTERRUPTED when a stop was requested (the caller rolls back)."""
+        if self.stopping:
+            self.settled()
+            raise DponeError(
+                errors.RUN_INTERRUPTED,
+                f"{self._label}: stopped while {doing}; nothing was written",
+            )
+
     def interrupt(self) -> None:
+        with self._state:
+            self._stop = self._stop or self._in_chunk
         conn = self.current
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -172,15 +269,27 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
         return SqliteConnection(dsn, label)
 
     def _begin(self, conn: sqlite3.Connection) -> sqlite3.Connection:
-        conn.execute("BEGIN IMMEDIATE")
+        self.db.begin_immediate(conn)
         return conn
 
     def _commit(self, conn: sqlite3.Connection, handle: object) -> None:
+        """A stop requested while the chunk was written rolls it back instead (the caller)."""
+        self.db.refuse_if_stopping("writing the chunk")
         conn.execute("COMMIT")
+        self.db.settled()
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        finally:
+            self.db.settled()
+
+    def _failure(self, exc: BaseException, what: str, attempt: int) -> DponeError:
+        """The file's lock held by another process past the wait: CHUNK_BUSY (retryable)."""
+        if locked(exc):
+            return DponeError(errors.CHUNK_BUSY, self.db.locked_message(what, exc))
+        return super()._failure(exc, what, attempt)
 
     def _ensure_fence_table(self, conn: sqlite3.Connection) -> None:
         conn.execute(
@@ -256,6 +365,7 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
             count = 0
             with contextlib.closing(source.rows(window, self.options.batch_rows)) as batches:
                 for batch in batches:
+                    self.db.refuse_if_stopping("writing the chunk")
                     values = batch if convert is None else [tuple(map(convert, r)) for r in batch]
                     conn.executemany(insert, values)
                     count += len(values)
