@@ -589,19 +589,24 @@ def render_html(doc: dict[str, Any]) -> str:
     return render_html_page([doc])
 
 
-def _open_store(plan: ProcessPlan) -> LedgerStore:
+def _open_store(plan: ProcessPlan, read_only: bool = False) -> LedgerStore:
     from dpone.credentials.connections import resolve_dsn
     from dpone.ledger.factory import open_store
 
     state = plan.config.state
     dsn = resolve_dsn(state.connection) if state.connection else None
-    store: LedgerStore = open_store(state.backend, dsn=dsn, schema=state.schema, path=state.path)
+    # a local_file reader opens its files read-only and waits a bounded time for a writer
+    options = {"read_only": True} if read_only and state.backend == "local_file" else {}
+    store: LedgerStore = open_store(
+        state.backend, dsn=dsn, schema=state.schema, path=state.path, **options
+    )
     return store
 
 
-def _open_existing(plan: ProcessPlan) -> LedgerStore | None:
+def _open_existing(plan: ProcessPlan, read_only: bool = False) -> LedgerStore | None:
     """The process's ledger, or None when there is none yet: status, cancel and restate never
-    create one (an audit schema of seven tables, or an empty journal) only to say it is empty."""
+    create one (an audit schema of seven tables, or an empty journal) only to say it is empty;
+    status reads a local_file ledger read-only (a read-only folder, a lock another holds)."""
     from dpone.credentials.connections import resolve_dsn
     from dpone.ledger.factory import open_store
 
@@ -611,6 +616,8 @@ def _open_existing(plan: ProcessPlan) -> LedgerStore | None:
             existing = next(p for p in Path(state.path).absolute().parents if p.exists())
             if existing.is_dir():
                 return None  # else a file stands in the way: the store names the problem
+        else:
+            return _open_store(plan, read_only)
     elif state.backend == "audit_schema" and state.connection:
         dsn = resolve_dsn(state.connection)
         try:
@@ -776,7 +783,7 @@ def _list_campaigns(args: argparse.Namespace) -> int:
         if args.schema is not None:
             raise DponeError(errors.USAGE, "--schema goes with --connection, not with --path")
         _require_ledger_file(args.path)
-        store = open_store("local_file", None, None, args.path)
+        store = open_store("local_file", None, None, args.path, read_only=True)
         where = args.path
     try:
         doc = list_document(store, where, args.workload, modes)
@@ -906,7 +913,7 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
         _check_html_target(args.html)
     docs = []
     for plan in plans:
-        store = _open_existing(plan)
+        store = _open_existing(plan, read_only=True)
         if store is None:
             docs.append(status_document(pack, plan, None, [], [], {}))
             continue

@@ -9,7 +9,13 @@ Layout, for ``path`` = ``ledger.json``:
   writing the snapshot and truncating the journal replays nothing twice. A torn last line (a crash
   mid-append) is ignored and cut off before the next append.
 - ``ledger.json.lock``: the ``fcntl.flock`` taken around every read-decide-append (process safety);
-  a threading lock orders threads of one process before they reach it.
+  a threading lock orders threads of one process before they reach it. A wait for another process's
+  flock is bounded (``lock_timeout_s``, then DPONE_AIRFLOW_MAPPING_CAMPAIGN_BUSY): a frozen holder
+  must not stall every run on the machine.
+
+A reader (``read_only=True``: ``dpone ledger status`` and ``list``) opens the files read-only and
+creates none; it takes the flock shared, so it never sees a compaction half done (new snapshot, old
+journal), and reads a torn last line as absent without cutting it.
 
 A transition therefore costs one small append, not a rewrite of the whole file; the journal is folded
 into the snapshot every ``compact_every`` lines. Leases use the local clock, which is the only clock
@@ -151,6 +157,7 @@ class LocalFileLedger(StoreBase):
         durable: bool = True,
         lock_timeout_s: float = 10.0,
         clock: Callable[[], dt.datetime] | None = None,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.journal_path = self.path.with_name(self.path.name + ".journal")
@@ -161,48 +168,77 @@ class LocalFileLedger(StoreBase):
         self.lock_timeout_s = lock_timeout_s
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._thread_lock = threading.RLock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._journal_fd = os.open(self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.read_only = read_only
+        if read_only:
+            self._lock_fd = self._open_for_reading(self.lock_path)
+            self._journal_fd = self._open_for_reading(self.journal_path)
+            # no lock file: no writer has opened this ledger, so there is nobody to wait for
+            self._lockless = self._lock_fd < 0
+        else:
+            self._lockless = False
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._journal_fd = os.open(
+                self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
+            )
         self._campaigns: dict[str, CampaignEntry] = {}
         self._last_seq = 0
         self._snapshot_identity: tuple[int, int, int] | None = None
         self._journal_offset = 0
         self._journal_lines = 0
 
+    def _open_for_reading(self, path: Path) -> int:
+        """A reader's descriptor, or -1 for a file that is not there: a reader creates nothing."""
+        try:
+            return os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return -1
+        except OSError as exc:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"local ledger {path}: cannot be read ({exc.strerror or type(exc).__name__})",
+            ) from None
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"local ledger {self.path} is open read-only: it records nothing",
+            )
+
     # --- locking and syncing --------------------------------------------------------------------
     @contextlib.contextmanager
     def _locked(self, timeout_s: float | None = None) -> Iterator[None]:
-        """Thread lock + exclusive flock (bounded when timeout_s is given), then a fresh view."""
-        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        """Thread lock (bounded when timeout_s is given) + flock, exclusive for a writer and
+        shared for a reader, waited for at most timeout_s or lock_timeout_s; then a fresh view."""
+        wait = self.lock_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + max(0.0, wait)
         if not self._thread_lock.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
-            raise self._busy(timeout_s)
+            raise self._busy(wait)
+        mode = fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX
         try:
-            while True:
+            while not self._lockless:
                 try:
-                    fcntl.flock(
-                        self._lock_fd,
-                        fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0),
-                    )
+                    fcntl.flock(self._lock_fd, mode | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    assert deadline is not None
                     if time.monotonic() >= deadline:
-                        raise self._busy(timeout_s) from None
+                        raise self._busy(wait) from None
                     time.sleep(0.01)
             try:
                 self._sync()
                 yield
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                if not self._lockless:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         finally:
             self._thread_lock.release()
 
-    @staticmethod
-    def _busy(timeout_s: float | None) -> DponeError:
+    def _busy(self, timeout_s: float) -> DponeError:
         return DponeError(
             errors.MAPPING_CAMPAIGN_BUSY,
-            f"the local ledger lock was not free within {timeout_s or 0:g}s",
+            f"the local ledger lock {self.lock_path} was not free within {timeout_s:g}s: another "
+            "process holds it (a run, a cancel, or one that is stuck); retry, or stop that process",
         )
 
     def _sync(self) -> None:
@@ -217,7 +253,7 @@ class LocalFileLedger(StoreBase):
             self._snapshot_identity = identity
             self._journal_offset = 0
             self._journal_lines = 0
-        size = os.fstat(self._journal_fd).st_size
+        size = 0 if self.read_only and self._journal_fd < 0 else os.fstat(self._journal_fd).st_size
         if size < self._journal_offset:  # truncated by a compaction we already reloaded
             self._journal_offset = 0
         if size == self._journal_offset:
@@ -389,6 +425,7 @@ class LocalFileLedger(StoreBase):
 
     def compact(self) -> None:
         """Fold the journal into the snapshot now (also done every compact_every transitions)."""
+        self._check_writable()
         with self._locked():
             self._compact()
 
@@ -402,6 +439,7 @@ class LocalFileLedger(StoreBase):
     ) -> port.Ledger:
         """The whole campaign's ledger whatever the scope: the file holds it in memory."""
         check_shape_input(shape)
+        self._check_writable()
         with self._locked(lock_timeout_s):
             existing = self._campaigns.get(shape.run_key)
             if existing is None:
@@ -421,6 +459,7 @@ class LocalFileLedger(StoreBase):
     def _grow(self, extension: Extension, lock_timeout_s: float) -> None:
         """One journal line carries the grown chunk list, the new snapshot and the amendment."""
         shape = extension.shape
+        self._check_writable()
         with self._locked(lock_timeout_s):
             existing = self._campaigns.get(shape.run_key)
             head = None if existing is None else existing.head
@@ -446,6 +485,7 @@ class LocalFileLedger(StoreBase):
         """Mark committed chunks to be moved again (see the port), under the file lock: one
         journal line per restated chunk, its PENDING transition carrying the restatement."""
         chunks = restate_selection(shape, indexes)
+        self._check_writable()
         with self._locked(self.lock_timeout_s):
             now = self._clock()
             seen = []
@@ -514,6 +554,7 @@ class LocalFileLedger(StoreBase):
     def acquire_lease(
         self, shape: port.CampaignShape, chunk: Chunk, owner: str, lease_seconds: float
     ) -> port.LeaseOutcome:
+        self._check_writable()
         with self._locked():
             campaign, latest, transition = self._view(shape.run_key, chunk)
             now = self._clock()
@@ -536,6 +577,7 @@ class LocalFileLedger(StoreBase):
 
     def complete(self, lease: port.Lease, chunk: Chunk, result: port.ChunkResult) -> None:
         check_lease_chunk(lease, chunk)
+        self._check_writable()
         with self._locked():
             _, latest, transition = self._view(lease.run_key, chunk)
             running = check_owner(lease, latest)
@@ -549,6 +591,7 @@ class LocalFileLedger(StoreBase):
         raise NotImplementedError("the local_file ledger cannot share a transaction with a sink")
 
     def renew(self, lease: port.Lease, lease_seconds: float) -> port.Lease:
+        self._check_writable()
         with self._locked():
             campaign = self._campaigns.get(lease.run_key)
             stored = None
@@ -564,6 +607,7 @@ class LocalFileLedger(StoreBase):
         return port.Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
 
     def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
+        self._check_writable()
         with self._locked(self.lock_timeout_s):
             campaign = self._campaigns.get(run_key)
             if campaign is None:
