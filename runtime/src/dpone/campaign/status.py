@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import re
 import shlex
 import sys
@@ -31,6 +30,7 @@ from dpone.ledger.port import (
     Restatement,
 )
 from dpone.observability.reporting import use_colour
+from dpone.observability.result import write_text_atomic
 from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack
 from dpone.packing.task_env import runtime_task_id
 from dpone.plan.mapping import MappingItem
@@ -655,22 +655,11 @@ def _html_unwritable(path: str, exc: OSError) -> DponeError:
 
 
 def _write_html(path: str, page: str) -> None:
-    """Write the page to a temp file beside it, then rename: never a half-written page."""
-    target = Path(path)
+    """Never a half-written page: written beside it, then renamed over it."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        write_text_atomic(Path(path), page)
     except OSError as exc:
         raise _html_unwritable(path, exc) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(page)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise _html_unwritable(path, exc) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:

@@ -149,16 +149,22 @@ class RunOutcome:
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target; every string
-    passes the redaction first (results become XCom, evidence is shared)."""
+    """Write ``document`` atomically (see write_text_atomic); every string passes the redaction
+    first (results become XCom, evidence is shared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (
         json.dumps(redact_document(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     )
+    write_text_atomic(path, data)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over the target: a reader
+    sees the old file or the new one, never half of one."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
