@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from dpone import errors
-from dpone.connectors.base import ChunkFence, InnerMode, SinkOptions, checksum_rows
+from dpone.connectors.base import ChunkFence, InnerMode, SinkOptions, Source, checksum_rows
 from dpone.errors import DponeError
 
 from .contract import CONNECTORS, Connector, Tampered, connector
@@ -26,8 +26,13 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connector]:
         yield found
 
 
-def target_checksum(db: Connector) -> str:
+def target_checksum(db: Connector, source: Source | None = None) -> str:
+    """The target's checksum; with ``source``, in the form both agree on (and ``source`` set
+    to it): what the gate and ``dpone verify`` compare (ADR 0023: two Postgres sides)."""
     with db.source("dst") as target:
+        if source is not None:
+            source.agree_checksum(target)
+            target.agree_checksum(source)
         return target.checksum(None)
 
 
@@ -35,10 +40,11 @@ def target_checksum(db: Connector) -> str:
 def test_a_chunk_round_trips_in_every_inner_mode(db: Connector, mode: InnerMode) -> None:
     with db.source("orders") as source, db.sink(mode, SinkOptions()) as sink:
         written = sink.write_chunk(source, WINDOW)
+        target = target_checksum(db, source)
         want = source.checksum(WINDOW)
     assert written.rows == len(expected(WINDOW)) == checksum_rows(want)
     assert written.checksum == want == written.source_checksum  # read back, gated, equal
-    assert target_checksum(db) == want
+    assert target == want
 
 
 @pytest.mark.parametrize("mode", ["replace", "merge"])
@@ -46,7 +52,8 @@ def test_writing_a_chunk_again_changes_nothing(db: Connector, mode: InnerMode) -
     with db.source("orders") as source, db.sink(mode, SinkOptions()) as sink:
         sink.write_chunk(source, WINDOW)
         again = sink.write_chunk(source, WINDOW)
-        assert again.checksum == source.checksum(WINDOW) == target_checksum(db)
+        target = target_checksum(db, source)
+        assert again.checksum == source.checksum(WINDOW) == target
 
 
 def test_full_refresh_replaces_every_row(db: Connector) -> None:
@@ -55,7 +62,8 @@ def test_full_refresh_replaces_every_row(db: Connector) -> None:
             sink.write_chunk(source, WINDOWS["integer"])
         with db.sink("full_refresh", SinkOptions()) as sink:
             written = sink.write_all(source)
-        assert written.checksum == source.checksum(None) == target_checksum(db)
+        target = target_checksum(db, source)
+        assert written.checksum == source.checksum(None) == target
 
 
 def test_the_read_back_gate_refuses_a_changed_value(db: Connector) -> None:

@@ -16,7 +16,7 @@ from dpone.connectors import (
     TableRef,
     open_sink,
     open_source,
-    table_checksum,
+    pair_checksums,
 )
 from dpone.connectors.base import RowChecksum
 from dpone.errors import DponeError
@@ -71,23 +71,29 @@ class Route:
         spec = SinkSpec("dst", TableRef(self.sink_schema, table), mode, keys)  # type: ignore[arg-type]
         return open_sink(spec, self.sink_dsn, options)
 
-    def sink_checksum(self, window: ChunkWindow, table: str = "orders") -> str:
-        return table_checksum(
-            self.sink.dsn,
-            TableRef(self.sink_schema, table),
+    def checksums(self, window: ChunkWindow, table: str = "orders") -> tuple[str, str]:
+        """The source's and the sink table's checksums of ``window`` in the form the two agree
+        on (the record form: both are Postgres), as the gate and ``dpone verify`` compare."""
+        return pair_checksums(
+            (self.src.dsn, TableRef(self.src_schema, "orders")),
+            (self.sink.dsn, TableRef(self.sink_schema, table)),
             window.column,
             window.lower,
             window.upper,
         )
 
+    def sink_checksum(self, window: ChunkWindow, table: str = "orders") -> str:
+        return self.checksums(window, table)[1]
+
     def source_checksum(self, window: ChunkWindow) -> str:
-        return table_checksum(
-            self.src.dsn,
-            TableRef(self.src_schema, "orders"),
-            window.column,
-            window.lower,
-            window.upper,
-        )
+        return self.checksums(window)[0]
+
+
+def in_records(source: Any) -> Any:
+    """``source`` checksumming in the record form, as a Postgres sink's gate has its sibling
+    do for a Postgres source (ADR 0023); a source alone checksums in canonical text."""
+    source.record_checksum = True
+    return source
 
 
 @pytest.fixture(params=PATHS)
@@ -203,17 +209,22 @@ def test_checksum_can_be_switched_off(route: Route, mode: str) -> None:
 
 
 def test_replace_checksum_short_form_for_not_null_columns(route: Route) -> None:
-    """The target's NOT NULL columns (read from the catalog) take the cheaper SQL form; the value
-    is the one the source's full form and Python compute over the same rows."""
+    """A table's NOT NULL columns (read from the catalog) take the cheaper SQL form of the
+    canonical text; the value is the one the source's full form and Python compute over the
+    same rows."""
     window = WINDOWS["date"]
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("replace") as sink:
         result = sink.write_chunk(source, window)
-        assert sink._not_null == {"id", "order_date", "created_at", "seq"}
-        assert result.checksum == source.checksum(window)
+        assert result.checksum == route.source_checksum(window)  # the record form
+        table = SourceSpec("dst", TableRef(route.sink_schema, "orders"))
+        with open_source(table, route.sink.dsn) as target:
+            text = target.checksum(window)
+            assert target._not_null == {"id", "order_date", "created_at", "seq"}
+        assert text == source.checksum(window)  # the query form has no NOT NULL columns
     check = RowChecksum(list(COLUMNS))
     check.add_many(pg_rows(route.sink, route.sink_schema))
-    assert result.checksum == check.value()
+    assert text == check.value()
 
 
 def test_empty_chunk(route: Route) -> None:
@@ -221,7 +232,7 @@ def test_empty_chunk(route: Route) -> None:
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("replace") as sink:
         result = sink.write_chunk(source, window)
-    assert (result.rows, result.checksum) == (0, "rowsum-pghash64-v1:0:0000000000000000")
+    assert (result.rows, result.checksum) == (0, "rowsum-pgrecord-v1:0:0000000000000000")
 
 
 def test_constraint_violation_rolls_back_the_whole_chunk(route: Route) -> None:
@@ -435,7 +446,7 @@ def test_query_source_with_percent_and_semicolon(route: Route) -> None:
         route.open_sink("replace") as sink,
     ):
         result = sink.write_chunk(source, window)
-        assert result.checksum == source.checksum(window)
+        assert result.checksum == in_records(source).checksum(window)
     assert pg_rows(route.sink, route.sink_schema) == expected(window, subset)
 
 
@@ -452,9 +463,9 @@ def test_column_subset_into_a_wider_target(route: Route) -> None:
     moved = ("id", "order_date", "amount")
     with route.source(columns=moved) as source, route.open_sink("merge") as sink:
         result = sink.write_chunk(source, window)
-    target = table_checksum(
-        route.sink.dsn,
-        TableRef(route.sink_schema, "orders"),
+    _, target = pair_checksums(
+        (route.src.dsn, TableRef(route.src_schema, "orders")),
+        (route.sink.dsn, TableRef(route.sink_schema, "orders")),
         "order_date",
         window.lower,
         window.upper,
@@ -573,17 +584,22 @@ def test_preflight_warnings(route: Route) -> None:
 def test_python_checksum_fallback_agrees_with_sql(
     route: Route, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A non-UTF-8 database or a big-endian server hashes in Python: same value, read back."""
+    """A non-UTF-8 database or a big-endian server hashes in Python: the canonical text, read
+    back, the value SQL computes in that form (the record form needs both servers to hash)."""
     from dpone.connectors import postgres
 
     window = WINDOWS["timestamp"]
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("merge") as sink:
-        in_sql = sink.write_chunk(source, window)
+        in_records = sink.write_chunk(source, window)
+        in_sql = source.checksum(window)
         monkeypatch.setattr(postgres, "sql_checksum_supported", lambda cur: False)
         in_python = sink.write_chunk(source, window)
-        assert source.checksum(window) == in_sql.checksum
-    assert in_python == in_sql
+        assert source.checksum(window) == in_sql
+    assert in_records.checksum is not None and in_records.checksum.startswith("rowsum-pgrecord-v1:")
+    assert in_python.checksum == in_python.source_checksum == in_sql
+    assert in_python.checksum.startswith("rowsum-pghash64-v1:")
+    assert in_python.rows == in_records.rows
 
 
 # --- the whole table: Sink.write_all and inner mode full_refresh ----------------------------------
@@ -597,8 +613,12 @@ def _stale_target(route: Route, ddl: str = PG_DDL) -> list[tuple[Any, ...]]:
     return pg_rows(route.sink, route.sink_schema)
 
 
-def _whole(dsn: str, schema: str) -> str:
-    return table_checksum(dsn, TableRef(schema, "orders"))
+def _whole(route: Route) -> tuple[str, str]:
+    """Both whole tables' checksums in the form they agree on."""
+    return pair_checksums(
+        (route.src.dsn, TableRef(route.src_schema, "orders")),
+        (route.sink.dsn, TableRef(route.sink_schema, "orders")),
+    )
 
 
 def test_full_refresh_replaces_the_whole_target(route: Route) -> None:
@@ -606,16 +626,12 @@ def test_full_refresh_replaces_the_whole_target(route: Route) -> None:
     with route.source() as source, route.open_sink("full_refresh") as sink:
         result = sink.write_all(source)
         again = sink.write_all(source)
-        assert source.checksum(None) == result.checksum
+        assert in_records(source).checksum(None) == result.checksum
     assert result == again  # a full refresh is idempotent
     assert result.rows == len(ROWS)
     assert result.method == route.method
     assert pg_rows(route.sink, route.sink_schema) == canon(ROWS)  # stale and sink-only rows gone
-    assert (
-        result.checksum
-        == _whole(route.src.dsn, route.src_schema)
-        == _whole(route.sink.dsn, route.sink_schema)
-    )
+    assert (result.checksum, result.checksum) == _whole(route)
 
 
 def test_full_refresh_failure_rolls_back_the_delete_too(route: Route) -> None:
@@ -644,11 +660,7 @@ def test_inner_mode_full_refresh_of_one_chunk_empties_the_rest_of_the_target(rou
         result = sink.write_chunk(source, window)
     assert pg_rows(route.sink, route.sink_schema) == expected(window)  # nothing outside survives
     assert result.rows == len(expected(window))
-    assert (
-        result.checksum
-        == route.source_checksum(window)
-        == _whole(route.sink.dsn, route.sink_schema)
-    )
+    assert result.checksum == route.source_checksum(window) == _whole(route)[1]
 
 
 def test_full_refresh_of_a_query_keeps_its_percent_signs(route: Route) -> None:
@@ -665,7 +677,7 @@ def test_full_refresh_of_a_query_keeps_its_percent_signs(route: Route) -> None:
         route.open_sink("full_refresh") as sink,
     ):
         result = sink.write_all(source)
-        assert result.checksum == source.checksum(None)
+        assert result.checksum == in_records(source).checksum(None)
     assert pg_rows(route.sink, route.sink_schema) == canon(subset)
 
 
@@ -675,7 +687,7 @@ def test_write_all_merges_or_appends_every_row(route: Route, mode: str) -> None:
     create_pg(route.sink, route.sink_schema, rows=keep)
     with route.source() as source, route.open_sink(mode) as sink:
         result = sink.write_all(source)
-        assert result.checksum == source.checksum(None)
+        assert result.checksum == in_records(source).checksum(None)
     assert result.rows == len(ROWS)
     assert pg_rows(route.sink, route.sink_schema) == canon([*ROWS, *keep])
 

@@ -160,6 +160,13 @@ def _sides(plan: ProcessPlan, open_source: OpenSource) -> tuple[Source, Source]:
     except BaseException:
         source.close()
         raise
+    try:
+        source.agree_checksum(target)  # the read-back gate's form (two Postgres sides: records)
+        target.agree_checksum(source)
+    except BaseException:
+        source.close()
+        target.close()
+        raise
     return source, target
 
 

@@ -328,6 +328,12 @@ class Source(Closeable):
         """The checksum of the chunk's rows (every row when ``window`` is None) as the source
         holds them."""
 
+    def agree_checksum(self, other: Source | None) -> None:
+        """Agree with ``other``, the side this one is compared with checksum by checksum (None:
+        a side of another kind, such as a sink's read-back), on the row hash both compute:
+        two Postgres sides may take a cheaper one (ADR 0023). Default: nothing changes, the
+        canonical-text form every dialect computes alike."""
+
     def expect(self, window: Expected) -> None:  # optional hint
         """The window this worker reads next (None: none; a function: named from the rows the
         current read copied, once it has ended): a source may read it ahead while the current
@@ -342,9 +348,11 @@ class Source(Closeable):
         columns: Sequence[str] | None = None,
     ) -> str:
         """The checksum of ``table``'s rows in ``window`` (every row without one) on ``dsn``,
-        read by this source type: for comparing a source with its target."""
+        read by this source type, in the portable canonical-text form: for comparing a source
+        with its target in any two dialects."""
         spec = SourceSpec("checksum", table=table, columns=tuple(columns) if columns else None)
         with cls(spec, dsn) as source:
+            source.agree_checksum(None)  # the portable form: canonical text, in every dialect
             return source.checksum(window)
 
     def sibling(self, columns: tuple[str, ...] | None = None) -> Source:
@@ -499,6 +507,7 @@ class Sink(Closeable):
                 only = None if hashed == columns else hashed
                 self._twin = (source, source.sibling(only).read_only())
             sibling = self._twin[1]
+            sibling.agree_checksum(None)  # canonical text unless a dialect's sink says else
         return level, sibling
 
     @contextmanager
@@ -855,18 +864,18 @@ def checksum_order(columns: Sequence[str]) -> list[int]:
     return sorted(range(len(columns)), key=lambda i: columns[i])
 
 
-def format_checksum(count: int, total: int) -> str:
-    return f"{CHECKSUM_SCHEME}:{count}:{total & _MASK64:016x}"
+def format_checksum(count: int, total: int, scheme: str = CHECKSUM_SCHEME) -> str:
+    return f"{scheme}:{count}:{total & _MASK64:016x}"
 
 
 def checksum_added(after: str, before: str) -> str:
     """The checksum of the rows ``after`` holds beyond those of ``before`` (rows read from the
     same range after and before an append): a checksum is a row count and a sum of row hashes,
     so the added rows' checksum is the difference of both."""
-    *_, count_after, total_after = after.split(":")
+    scheme, count_after, total_after = after.rsplit(":", 2)
     *_, count_before, total_before = before.split(":")
     count = int(count_after) - int(count_before)
-    return format_checksum(count, int(total_after, 16) - int(total_before, 16))
+    return format_checksum(count, int(total_after, 16) - int(total_before, 16), scheme)
 
 
 #: lookup3's mix(a, b, c): six steps ``a -= c; a ^= rot(c, k); c += b``, each followed by a turn of

@@ -67,6 +67,19 @@ def window_for(column: str, lower: base.Bound, upper: base.Bound) -> base.ChunkW
     return base.ChunkWindow(column, kind, lower, upper)
 
 
+def _scope(
+    column: str | None, lower: base.Bound | None, upper: base.Bound | None, what: str
+) -> base.Scope:
+    if column is None and lower is None and upper is None:
+        return None
+    if column is None or lower is None or upper is None:
+        raise DponeError(
+            errors.CONNECTOR_INVALID,
+            f"{what} needs column, lower and upper together (or none: every row)",
+        )
+    return window_for(column, lower, upper)
+
+
 def table_checksum(
     dsn: str,
     table: base.TableRef,
@@ -75,17 +88,35 @@ def table_checksum(
     upper: base.Bound | None = None,
     columns: Sequence[str] | None = None,
 ) -> str:
-    """The checksum of ``table``'s rows with ``lower <= column < upper``, as any connector writes it;
-    of every row when ``column``, ``lower`` and ``upper`` are all None (a full refresh's target).
+    """The checksum of ``table``'s rows with ``lower <= column < upper`` in the portable form
+    (canonical text, the same value in every dialect); of every row when ``column``, ``lower``
+    and ``upper`` are all None (a full refresh's target).
 
     ``columns`` limits the hashed columns (e.g. to leave out a target-only ``loaded_at``).
     """
-    window: base.Scope = None
-    if column is not None or lower is not None or upper is not None:
-        if column is None or lower is None or upper is None:
-            raise DponeError(
-                errors.CONNECTOR_INVALID,
-                "table_checksum needs column, lower and upper together (or none: every row)",
-            )
-        window = window_for(column, lower, upper)
+    window = _scope(column, lower, upper, "table_checksum")
     return _source_type(dsn_kind(dsn)).table_checksum(dsn, table, window, columns)
+
+
+def pair_checksums(
+    source: tuple[str, base.TableRef],
+    target: tuple[str, base.TableRef],
+    column: str | None = None,
+    lower: base.Bound | None = None,
+    upper: base.Bound | None = None,
+    columns: Sequence[str] | None = None,
+) -> tuple[str, str]:
+    """The checksums of the same rows on two sides, each a ``(dsn, table)``, in the form both
+    agree on: what the read-back gate and ``dpone verify`` compare, and what the ledger records
+    (the record form between two Postgres databases whose columns hash alike, ADR 0023; the
+    portable canonical text otherwise). Arguments as :func:`table_checksum`."""
+    window = _scope(column, lower, upper, "pair_checksums")
+    picked = tuple(columns) if columns else None
+    sides = [
+        open_source(base.SourceSpec("checksum", table=table, columns=picked), dsn)
+        for dsn, table in (source, target)
+    ]
+    with sides[0] as one, sides[1] as other:
+        one.agree_checksum(other)
+        other.agree_checksum(one)
+        return one.checksum(window), other.checksum(window)
