@@ -50,7 +50,7 @@ from dpone.connectors import (  # noqa: E402
     TableRef,
     open_sink,
     open_source,
-    table_checksum,
+    pair_checksums,
 )
 from psycopg import sql  # noqa: E402
 
@@ -169,9 +169,9 @@ def main() -> None:
     src_dsn = args.dsn or os.environ.get("DPONE_TEST_POSTGRES_DSN") or DEFAULT_DSN
     dst_dsn = database_dsn(src_dsn, BENCH_DB)
     prepare(src_dsn, dst_dsn, args.rows)
-    expected = table_checksum(
-        src_dsn, TableRef(SCHEMA, "orders"), WINDOW.column, WINDOW.lower, WINDOW.upper
-    )
+    # every run here is Postgres to Postgres: the sink checksums in the record form (ADR 0023)
+    source = (src_dsn, TableRef(SCHEMA, "orders"))
+    expected = pair_checksums(source, source, WINDOW.column, WINDOW.lower, WINDOW.upper)[0]
 
     methods: dict[str, tuple[str, Callable[[], object]]] = {
         "psql pipe, text (baseline)": (
