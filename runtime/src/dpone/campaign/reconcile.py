@@ -161,8 +161,7 @@ def _sides(plan: ProcessPlan, open_source: OpenSource) -> tuple[Source, Source]:
         source.close()
         raise
     try:
-        source.agree_checksum(target)  # the read-back gate's form (two Postgres sides: records)
-        target.agree_checksum(source)
+        Source.agree_both(source, target)  # the gate's form (two Postgres sides: records)
     except BaseException:
         source.close()
         target.close()

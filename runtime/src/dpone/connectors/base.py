@@ -334,6 +334,13 @@ class Source(Closeable):
         two Postgres sides may take a cheaper one (ADR 0023). Default: nothing changes, the
         canonical-text form every dialect computes alike."""
 
+    @staticmethod
+    def agree_both(one: Source, other: Source) -> None:
+        """``one`` and ``other``, compared checksum by checksum, each agree with the other
+        (either side's kind may be the one that knows a cheaper form)."""
+        one.agree_checksum(other)
+        other.agree_checksum(one)
+
     def expect(self, window: Expected) -> None:  # optional hint
         """The window this worker reads next (None: none; a function: named from the rows the
         current read copied, once it has ended): a source may read it ahead while the current

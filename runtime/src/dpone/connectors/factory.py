@@ -117,6 +117,5 @@ def pair_checksums(
         for dsn, table in (source, target)
     ]
     with sides[0] as one, sides[1] as other:
-        one.agree_checksum(other)
-        other.agree_checksum(one)
+        base.Source.agree_both(one, other)
         return one.checksum(window), other.checksum(window)
