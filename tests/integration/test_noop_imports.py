@@ -105,6 +105,7 @@ NEEDED = frozenset(
         "dpone.lifecycle.interrupt",
         "dpone.lifecycle.read_ahead",
         "dpone.lifecycle.session_limits",
+        "dpone.lifecycle.sessions",  # the run's scope of handed-over connections (no driver)
         "dpone.observability",
         "dpone.observability.exporting",
         "dpone.observability.progress",

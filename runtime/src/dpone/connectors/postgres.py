@@ -77,6 +77,7 @@ from dpone.lifecycle.session_limits import (
     mark_text_forms,
     session_limits,
 )
+from dpone.lifecycle.sessions import idle_sessions
 
 Connection = psycopg.Connection[Any]
 Cursor = psycopg.Cursor[Any]
@@ -203,6 +204,7 @@ class PgConnection:
         self._label = label
         self.current: Connection | None = None
         self.read_only = False
+        self._opened_with = ""  # the DSN the current connection was opened with
 
     def get(self) -> Connection:
         conn = self.current
@@ -210,6 +212,11 @@ class PgConnection:
             return conn
         self.discard()
         dsn = current_dsn(self._dsn)
+        self._opened_with = dsn
+        handed = self._handed_over(dsn)
+        if handed is not None:
+            self.current = handed
+            return handed
         try:
             given = conninfo_to_dict(dsn)
         except psycopg.Error as exc:
@@ -246,6 +253,45 @@ class PgConnection:
         mark_text_forms(conn)
         self.current = conn
         return conn
+
+    def _handed_over(self, dsn: str) -> Connection | None:
+        """An idle connection a closed connector left on this DSN (dpone.lifecycle.sessions),
+        switched to this one's read-only mode: on as a read-only open sets it, else back to
+        the session's own default (the DSN's or the role's, which a read-write open keeps).
+        That statement also proves the session alive; a dead one is closed and None returned
+        (the caller connects)."""
+        scope = idle_sessions()
+        conn: Connection | None = scope.take(dsn) if scope is not None else None
+        if conn is None:
+            return None
+        try:
+            if self.read_only:
+                conn.execute("SELECT set_config('default_transaction_read_only', 'on', false)")
+            else:
+                conn.execute("RESET default_transaction_read_only")
+        except psycopg.Error:
+            with contextlib.suppress(Exception):
+                conn.close()
+            return None
+        return conn
+
+    def release(self) -> None:
+        """Close the connection, or hand it to the next connector opened on the same DSN in
+        this run (dpone.lifecycle.sessions) when it is idle: autocommit, no transaction or
+        statement in flight, not broken. Error paths discard() instead."""
+        conn = self.current
+        scope = idle_sessions()
+        if (
+            scope is None
+            or conn is None
+            or conn.closed
+            or conn.broken
+            or conn.info.transaction_status != pq.TransactionStatus.IDLE
+        ):
+            self.discard()
+            return
+        self.current = None
+        scope.give(self._opened_with, conn, conn.close)
 
     def discard(self) -> None:
         conn, self.current = self.current, None
@@ -842,7 +888,7 @@ class PostgresSource(Source):
     def close(self) -> None:
         self._next = None
         self._settle()
-        self._conn.discard()
+        self._conn.release()
 
     def column_types(self) -> dict[str, ColumnType | None]:
         """The moved columns' types as ``format_type`` spells them: the type and modifier the
@@ -1011,7 +1057,7 @@ class PostgresSink(Sink):
 
     def close(self) -> None:
         self._close_read_back()
-        self._conn.discard()
+        self._conn.release()
 
     def can_write_group(self, source: Source) -> bool:
         """True when write_group can move contiguous windows from ``source`` set-based: inner

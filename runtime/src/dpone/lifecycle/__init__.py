@@ -1,4 +1,4 @@
 """What a run's process sets up around its database sessions and tears down at its end:
-SIGTERM/SIGINT handling, server-side session limits, the read-ahead budget and thread, and
-test-only crash points.
+SIGTERM/SIGINT handling, server-side session limits, the read-ahead budget and thread, the
+connections handed from one connector to the next, and test-only crash points.
 """

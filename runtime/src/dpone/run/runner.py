@@ -24,6 +24,7 @@ from dpone.errors import DponeError, ErrorRecord, error_json_line
 from dpone.lifecycle.interrupt import STOP, install_handlers
 from dpone.lifecycle.read_ahead import read_ahead_budget
 from dpone.lifecycle.session_limits import session_limits
+from dpone.lifecycle.sessions import shared_sessions
 from dpone.observability.exporting import (
     ExportWorker,
     RunLineage,
@@ -486,7 +487,8 @@ def run_plans(
         lineage.start()
         raised: DponeError | None = None
         try:
-            run(RunContext(pack, plan, selection, settings), outcome)
+            with shared_sessions():  # one connection per database and use, not per connector
+                run(RunContext(pack, plan, selection, settings), outcome)
         except DponeError as exc:
             if not STOP.requested:
                 outcome.error = exc.records[0]
