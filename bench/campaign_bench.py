@@ -58,10 +58,15 @@ checksum and completion; and the phases of the no-op item.
 
     .venv/bin/python bench/campaign_bench.py [--rows 1000000] [--repeat 1] [--noop-repeat 5]
         [--hours 8760] [--hourly-rows 115] [--dsn DSN] [--keep] [--json] [--no-wheel]
-        [--gate-only | --noop-only | --hourly-only] [--compare-src OLD_CHECKOUT/runtime/src]
+        [--gate-only | --noop-only | --hourly-only | --summary-only]
+        [--compare-src OLD_CHECKOUT/runtime/src]
 
 --hourly-only runs just the hourly pipe and the hourly w4 (and its --compare-src twin),
 interleaved, and prints their ratios: the quickest before/after of the hourly goal.
+
+--summary-only runs just the pipe and the summary (and its --compare-src twin), interleaved, and
+prints their ratios and each run's machine CPU seconds: the quickest before/after of the summary
+goal.
 
 --noop-only runs just the summary campaign once and then the no-op measurement (the item beside
 its floors, installed wheel included, and its phases), the quickest check of the no-op goal; the
@@ -757,6 +762,11 @@ def main() -> int:
         help="only the hourly pipe and the hourly w4 (and its --compare-src twin), interleaved",
     )
     parser.add_argument(
+        "--summary-only",
+        action="store_true",
+        help="only the pipe and the summary (and its --compare-src twin), interleaved",
+    )
+    parser.add_argument(
         "--noop-only",
         action="store_true",
         help="only the summary campaign once and the no-op item beside its floors",
@@ -942,10 +952,72 @@ def report_noop_only(
     return 0 if noop_goal["met"] else 1
 
 
+def generated_summary(catalog: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The summary workload's mapped task (command, each item's env) from `dpone generate`."""
+    folder = catalog.parent
+    generated = subprocess.run(
+        [str(DPONE), "generate", str(catalog), "--out", str(folder / "dags")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=folder,
+    )
+    if generated.returncode != 0:
+        raise SystemExit(f"dpone generate failed:\n{generated.stderr[-3000:]}")
+    command, envs = mapped_tasks(folder / "dags" / "dpone_bench_campaign_summary.py")
+    if len(envs) != ITEMS:
+        raise SystemExit(f"the generated DAG has {len(envs)} items, not {ITEMS}")
+    return command, envs
+
+
+def summary_only(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
+    """--summary-only: the pipe and the summary (and its twin from --compare-src),
+    interleaved; the medians, their ratios to the pipe and each run's machine CPU seconds."""
+    seed_source(src, args.rows)
+    prepare_target(dst)
+    expected = table_facts(src)
+    command, envs = generated_summary(write_project(folder, args.hours))
+    base = clean_env(src, dst)
+    busy: dict[str, list[float]] = {}
+
+    def measured(name: str, run: Callable[[], object]) -> Callable[[], object]:
+        def timed() -> None:
+            before = machine_busy_s()
+            run()
+            busy.setdefault(name, []).append(machine_busy_s() - before)
+
+        return timed
+
+    runs = {"pipe": measured("pipe", functools.partial(run_pipe, src, dst))}
+    if args.compare_src:
+        old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())}
+        runs["summary (compared)"] = measured(
+            "summary (compared)", functools.partial(run_summary, command, envs, old)
+        )
+    runs["summary"] = measured("summary", functools.partial(run_summary, command, envs, base))
+    times = interleaved(runs, args.repeat, dst, expected)
+    baseline = print_medians(
+        f"--summary-only: {args.rows:,} rows, {ITEMS} items x {POOL} processes, median of "
+        f"{args.repeat}",
+        times,
+        "pipe",
+    )
+    for name, values in busy.items():
+        print(f"{name:<24} machine CPU {statistics.median(values):.2f} s (median)")
+    if args.json:
+        report = {name: [round(v, 3) for v in values] for name, values in times.items()}
+        cpu = {name: [round(v, 3) for v in values] for name, values in busy.items()}
+        print(json.dumps({"rows": args.rows, "seconds": report, "cpu_s": cpu}, indent=2))
+    ratio = baseline / statistics.median(times["summary"])
+    return 0 if ratio >= GOALS["summary"] else 1
+
+
 def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     compile_bytecode(args.compare_src)
     if args.hourly_only:
         return hourly_only(args, src, dst, folder)
+    if args.summary_only:
+        return summary_only(args, src, dst, folder)
     seed_source(src, args.rows)
     if not (args.gate_only or args.noop_only):
         seed_hourly_source(src, args.hours, args.hourly_rows)
@@ -954,19 +1026,7 @@ def bench(args: argparse.Namespace, src: str, dst: str, folder: Path) -> int:
     if not (args.gate_only or args.noop_only):
         expected[HOURLY] = table_facts(src, "hourly")
     catalog = write_project(folder, args.hours)
-    dags = folder / "dags"
-    generated = subprocess.run(
-        [str(DPONE), "generate", str(catalog), "--out", str(dags)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=folder,
-    )
-    if generated.returncode != 0:
-        raise SystemExit(f"dpone generate failed:\n{generated.stderr[-3000:]}")
-    command, envs = mapped_tasks(dags / "dpone_bench_campaign_summary.py")
-    if len(envs) != ITEMS:
-        raise SystemExit(f"the generated DAG has {len(envs)} items, not {ITEMS}")
+    command, envs = generated_summary(catalog)
     base = clean_env(src, dst)
     old = {**base, "PYTHONPATH": str(Path(args.compare_src).resolve())} if args.compare_src else {}
     if args.noop_only:
