@@ -101,6 +101,7 @@ NEEDED = frozenset(
         "dpone.ledger.postgres",
         "dpone.ledger.sql",
         "dpone.lifecycle",
+        "dpone.lifecycle.collection",  # the collector held off while the run starts (gc only)
         "dpone.lifecycle.faults",
         "dpone.lifecycle.interrupt",
         "dpone.lifecycle.read_ahead",

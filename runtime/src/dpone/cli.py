@@ -18,6 +18,7 @@ from typing import NoReturn
 from dpone import __version__, errors
 from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError, ErrorRecord
+from dpone.lifecycle.collection import hold_while_starting
 from dpone.observability.reporting import (
     EXIT_BROKEN_PIPE,
     EXIT_OK,
@@ -249,6 +250,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     try:
         if command == "run":
+            if argv is None:  # the process's own run: no collection while it starts
+                hold_while_starting()
             return cmd_run(rest)
         if command == "ledger":
             return cmd_ledger(rest)

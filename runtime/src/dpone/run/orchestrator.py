@@ -36,6 +36,7 @@ from dpone.ledger.port import (
     Ledger,
     LedgerStore,
 )
+from dpone.lifecycle.collection import collect_from_here
 from dpone.lifecycle.faults import fault_point
 from dpone.lifecycle.interrupt import STOP
 from dpone.observability.exporting import RunObserver
@@ -1166,6 +1167,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
                 while thread.is_alive():  # a timed join keeps the main thread responsive
                     thread.join(0.5)
 
+        collect_from_here()  # start-up is over: its objects stay out of later collections
         move_queued()
         moving = {chunk.index for chunk in pending}
         skipped = [chunk for chunk in ctx.selection.chunks if chunk.index not in moving]
@@ -1244,6 +1246,7 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         require_tables(plan, source_spec, sink_spec, ctx.dsn, types_only=True)
         for warning in sink.preflight():
             settings.warn(warning)
+        collect_from_here()
         moving = time.monotonic()
         try:
             with STOP.cancellable(lambda: _interrupt(source, sink)):
