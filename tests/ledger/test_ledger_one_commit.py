@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from dpone import errors
+from dpone.errors import DponeError
 from dpone.ledger.port import ChunkResult, ChunkState, Lease, LeaseStatus
 from ledger_backends import Backend, PostgresBackend, make_shape
 
@@ -152,6 +155,67 @@ def test_a_crash_mid_chunk_releases_it_at_once_and_leaves_no_record(pg: Backend)
     assert got.status is LeaseStatus.ACQUIRED and got.lease is not None
     assert got.lease.attempt == 1  # the rolled-back attempt left nothing behind
     assert _history(pg, shape.run_key, chunk.index) == [("running", 1)]
+
+
+def _rollback_fails_after_it(monkeypatch: pytest.MonkeyPatch, store: Any) -> None:
+    """The store's transactions roll back for real, then fail as psycopg's wait does when the
+    server ends the session during the ROLLBACK ("connection socket closed", raised over the
+    block's exception): the race the crash test above loses now and then, made certain."""
+    conn = store._connection()
+    real = conn.transaction
+
+    @contextlib.contextmanager
+    def transaction() -> Iterator[None]:
+        try:
+            with real():
+                yield
+        except BaseException:
+            raise psycopg.OperationalError("connection socket closed") from None
+
+    monkeypatch.setattr(conn, "transaction", transaction)
+
+
+def test_an_exit_stays_an_exit_when_the_rollback_fails_after_it(
+    pg: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shape = make_shape(chunks=1)
+    alice, bob = pg.open(), pg.open(chunk_lock_timeout_s=0.3)
+    alice.initialize(shape, "alice", 5)
+    pg.create_sink()
+    chunk = shape.chunks[0]
+    _rollback_fails_after_it(monkeypatch, alice)
+
+    def dies(conn: Any, lease: Lease) -> ChunkResult:
+        pg.sink_write(conn, 9)
+        raise SystemExit(137)
+
+    with pytest.raises(SystemExit) as exited:
+        alice.lease_and_complete(shape, chunk, "alice", 300, dies)  # type: ignore[attr-defined]
+    assert exited.value.code == 137
+    assert pg.sink_rows() == []
+    got = bob.acquire_lease(shape, chunk, "bob", 30)
+    assert got.status is LeaseStatus.ACQUIRED and got.lease is not None
+    assert got.lease.attempt == 1
+
+
+def test_the_chunks_own_failure_is_reported_when_the_rollback_fails_after_it(
+    pg: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shape = make_shape(chunks=1)
+    alice = pg.open()
+    alice.initialize(shape, "alice", 5)
+    pg.create_sink()
+    chunk = shape.chunks[0]
+    _rollback_fails_after_it(monkeypatch, alice)
+
+    def refused(conn: Any, lease: Lease) -> ChunkResult:
+        pg.sink_write(conn, 9)
+        raise DponeError(errors.READ_BACK_MISMATCH, "chunk 1: the target differs")
+
+    with pytest.raises(DponeError) as failed:
+        alice.lease_and_complete(shape, chunk, "alice", 300, refused)  # type: ignore[attr-defined]
+    assert failed.value.code == errors.READ_BACK_MISMATCH  # not the rollback's lost connection
+    assert pg.sink_rows() == []
 
 
 def test_a_lost_connection_mid_chunk_is_recorded_as_a_failed_attempt(pg: Backend) -> None:

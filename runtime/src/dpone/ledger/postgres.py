@@ -995,8 +995,12 @@ class PostgresLedger(SqlLedger):
 
     @contextmanager
     def _transaction(self, op: str, mode: TxMode) -> Iterator[PostgresTx]:
+        """One transaction; the block's own exception is what leaves it, even when the
+        rollback then fails (a session the server ended: it rolled back itself), as the MSSQL
+        store's does: an exit in flight stays an exit, a refused write stays that refusal."""
         conn = self._connection()
         self.pending_chunk_lock = None
+        raised: BaseException | None = None  # by the block, before its rollback
         try:
             read = mode is TxMode.READ
             if conn.read_only is not (True if read else None):
@@ -1005,10 +1009,18 @@ class PostgresLedger(SqlLedger):
                 conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if read else None
                 conn.read_only = True if read else None
             with conn.transaction():
-                yield PostgresTx(self, conn, mode)
+                try:
+                    yield PostgresTx(self, conn, mode)
+                except BaseException as exc:
+                    raised = exc
+                    raise
         except WriteFailed:
             raise
         except psycopg.Error as exc:
+            if raised is not None and exc is not raised:  # the rollback failed after it
+                if not isinstance(raised, psycopg.Error):
+                    raise raised from None
+                exc = raised
             raise self._translate(exc, op) from exc
         finally:
             self.pending_chunk_lock = None
