@@ -145,5 +145,6 @@ def build_from_packs(display: str, packs: list[WorkloadPack]) -> Build:
         record = ErrorRecord(errors.INTERNAL, f"generated DAG did not format: {exc}")
         return Build(display, dags, pools, (), (record,))
     files.append(OutputFile(POOLS_FILE_NAME, pools_document(pools)))
-    files.append(OutputFile(OWNER_FILE_NAME, owner_document(display)))
+    # the owner file names the catalog as the headers spell it: that is what emit compares
+    files.append(OutputFile(OWNER_FILE_NAME, owner_document(comment_text(display))))
     return Build(display, dags, pools, tuple(files), (), tuple(packs))

@@ -265,3 +265,17 @@ def test_check_names_an_absolute_folder_as_it_is(
     assert _gen(check=True, out=out) == 1
     diff = capsys.readouterr().out
     assert f"--- /dev/null\n+++ {out}/alpha.py\n" in diff  # not b//...: no a/ b/ prefix
+
+
+@pytest.mark.parametrize("folder", ['say "hi"', "back\\slash", "new\nline"])
+def test_a_catalog_whose_path_needs_escaping_regenerates_its_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    project(tmp_path / folder, {"alpha": MAPPED})
+    catalog = f"{folder}/workloads.yaml"
+    assert _gen(catalog=catalog) == 0
+    owner = (tmp_path / "dags" / ".dpone-owner").read_text(encoding="utf-8")
+    assert len(owner.splitlines()) == 3  # the path stays on the owner line, escaped
+    assert _gen(catalog=catalog) == 0
+    assert _gen(catalog=catalog, check=True) == 0
