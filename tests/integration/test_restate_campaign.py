@@ -368,3 +368,31 @@ def test_restate_refuses_append_and_unknown_campaigns(project: Project) -> None:
         "ledger", "restate", *LEDGER, "--from", "2025-01-01", "--to", "2025-02-01", "--reason", "r"
     )
     assert outside.returncode == 2 and "no chunk" in outside.stderr
+
+
+def test_a_secret_typed_into_the_reason_is_printed_redacted(project: Project) -> None:
+    """The reason and --by are stored redacted; what restate prints is what was stored."""
+    s = project.schema
+    password = "Pw/" + uuid.uuid4().hex[:8] + "@x:y%"
+    encoded = password.replace("%", "%25").replace("/", "%2F").replace("@", "%40")
+    host = project.dsn.split("://", 1)[1].split("@", 1)[1]  # trust auth ignores the password
+    project.dsn = f"postgresql://postgres:{encoded}@{host}"
+    plan = project.write("internal")
+    assert plan.run_key is not None
+    assert project.dpone("run", *LEDGER, "--no-progress").returncode == 0
+    reason = f"see {project.dsn} and {encoded}"
+    for extra in (["--dry-run"], ["--dry-run", "--format", "json"], ["--format", "json"], []):
+        done = project.dpone(
+            "ledger", "restate", *LEDGER, "--chunks", "2", "--reason", reason, "--by", password,
+            *extra,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        for secret in (password, encoded, project.dsn):
+            assert secret not in done.stdout + done.stderr, extra
+        if "json" in extra:
+            report = json.loads(done.stdout)
+            assert report["reason"] == "see *** and ***" and report["requested_by"] == "***"
+        else:
+            assert "reason: see *** and *** (by ***)" in done.stdout
+    stored = project.query(f"SELECT reason, requested_by FROM {s}_audit.chunk_restatement")
+    assert stored and all(row == ("see *** and ***", "***") for row in stored)

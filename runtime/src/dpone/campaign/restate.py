@@ -19,6 +19,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.campaign.reconcile import format_chunk_ranges, parse_chunk_ranges
+from dpone.credentials.redaction import redact_document
 from dpone.errors import DponeError
 from dpone.ledger.amend import check_extension, config_changed
 from dpone.ledger.port import CampaignShape, ChunkState, Ledger, LedgerStore
@@ -198,26 +199,30 @@ def restate_command(
             restated = []  # only chunks an extension adds: none is stored, none committed
     finally:
         store.close()
-    doc = {
-        "schema": RESTATE_SCHEMA,
-        "dry_run": bool(args.dry_run),
-        "workload": pack.workload.name,
-        "process": plan.name,
-        "run_key": plan.run_key,
-        "selected": sorted(set(indexes)),
-        "restated": restated,
-        # a restatement that went through found no chunk leased (it refuses otherwise)
-        "leased_now": would["leased_now"] if args.dry_run else [],
-        "not_committed": (
-            [i for i in sorted(set(indexes)) if i not in restated]
-            if not args.dry_run
-            else would["not_committed"]
-        ),
-        "reason": args.reason,
-        "requested_by": who,
-        "inner_mode": plan.config.backfill.inner_mode,
-        "moving_again": note,
-    }
+    # the reason and --by are the user's text: a secret typed into them is printed as the ledger
+    # stores it (redacted), never as typed
+    doc = redact_document(
+        {
+            "schema": RESTATE_SCHEMA,
+            "dry_run": bool(args.dry_run),
+            "workload": pack.workload.name,
+            "process": plan.name,
+            "run_key": plan.run_key,
+            "selected": sorted(set(indexes)),
+            "restated": restated,
+            # a restatement that went through found no chunk leased (it refuses otherwise)
+            "leased_now": would["leased_now"] if args.dry_run else [],
+            "not_committed": (
+                [i for i in sorted(set(indexes)) if i not in restated]
+                if not args.dry_run
+                else would["not_committed"]
+            ),
+            "reason": args.reason,
+            "requested_by": who,
+            "inner_mode": plan.config.backfill.inner_mode,
+            "moving_again": note,
+        }
+    )
     if args.format == "json":
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
