@@ -109,6 +109,7 @@ def with_query(url: str, query: str) -> str:
         ("options=-c%20statement_timeout%3Dabc", "'statement_timeout'"),
         ("options=bogus", "use -c name=value"),
         ("sslmode=verify-full&sslrootcert=/nonexistent/dpone/ca.pem", "sslrootcert"),
+        ("connect_timeout=abc", "connect_timeout"),  # read by psycopg before libpq runs
     ],
 )
 @pytest.mark.parametrize("side", ["src", "dst", "led"])
@@ -127,13 +128,41 @@ def test_a_dsn_setting_that_can_never_connect_is_a_configuration_error(
     assert project["url"] not in stderr and value not in stderr  # never the DSN or the value
 
 
+@pytest.mark.parametrize("host", ["ip", "name"])
 @pytest.mark.parametrize("port", ["abc", "99999"])
-def test_a_bad_port_is_a_configuration_error(project: dict[str, Any], port: str) -> None:
+@pytest.mark.parametrize("side", ["src", "led"])
+def test_a_bad_port_is_a_configuration_error(
+    project: dict[str, Any], port: str, host: str, side: str
+) -> None:
+    """By an address or by a name (psycopg resolves a name with the port as a service first)."""
     url = project["url"].rsplit(":", 1)[0] + f":{port}/" + project["url"].rsplit("/", 1)[1]
-    code, stderr = dpone("run", project, src=url)
+    if host == "name":
+        url = url.replace("@127.0.0.1:", "@localhost:")
+    code, stderr = dpone("run", project, **{side: url})
     record = last_error(stderr)
     assert record["code"] == errors.CONFIG_INVALID and code == 3, stderr
     assert "port" in record["message"] and url not in stderr
+
+
+def test_a_raw_slash_in_the_password_is_a_configuration_error_not_an_outage(
+    project: dict[str, Any],
+) -> None:
+    """libpq reads ``u:p/s@w@host`` as host ``u``, port ``p``: it can never connect."""
+    password = "p/s@w:rd" + uuid.uuid4().hex[:6]
+    url = f"postgresql://postgres:{password}@" + project["url"].split("@", 1)[1]
+    code, stderr = dpone("run", project, src=url)
+    record = last_error(stderr)
+    assert record["code"] == errors.CONFIG_INVALID and code == 3, stderr
+    for piece in (password, password.split("/")[1], "p/s"):
+        assert piece not in stderr
+
+
+def test_an_unknown_host_stays_retryable_and_says_so(project: dict[str, Any]) -> None:
+    code, stderr = dpone("run", project, dst="postgresql://postgres@dpone-nohost.invalid:5432/x")
+    record = last_error(stderr)
+    assert record["code"] == errors.CONNECTION_FAILED and record["retryable"] is True, stderr
+    assert code == 4 and "(unknown host)" in record["message"], record["message"]
+    assert "dpone-nohost" not in stderr
 
 
 def test_a_missing_mysql_ssl_ca_is_a_configuration_error(project: dict[str, Any]) -> None:

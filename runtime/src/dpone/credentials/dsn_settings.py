@@ -20,10 +20,14 @@ from dpone.errors import DponeError
 
 # The patterns are texts, compiled by ``re`` on first use (only a refused connection needs them).
 #: libpq's own checks of a connection option (``connection is bad: ...``)
+#: and psycopg's, which resolves the host and reads ``connect_timeout`` before libpq runs (a port
+#: that is not a number fails that lookup as a service name the resolver does not know)
 _CLIENT_OPTION = (
     r'invalid integer value "[^"]*" for connection option "(?P<option>\w+)"'
     r"|invalid (?P<port>port number)"
     r"|invalid (?P<named>\w+) value:"
+    r"|bad value for (?P<psycopg>\w+):"
+    r"|failed to resolve host .*(?P<service>Servname not supported)"
 )
 #: the server's refusals of the startup packet's ``options`` (``FATAL:  ...``)
 _SERVER_OPTION = (
@@ -44,9 +48,9 @@ def postgres_setting_problem(message: str) -> str | None:
     the failure is anything else (an outage, credentials, a missing database)."""
     client = re.search(_CLIENT_OPTION, message)
     if client is not None:
-        if client.group("port"):
+        if client.group("port") or client.group("service"):
             return "port (not a valid port number)"
-        name = client.group("option") or client.group("named")
+        name = client.group("option") or client.group("named") or client.group("psycopg")
         return f"{name} (not a value libpq accepts)"
     server = re.search(_SERVER_OPTION, message)
     if server is None:
@@ -86,6 +90,7 @@ def postgres_connect_reason(message: str) -> str:
         ("timeout", "timed out"),
         ("does not exist", "database or role does not exist"),
         ("could not translate host", "unknown host"),
+        ("failed to resolve host", "unknown host"),
         ("too many", "too many connections"),
     ):
         if needle in text:
