@@ -406,8 +406,9 @@ CONFIG_INVALID = _register(
     "DPONE_CONFIG_INVALID",
     "A setting in the environment or on the command line has an invalid value.",
     "A malformed DPONE_* variable or option, or a connection's DSN (DPONE_CONN_<NAME>) with a "
-    "setting that can never connect: an unknown sslmode, a bad port, options the server refuses, "
-    "a certificate file that is not there.",
+    "setting that can never connect: an unknown sslmode, a port or a connect_timeout that is not "
+    "a number (by address or by host name; a raw / or @ in a password makes libpq read a port "
+    "from it), options the server refuses, a certificate file that is not there.",
     "Correct the setting named in the message (in a pod: the secret the DSN comes from); another "
     "attempt with the same value cannot succeed, so the task is not retried.",
 )
