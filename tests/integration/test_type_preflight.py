@@ -208,6 +208,11 @@ NARROWINGS = [
     ("sqlite->postgres", "TEXT", "varchar(5)", "abc", "up to 5 characters"),
     ("sqlite->sqlite", "TEXT", "INTEGER", "012", "converted"),
     ("mysql->sqlite", "DECIMAL(40,12)", "NUMERIC", "1.5", "15 significant digits"),
+    # a decimal's text keeps or drops its trailing zeros by the write path
+    ("postgres->mysql", "numeric(10,2)", "VARCHAR(12)", "1.50", "trailing"),
+    ("postgres->postgres", "numeric(10,2)", "text", "1.50", "trailing"),
+    ("postgres->sqlite", "numeric(10,2)", "TEXT", "1.50", "trailing"),
+    ("mysql->mysql", "DECIMAL(10,2)", "VARCHAR(12)", "1.50", "trailing"),
 ]
 
 

@@ -285,8 +285,12 @@ def test_mssql_system_type_names() -> None:
         (pg("integer"), pg("character varying(11)"), False),
         (pg("integer"), pg("character varying(10)"), True),
         (pg("integer"), pg("character(11)"), True),  # padded with spaces
-        (pg("numeric(10,2)"), my("varchar(12)"), False),
-        (pg("numeric(10,2)"), my("varchar(11)"), True),
+        (pg("numeric(10,0)"), my("varchar(11)"), False),
+        (pg("numeric(10,0)"), my("varchar(10)"), True),
+        (pg("numeric(10,2)"), my("varchar(12)"), True),  # trailing zeros: '1.50' or '1.5'
+        (pg("numeric(10,2)"), pg("text"), True),
+        (pg("numeric"), pg("text"), True),  # an unbounded numeric keeps each value's scale
+        (my("decimal(10,2)"), my("varchar(20)"), True),
         (pg("numeric"), my("varchar(100)"), True),
         (pg("jsonb"), my("longtext", charset="latin1"), True),
         (my("char(5)"), pg("character varying(5)"), False),  # MySQL reads CHAR trimmed

@@ -292,7 +292,14 @@ def _text_width(source: ColumnType) -> tuple[int | None, int]:
 
 def _as_text(source: ColumnType, target: ColumnType) -> str | None:
     """A value of an exact-as-text family into a text column: its text must fit, unpadded;
-    JSON and unknown types need Unicode (numbers and UUIDs are ASCII)."""
+    JSON and unknown types need Unicode (numbers and UUIDs are ASCII). A decimal with digits after
+    the point (or an unbounded one, which keeps each value's own scale) is refused: its text keeps or drops trailing zeros by the write path (1.50 arrives
+    as '1.50' or '1.5'), and the checksum compares decimals without them."""
+    if source.family == "decimal" and (source.scale or source.precision is None):
+        return (
+            "a decimal with digits after the point stored as text keeps or drops its trailing "
+            "zeros by the write path (2.10 as '2.10' or '2.1'): store it in a decimal column"
+        )
     longest, shortest = _text_width(source)
     if longest is None and target.charset is not None:
         return f"the target's character set {target.charset} cannot hold every character"
