@@ -224,3 +224,50 @@ def test_a_blank_or_bounded_generate_jobs_value_generates(
     project(here / "p", {"alpha": ""})
     monkeypatch.setenv("DPONE_GENERATE_JOBS", value)
     assert main_generate(["p/workloads.yaml", "--out", "dags"]) == 0
+
+
+def test_a_broken_workload_entry_hides_no_other_workloads_problems(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A schema problem inside one workload's entry (or an unknown top-level key) leaves every
+    other workload planned and checked: its policy's and its window's problems come out too."""
+    project(
+        here / "p",
+        {
+            "alpha": "mapping: {mode: summary, max_items: 300}",
+            "beta": "bogus: 1",
+            "gamma": "",
+        },
+    )
+    gamma = here / "p" / "gamma.yaml"
+    gamma.write_text(
+        gamma.read_text(encoding="utf-8").replace("end: 2024-01-11", "end: 2024-01-01")
+    )
+    catalog = here / "p" / "workloads.yaml"
+    catalog.write_text(catalog.read_text(encoding="utf-8") + "extra_top_level: 1\n")
+    assert dpone_main(["check", "p/workloads.yaml"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    codes = sorted(line.split(": ")[1] for line in lines[:-1])
+    assert codes == [
+        "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",  # alpha's max_items
+        "DPONE_BACKFILL_PLAN_INVALID",  # gamma's zero-length window
+        "DPONE_CATALOG_INVALID",  # beta's unknown field
+        "DPONE_CATALOG_INVALID",  # the unknown top-level key
+    ], lines
+    assert lines[-1] == "dpone check: 4 error(s) in p/workloads.yaml"
+    assert generate_command("p/workloads.yaml", "dags", check=False) == 2
+    assert not (here / "dags").exists()
+
+
+def test_a_problem_in_the_defaults_stops_before_planning(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What every workload shares is not guessed: only the catalog's and manifests' own
+    problems are reported until the defaults are clean (docs/cli.md says so)."""
+    project(here / "p", {"alpha": "mapping: {mode: summary, max_items: 300}"})
+    catalog = here / "p" / "workloads.yaml"
+    text = catalog.read_text(encoding="utf-8")
+    catalog.write_text(text.replace("    namespace: data\n", "    namespace: data\n    bogus: 1\n"))
+    assert dpone_main(["check", "p/workloads.yaml"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "defaults.airflow.bogus: unknown field" in lines[0], lines

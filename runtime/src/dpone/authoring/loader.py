@@ -43,6 +43,8 @@ from dpone.plan.mapping import MappingPolicy, normalize_policy
 from dpone.task.item import PROVIDER_OWNED_ENV
 
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
+#: the catalog's top-level keys every workload depends on (a violation there stops the planning)
+_SHARED_KEYS = frozenset({"schema", "defaults", "workloads"})
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"
 DEFAULT_UNITS = {"date": "day", "timestamp": "hour", "integer": "value"}
 # Where deploy/Containerfile copies the catalog folder (tests/unit/test_check_one_pass.py keeps them equal).
@@ -111,11 +113,18 @@ def _in_mapping_policy(path: tuple[str | int, ...]) -> bool:
 
 def _schema_errors(doc: YamlDocument, schema_name: str, code: str, out: ErrorCollector) -> bool:
     """Report schema violations (mapping policies are left to normalize_policy's own codes)."""
-    clean = True
+    return not _schema_violations(doc, schema_name, code, out)
+
+
+def _schema_violations(
+    doc: YamlDocument, schema_name: str, code: str, out: ErrorCollector
+) -> list[tuple[str | int, ...]]:
+    """Report schema violations as _schema_errors does; the path of each one reported."""
+    paths: list[tuple[str | int, ...]] = []
     for violation in validate(doc.data, load_schema(schema_name)):
         if _in_mapping_policy(violation.path):
             continue
-        clean = False
+        paths.append(tuple(violation.path))
         unknown = violation.message.startswith("unknown field")
         where = doc.locate(violation.path, key=unknown)
         shown = ".".join(str(p) for p in violation.path) or "document"
@@ -126,7 +135,23 @@ def _schema_errors(doc: YamlDocument, schema_name: str, code: str, out: ErrorCol
                 "airflow fields image, namespace, env, secrets, resources, retries, mapping)"
             )
         out.add(code, f"{shown}: {message}", where)
-    return clean
+    return paths
+
+
+def _broken_workloads(doc: YamlDocument, paths: list[tuple[str | int, ...]]) -> set[str] | None:
+    """The workloads whose own catalog entry breaks the schema, when every violation lies in
+    one (an unknown top-level key touches none); None when one lies in what every workload
+    shares (``defaults``, the ``workloads`` mapping itself): nothing can be planned then."""
+    broken: set[str] = set()
+    for path in paths:
+        if len(path) >= 2 and path[0] == "workloads" and isinstance(path[1], str):
+            broken.add(path[1])
+        elif not (len(path) == 1 and path[0] not in _SHARED_KEYS):
+            return None
+    workloads = doc.data.get("workloads") if isinstance(doc.data, dict) else None
+    if not isinstance(workloads, dict) or not set(workloads) - broken:
+        return None
+    return broken
 
 
 def _policy(
@@ -564,10 +589,17 @@ def load_catalog_partly(
     out.extend(problems)
     if doc is None:
         return None, out.records
-    if not _schema_errors(doc, CATALOG_SCHEMA, errors.CATALOG_INVALID, out):
-        _named_manifests(doc, display, catalog_path.parent, only, out)
-        return None, out.records
+    violations = _schema_violations(doc, CATALOG_SCHEMA, errors.CATALOG_INVALID, out)
     data = doc.data
+    if violations:
+        broken = _broken_workloads(doc, violations)
+        if broken is None:
+            _named_manifests(doc, display, catalog_path.parent, only, out)
+            return None, out.records
+        # the other workloads are still planned and checked: one pass reports everything
+        _named_manifests(doc, display, catalog_path.parent, only, out, broken)
+        workload_entries = {k: v for k, v in data["workloads"].items() if k not in broken}
+        data = {**data, "workloads": workload_entries}
     defaults_airflow = data.get("defaults", {}).get("airflow", {})
     default_policy = None
     if _stated(defaults_airflow.get("mapping")):
@@ -626,7 +658,7 @@ def load_catalog_partly(
         if policy is None or not manifest_clean:
             continue
         workloads.append(Workload(name, manifest, airflow, policy, source, location))
-    return Catalog(display, tuple(workloads), tuple(data["workloads"])), out.records
+    return Catalog(display, tuple(workloads), tuple(doc.data["workloads"])), out.records
 
 
 def _workload_manifest(
@@ -647,15 +679,21 @@ def _workload_manifest(
 
 
 def _named_manifests(
-    doc: YamlDocument, display: str, base: Path, only: str | None, out: ErrorCollector
+    doc: YamlDocument,
+    display: str,
+    base: Path,
+    only: str | None,
+    out: ErrorCollector,
+    names: set[str] | None = None,
 ) -> None:
     """Check every manifest a schema-invalid catalog still names readably (a workload entry
-    that is a mapping with a string ``manifest``), so one run reports both files' problems."""
+    that is a mapping with a string ``manifest``), so one run reports both files' problems;
+    only those of ``names`` when given."""
     workloads = doc.data.get("workloads") if isinstance(doc.data, dict) else None
     if not isinstance(workloads, dict):
         return
     for name, entry in workloads.items():
-        if only is not None and name != only:
+        if (only is not None and name != only) or (names is not None and name not in names):
             continue
         relative = entry.get("manifest") if isinstance(entry, dict) else None
         if isinstance(name, str) and isinstance(relative, str) and relative:
