@@ -121,8 +121,10 @@ def test_an_ascii_only_terminal_gets_ascii_cells(demo: tuple[Path, dict[str, str
     ("reason", "why"),
     [
         ("x" * 501, "at most 500"),
-        ("line\nbreak", "control character"),
-        ("bell\x07", "control character"),
+        ("line\nbreak", "U+000A, a control"),
+        ("bell\x07", "U+0007, a control"),
+        ("right\u202eto left", "U+202E, a control, format"),  # a bidi override reorders a line
+        ("para\u2029graph", "U+2029, a control, format or line-break"),
         (b"caf\xe9", "not valid UTF-8"),
         ("   ", "empty"),
     ],
@@ -143,6 +145,17 @@ def test_a_500_character_reason_is_accepted(demo: tuple[Path, dict[str, str]]) -
     _dpone(cwd, env, "run", "--catalog", "workloads.yaml", "--workload", "orders_history")
     result = _dpone(cwd, env, *CANCEL, "--reason", "é" * 500)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_reason_with_a_no_break_space_is_text(demo: tuple[Path, dict[str, str]]) -> None:
+    """French writes a no-break space before ':'; it is kept and shown as it is."""
+    cwd, env = demo
+    _dpone(cwd, env, "run", "--catalog", "workloads.yaml", "--workload", "orders_history")
+    reason = "source corrigée\u00a0: relancer\u202fvite"
+    result = _dpone(cwd, env, *CANCEL, "--reason", reason)
+    assert result.returncode == 0, result.stderr
+    status = _dpone(cwd, env, *STATUS)
+    assert f"[CANCELLED: {reason}]" in status.stdout, status.stdout
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import re
 import shlex
 import sys
 import tempfile
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from dpone.ledger.port import (
     LedgerStore,
     Restatement,
 )
+from dpone.observability.exporting import escape_controls
 from dpone.observability.reporting import use_colour
 from dpone.observability.result import write_text_atomic
 from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack
@@ -363,11 +365,10 @@ def _cancel_flag(doc: dict[str, Any]) -> str:
 
 
 def shown(text: str) -> str:
-    """``text`` as one printable line: a control character (a newline, ESC) is shown escaped, so
-    text kept in a ledger row cannot forge a status line or drive the terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    """``text`` as one printable line: a control or format character (a newline, ESC, a bidi
+    override) is shown escaped, so text kept in a ledger row cannot forge a status line or drive
+    the terminal; other spaces (a no-break space) are shown as they are."""
+    return escape_controls(text)
 
 
 def _printable(value: Any) -> Any:
@@ -676,6 +677,12 @@ def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:
 REASON_MAX = 500
 
 
+#: what a stored argument may not hold (a control, format, surrogate or line/paragraph break
+#: character: each could forge a line or reorder the text a status page shows); spaces such as
+#: U+00A0 are text
+_UNSAFE_IN_A_LINE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
 def cancel_reason(text: str) -> str:
     """--reason: printable UTF-8 text of at most REASON_MAX characters (it is stored in the ledger
     and shown by status pages); undecodable bytes and control characters are usage errors."""
@@ -697,8 +704,11 @@ def _stored_argument(text: str, what: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{what} has {len(text)} characters; at most {REASON_MAX} are kept"
         )
-    if any(not ch.isprintable() for ch in text):
-        raise argparse.ArgumentTypeError(f"{what} contains a control character")
+    unsafe = next((ch for ch in text if unicodedata.category(ch) in _UNSAFE_IN_A_LINE), None)
+    if unsafe is not None:
+        raise argparse.ArgumentTypeError(
+            f"{what} contains U+{ord(unsafe):04X}, a control, format or line-break character"
+        )
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{what} is empty")
     return text
