@@ -75,7 +75,7 @@ def test_one_workload_failing_does_not_stop_the_others_being_planned_and_checked
     )
     assert _check(catalog, capsys) == [
         ("DPONE_MANIFEST_INVALID", "bad.yaml", 15),  # clickhouse, at state.backend
-        ("DPONE_BACKFILL_PLAN_INVALID", "orders.yaml", 4),  # end before start, at the process
+        ("DPONE_BACKFILL_PLAN_INVALID", "orders.yaml", 12),  # end before start, at the chunk
         ("DPONE_CATALOG_INVALID", "workloads.yaml", 8),  # clean: no secret for wh
     ]
     assert main(["generate", str(catalog), "--out", str(tmp_path / "dags")]) == 2

@@ -564,9 +564,6 @@ def mapped_codes(
     return [(p.code, where(p)) for p in result.problems]
 
 
-PROCESS = ("orders.yaml", 4, 5)
-
-
 def test_mapped_project_compiles(tmp_path: Path) -> None:
     result = compile_project(tmp_path, catalog_with(MAPPED), {"orders.yaml": BACKFILL_MANIFEST})
     plan = result.only_plan()
@@ -584,29 +581,30 @@ def test_requires_chunked_backfill(tmp_path: Path) -> None:
             "      parallel_workers: 1\n": "",
         },
     )
-    assert codes == [(errors.MAPPING_REQUIRES_CHUNKED_BACKFILL, PROCESS)]
+    # at the strategy's value: the key the rule names
+    assert codes == [(errors.MAPPING_REQUIRES_CHUNKED_BACKFILL, ("orders.yaml", 10, 17))]
 
 
 def test_parallelism_multiplier(tmp_path: Path) -> None:
     codes = mapped_codes(tmp_path, **{"parallel_workers: 1": "parallel_workers: 4"})
-    assert codes == [(errors.MAPPING_PARALLELISM_MULTIPLIER, PROCESS)]
+    assert codes == [(errors.MAPPING_PARALLELISM_MULTIPLIER, ("orders.yaml", 14, 25))]
 
 
 @pytest.mark.parametrize(
-    "state",
+    ("state", "column"),
     [
-        "state: {backend: local_file, path: /tmp/ledger}",
-        "state: {backend: audit_schema, connection: wh, require_distributed_lock: false}",
-        "state: {backend: audit_schema, connection: wh}",
+        ("state: {backend: local_file, path: /tmp/ledger}", 22),  # the backend's value
+        ("state: {backend: audit_schema, connection: wh, require_distributed_lock: false}", 78),
+        ("state: {backend: audit_schema, connection: wh}", 12),  # the lock unstated: state
     ],
     ids=["local_file", "lock-false", "lock-absent"],
 )
-def test_state_unsupported(tmp_path: Path, state: str) -> None:
+def test_state_unsupported(tmp_path: Path, state: str, column: int) -> None:
     codes = mapped_codes(
         tmp_path,
         **{"state: {backend: audit_schema, connection: wh, require_distributed_lock: true}": state},
     )
-    assert codes == [(errors.MAPPING_STATE_UNSUPPORTED, PROCESS)]
+    assert codes == [(errors.MAPPING_STATE_UNSUPPORTED, ("orders.yaml", 15, column))]
 
 
 @pytest.mark.parametrize("policy", [MAPPED, "{mode: internal}"], ids=["summary", "internal"])
@@ -654,7 +652,7 @@ def test_append_unsafe_when_ledger_and_sink_differ(tmp_path: Path) -> None:
             "connection: wh, require_distributed_lock": "connection: ledger, require_distributed_lock",
         },
     )
-    assert codes == [(errors.MAPPED_APPEND_UNSAFE, PROCESS)]
+    assert codes == [(errors.MAPPED_APPEND_UNSAFE, ("orders.yaml", 15, 48))]  # state.connection
 
 
 def test_append_is_fine_when_ledger_and_sink_share_a_connection(tmp_path: Path) -> None:

@@ -43,6 +43,17 @@ from dpone.plan.mapping import MappingPolicy, normalize_policy
 from dpone.task.item import PROVIDER_OWNED_ENV
 
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
+#: the process keys rules checked after loading point at (ProcessConfig.at)
+LOCATED_PROCESS_KEYS = (
+    "backfill.chunk",
+    "backfill.chunk.end",
+    "backfill.inner_mode",
+    "backfill.parallel_workers",
+    "sink.strategy",
+    "state.backend",
+    "state.connection",
+    "state.require_distributed_lock",
+)
 #: the catalog's top-level keys every workload depends on (a violation there stops the planning)
 _SHARED_KEYS = frozenset({"schema", "defaults", "workloads"})
 MANIFEST_SCHEMA = "pipeline.v1.schema.json"
@@ -295,6 +306,9 @@ def _process(
         backfill=backfill,
         state=state,
         location=doc.locate(path),
+        key_locations=tuple(
+            (dotted, doc.locate((*path, *dotted.split(".")))) for dotted in LOCATED_PROCESS_KEYS
+        ),
     )
 
 

@@ -133,6 +133,13 @@ class ProcessConfig:
     backfill: BackfillConfig | None
     state: StateConfig
     location: Location  # the process node, for errors found after loading
+    #: Where the manifest states the keys a rule checked after loading names (dotted paths
+    #: under the process, such as ``backfill.parallel_workers``), for its error's location.
+    key_locations: tuple[tuple[str, Location], ...] = field(default=(), compare=False)
+
+    def at(self, dotted: str) -> Location:
+        """Where the manifest states ``dotted`` (or its closest stated parent), else the process."""
+        return dict(self.key_locations).get(dotted, self.location)
 
 
 @record

@@ -12,7 +12,7 @@ from typing import Any
 
 from dpone import errors
 from dpone.authoring.models import Catalog, ProcessConfig, Workload
-from dpone.errors import DponeError, ErrorCollector, ErrorRecord, Location
+from dpone.errors import DponeError, ErrorCollector, ErrorRecord
 from dpone.plan.canonical import fingerprint
 from dpone.plan.chunks import Bound, Chunk, ChunkPlanError, backfill_run_key, plan_chunks_hashed
 from dpone.plan.mapping import MappingPlan, MappingPlanError, MappingPolicy, plan_mapping
@@ -108,9 +108,8 @@ def config_hash_at(config: ProcessConfig, end: Bound) -> str:
     return config_hash(replace(config, backfill=moved))
 
 
-def _check_mapped(
-    config: ProcessConfig, policy: MappingPolicy, where: Location, out: ErrorCollector
-) -> bool:
+def _check_mapped(config: ProcessConfig, policy: MappingPolicy, out: ErrorCollector) -> bool:
+    """The rules a mapped process obeys, each located at the key it names."""
     ok = True
     name = config.name
     if config.sink.strategy != "backfill" or config.backfill is None:
@@ -118,7 +117,7 @@ def _check_mapped(
             errors.MAPPING_REQUIRES_CHUNKED_BACKFILL,
             f"process {name!r}: mode {policy.mode} needs sink.strategy.mode backfill with a "
             f"backfill.chunk (got strategy {config.sink.strategy!r})",
-            where,
+            config.at("sink.strategy") if config.sink.strategy != "backfill" else config.location,
         )
         return False
     if config.backfill.parallel_workers != 1:
@@ -126,7 +125,7 @@ def _check_mapped(
             errors.MAPPING_PARALLELISM_MULTIPLIER,
             f"process {name!r}: backfill.parallel_workers is {config.backfill.parallel_workers}; "
             f"mode {policy.mode} needs 1 (concurrency comes from max_active)",
-            where,
+            config.at("backfill.parallel_workers"),
         )
         ok = False
     state = config.state
@@ -136,7 +135,11 @@ def _check_mapped(
             f"process {name!r}: mode {policy.mode} needs state.backend audit_schema with "
             f"require_distributed_lock: true (got backend {state.backend!r}, "
             f"require_distributed_lock {str(state.require_distributed_lock).lower()})",
-            where,
+            config.at(
+                "state.backend"
+                if state.backend != "audit_schema"
+                else "state.require_distributed_lock"
+            ),
         )
         ok = False
     if config.backfill.inner_mode == "append" and state.connection != config.sink.connection:
@@ -145,7 +148,7 @@ def _check_mapped(
             f"process {name!r}: mapped append needs the ledger in the sink's own connection "
             f"(state.connection {state.connection!r} != sink.connection "
             f"{config.sink.connection!r}); use replace or merge",
-            where,
+            config.at("state.connection"),
         )
         ok = False
     return ok
@@ -157,7 +160,7 @@ def compile_process(
     policy = workload.mapping
     mapped_ok = True
     if policy.mapped:
-        mapped_ok = _check_mapped(config, policy, config.location, out)
+        mapped_ok = _check_mapped(config, policy, out)
     chunks: tuple[Chunk, ...] = ()
     run_key: str | None = None
     hash_: str | None = None
@@ -169,7 +172,9 @@ def compile_process(
             chunks, hash_ = plan_chunks_hashed(bf.chunk, run_key)
         except ChunkPlanError as exc:
             out.add(
-                errors.BACKFILL_PLAN_INVALID, f"process {config.name!r}: {exc}", config.location
+                errors.BACKFILL_PLAN_INVALID,
+                f"process {config.name!r}: {exc}",
+                config.at("backfill.chunk"),
             )
             return None
         if bf.inner_mode == "full_refresh" and len(chunks) > 1:
@@ -177,7 +182,7 @@ def compile_process(
                 errors.BACKFILL_FULL_REFRESH_MULTI_CHUNK,
                 f"process {config.name!r}: inner_mode full_refresh over {len(chunks)} chunks "
                 f"would erase earlier chunks; use replace or merge",
-                config.location,
+                config.at("backfill.inner_mode"),
             )
             return None
     mapping_plan = None
