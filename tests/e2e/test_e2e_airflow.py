@@ -250,6 +250,26 @@ def test_summary_backfill_with_failed_middle_item_and_targeted_retry(
     report["noop_result_backfill"] = result["backfill"]
     report["noop_xcom_persisted"] = f"{e2ekit.TASK}[3]" in noop["xcom"]
     report["noop_rerun_command"] = noop["rerun_command"]
+
+    # 5. `airflow tasks test` on a date with no run: Airflow passes try_number 0 (no try yet).
+    fresh = e2ekit.harness(
+        python,
+        env,
+        "taskstest",
+        "--home",
+        str(home),
+        "--dag-id",
+        e2ekit.SUMMARY_DAG,
+        "--task-id",
+        e2ekit.TASK,
+        "--run-id",
+        "2031-01-01",
+        "--map-index",
+        "3",
+    )
+    assert fresh["returncode"] == 0, fresh["output_tail"]
+    assert errors.AIRFLOW_CONTEXT_INVALID not in fresh["output_tail"], fresh["output_tail"]
+    assert e2ekit.transitions(e2e_db, run_key) == after, "the no-op moved a chunk"
     REPORT[version] = report
     write_report()
 

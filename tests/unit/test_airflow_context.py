@@ -105,9 +105,9 @@ SECRET = "postgresql://u:hunter2@db/x"
         (json.dumps(_context(run_id="a\nb")), "run_id must be at most 250 printable"),
         (json.dumps(_context(run_id="r" * 251)), "run_id must be at most 250 printable"),
         (json.dumps(_context(task_id=7)), "task_id must be a non-empty string"),
-        (json.dumps(_context(try_number=0)), "try_number must be an integer from 1"),
-        (json.dumps(_context(try_number=True)), "try_number must be an integer from 1"),
-        (json.dumps(_context(try_number=1.0)), "try_number must be an integer from 1"),
+        (json.dumps(_context(try_number=-1)), "try_number must be an integer from 0"),
+        (json.dumps(_context(try_number=True)), "try_number must be an integer from 0"),
+        (json.dumps(_context(try_number=1.0)), "try_number must be an integer from 0"),
         (json.dumps(_context(map_index=-2)), "map_index must be an integer from -1"),
         (json.dumps(_context(logical_date=SECRET)), "logical_date must be an ISO 8601"),
         (json.dumps(_context(data_interval_end=5)), "data_interval_end must be an ISO 8601"),
@@ -306,3 +306,11 @@ def test_item_refuses_an_inherited_context(demo: tuple[Path, dict[str, str]]) ->
     done = _dpone(folder, env, "run", "--item", "0", *RUN[1:])
     assert done.returncode == 2, done.stderr  # --item computes the env: a set context is refused
     assert "DPONE_AIRFLOW_CONTEXT" in done.stderr
+
+
+def test_try_zero_is_a_task_instance_with_no_try_yet() -> None:
+    """`airflow tasks test` on a fresh date runs the task instance with try_number 0 on every
+    supported Airflow: it is recorded as it is, not refused."""
+    context = parse_airflow_context(json.dumps(_context(try_number=0)))
+    owner = new_owner(owner_prefix(context))
+    assert describe_attribution(attribution(owner)) == f"by run {RUN_ID}, try 0, map index -1"

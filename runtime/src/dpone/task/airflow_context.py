@@ -174,7 +174,8 @@ def parse_airflow_context(raw: str) -> AirflowContext:
         dag_id=_identifier(doc, "dag_id"),
         task_id=_identifier(doc, "task_id"),
         run_id=_identifier(doc, "run_id"),
-        try_number=_integer(doc, "try_number", 1),
+        # 0: a task instance with no try yet (``airflow tasks test`` on a fresh date)
+        try_number=_integer(doc, "try_number", 0),
         map_index=_integer(doc, "map_index", -1),
         logical_date=_date(doc, "logical_date"),
         data_interval_start=_date(doc, "data_interval_start"),
