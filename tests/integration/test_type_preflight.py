@@ -274,6 +274,11 @@ WIDENINGS = [
     ("postgres->sqlite", "bigint", "BIGINT", "7"),
     ("postgres->sqlite", "varchar(5)", "VARCHAR(5)", "abc"),
     ("sqlite->sqlite", "INTEGER", "INTEGER", "7"),
+    # a real into a double holds the value its text shows (0.1, not 0.10000000149011612)
+    ("postgres->postgres", "real", "double precision", "0.1"),
+    ("postgres->mysql", "real", "DOUBLE", "0.1"),
+    ("mysql->postgres", "FLOAT", "double precision", "0.1"),
+    ("mysql->mysql", "FLOAT", "DOUBLE", "0.1"),
 ]
 
 
@@ -293,9 +298,15 @@ def test_equal_and_wider_types_run(
     target_type: str,
     value: str,
 ) -> None:
-    _, target = _prepare(sides, tmp_path, monkeypatch, direction, (source_type, target_type), value)
+    source, target = _prepare(
+        sides, tmp_path, monkeypatch, direction, (source_type, target_type), value
+    )
     assert _run(tmp_path) == 0, capsys.readouterr().err
     assert _target_ids(target) == [1, 2, 3, 99]
+    if "real" in source_type or "FLOAT" in source_type:  # as each driver reads them, no dpone
+        read = [r[0] for r in source.run(f"SELECT v FROM {source.qualified('src')} ORDER BY id")]
+        held = target.run(f"SELECT v FROM {target.qualified('dst')} WHERE id < 99 ORDER BY id")
+        assert [float(r[0]) for r in held] == [float(v) for v in read] == [0.1] * 3
 
 
 # (direction, source type, target type, a value the narrower column keeps)

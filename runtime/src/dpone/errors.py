@@ -200,6 +200,18 @@ CHUNK_LEASE_LOST = _register(
     "Nothing to repair: the newer attempt owns the chunk. Raise lease_seconds if pods stall often.",
     retryable=True,
 )
+APPEND_ALREADY_WRITTEN = _register(
+    "DPONE_APPEND_ALREADY_WRITTEN",
+    "An append chunk's rows are already in the sink from an earlier attempt whose completion the "
+    "ledger never recorded; appending them again would duplicate them, so the chunk failed.",
+    "The ledger lives apart from the sink (the fenced placement) and the process ended between "
+    "the sink's commit and the ledger's (a killed pod, a lost ledger connection). The sink's "
+    "fence row shows that the earlier attempt committed, after its own read-back gate.",
+    "Nothing was written twice. Look at the target's rows in the chunk's range: to move the "
+    "chunk again, delete them and the chunk's row in dpone_chunk_fence, then run again. To avoid "
+    "it, keep the ledger in the sink's database (one transaction per chunk) or use replace or "
+    "merge, whose retries rewrite the chunk.",
+)
 CHUNK_BUSY = _register(
     "DPONE_BACKFILL_CHUNK_BUSY",
     "A chunk of this item holds an active, unexpired lease of another attempt.",

@@ -233,6 +233,20 @@ class ChunkFence:
                 f"fence of chunk {self.chunk_index} attempt {self.attempt}: both must be >= 1",
             )
 
+    def refuse_repeated_append(self, shown: str, inner_mode: str, claimed_before: bool) -> None:
+        """Refuse an append when an earlier attempt of this chunk committed its rows in the sink
+        (its fence row was there before this claim) but the ledger never recorded the
+        completion: replace and merge rewrite the chunk, an append would add its rows twice."""
+        if not claimed_before or inner_mode != "append":
+            return
+        raise DponeError(
+            errors.APPEND_ALREADY_WRITTEN,
+            f"{shown}: chunk {self.chunk_index} attempt {self.attempt}: an earlier attempt "
+            "already appended this chunk's rows and committed (the sink's fence row shows it); "
+            "the ledger never recorded that completion, so appending again would duplicate "
+            "the rows; this attempt wrote nothing",
+        )
+
     def superseded(self, shown: str, stored_attempt: int) -> DponeError:
         """The refusal when the sink already saw a newer attempt of this chunk."""
         return DponeError(

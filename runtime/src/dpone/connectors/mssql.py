@@ -324,7 +324,7 @@ class MssqlSink(sql_base.SqlSink[Any]):
                 return
         conn.commit()
 
-    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> bool:
         """Lock the chunk's fence row (UPDLOCK, HOLDLOCK: held to commit), then raise it to this
         attempt; a stored newer attempt rolls the transaction back."""
         cur = handle
@@ -351,7 +351,7 @@ class MssqlSink(sql_base.SqlSink[Any]):
                 *key,
                 fence.attempt,
             )
-            return
+            return False
         stored = int(found[0][0])
         self._refuse_superseded(fence, stored)
         if stored < fence.attempt:
@@ -361,6 +361,7 @@ class MssqlSink(sql_base.SqlSink[Any]):
                 fence.attempt,
                 *key,
             )
+        return True
 
     # paths --------------------------------------------------------------------------------------
     def _write(

@@ -755,9 +755,10 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
             what = f"{self.spec.display()}: creating {base.FENCE_TABLE}"
             raise self.db.translate(exc, errors.SINK_FAILED, what) from None
 
-    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> bool:
         """Upsert the fence row (attempt only grows) = the chunk's row lock until commit; then
-        refuse when a newer attempt already claimed the chunk."""
+        refuse when a newer attempt already claimed the chunk. True when the row was there
+        already: the upsert reports 1 affected row for an insert only (no CLIENT_FOUND_ROWS)."""
         cur = handle
         key = (fence.campaign, fence.chunk_index)
         try:
@@ -768,6 +769,7 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
                 "`claimed_at`), `attempt` = GREATEST(`attempt`, VALUES(`attempt`))",
                 (*key, fence.attempt),
             )
+            claimed_before = int(cur.rowcount) != 1
             cur.execute(
                 f"SELECT `attempt` FROM {self._fence_table} "
                 "WHERE `campaign` = %s AND `chunk_index` = %s FOR UPDATE",
@@ -781,6 +783,7 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
                 ) from None
             raise
         self._refuse_superseded(fence, int(found[0]) if found else fence.attempt)
+        return claimed_before
 
     # preflight ----------------------------------------------------------------------------------
     def preflight(self, window_column: str | None = None) -> list[str]:
@@ -820,8 +823,10 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
     ) -> base.ChunkWrite:
         cur = handle
         cols = _columns_sql(columns)
-        if isinstance(source, MysqlSource) and (
-            source.same_dsn(self._dsn) or source.same_server(self.db.dsn)
+        if (
+            isinstance(source, MysqlSource)
+            and (source.same_dsn(self._dsn) or source.same_server(self.db.dsn))
+            and not self._widens_singles(cur, source, columns)
         ):
             select = source.select_sql(window, columns, qualified=not source.same_dsn(self._dsn))
 
@@ -927,10 +932,20 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
     def _read_list(self, handle: Any, columns: Sequence[str], prefix: str = "") -> str:
         """FLOAT columns read back as DOUBLE (see MysqlDialect.read_columns_sql); the target's
         are described once (its stage has the same types)."""
+        return MysqlDialect.read_columns_sql(columns, self._target_floats(handle), prefix)
+
+    def _target_floats(self, handle: Any) -> frozenset[str]:
         if self._floats is None:
             handle.execute(f"SELECT * FROM {self._table} LIMIT 0")
             self._floats = float_columns(handle.description)
-        return MysqlDialect.read_columns_sql(columns, self._floats, prefix)
+        return self._floats
+
+    def _widens_singles(self, handle: Any, source: MysqlSource, columns: Sequence[str]) -> bool:
+        """A source FLOAT written into a wider column: INSERT .. SELECT would store the single's
+        exact value (0.10000000149011612 for 0.1), which no client reads as the source's and the
+        read-back gate refuses; streamed, it moves as its shortest decimal, as from any source."""
+        singles = set(source._floats()) & set(columns)
+        return bool(singles - self._target_floats(handle))
 
     def _query(self, handle: Any, query: str, params: Any) -> Any:
         handle.execute(query, params)

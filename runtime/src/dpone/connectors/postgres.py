@@ -16,7 +16,7 @@ import datetime as dt
 import selectors
 import uuid
 import weakref
-from collections.abc import Callable, Collection, Generator, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Hashable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from operator import itemgetter
 from typing import Any, Self
@@ -159,6 +159,14 @@ def _is_connection_loss(exc: BaseException, conn: Connection | None) -> bool:
     if state and (state.startswith("08") or state in _CONNECTION_LOSS_STATES):
         return True
     return isinstance(exc, psycopg.OperationalError) and not state
+
+
+def widened_reals(source: Mapping[str, int], target: Mapping[str, int]) -> frozenset[str]:
+    """The ``real`` columns written into ``double precision`` ones: moved through their text,
+    as every streaming path moves them, so the double holds the value the real shows (0.1); an
+    exact cast stores 0.10000000149011612, which no client reads as the source's value and the
+    read-back gate refuses."""
+    return frozenset(c for c, oid in target.items() if oid == _FLOAT8 and source.get(c) == _FLOAT4)
 
 
 def describe_error(exc: psycopg.Error) -> str:
@@ -732,14 +740,20 @@ class PostgresSource(Source):
         window: ChunkWindow | None,
         columns: Sequence[str],
         as_text: frozenset[str] = frozenset(),
+        widened: frozenset[str] = frozenset(),
     ) -> sql.Composed:
         """SELECT of the chunk (every row without a window), to run with ``_params(window)``;
-        columns in ``as_text`` are cast to text (for non-Postgres sinks)."""
+        columns in ``as_text`` are cast to text (for non-Postgres sinks), ``real`` columns in
+        ``widened`` to ``double precision`` through their text (``widened_reals``)."""
         items = [
             (
                 sql.SQL("{}::text AS {}").format(ident(c, "column"), ident(c, "column"))
                 if c in as_text
-                else ident(c, "column")
+                else (
+                    sql.SQL("{}::text::float8 AS {}").format(ident(c, "column"), ident(c, "column"))
+                    if c in widened
+                    else ident(c, "column")
+                )
             )
             for c in columns
         ]
@@ -1000,7 +1014,10 @@ class PostgresSink(Sink):
                 self._record = self._record_form(conn, source, columns)
                 with self._read_back(source, window) as gate:
                     if fence is not None:
-                        self._claim_fence(conn, fence)
+                        claimed_before = self._claim_fence(conn, fence)
+                        fence.refuse_repeated_append(
+                            self.spec.display(), self.spec.inner_mode, claimed_before
+                        )
                     result = gate.check(self._write(conn, source, window, columns))
                 if fence is not None:
                     fault_point("sink_written")
@@ -1203,8 +1220,10 @@ class PostgresSink(Sink):
             ) from None
         self._fence_ready = True
 
-    def _claim_fence(self, conn: Connection, fence: ChunkFence) -> None:
-        """Raise the chunk's fence row to this attempt under its row lock (held to commit)."""
+    def _claim_fence(self, conn: Connection, fence: ChunkFence) -> bool:
+        """Raise the chunk's fence row to this attempt under its row lock (held to commit); True
+        when the row was there already (the upsert updated it: its xmax is set), i.e. an earlier
+        attempt's writes committed."""
         limits = session_limits()
         with conn.cursor() as cur:
             try:
@@ -1218,7 +1237,7 @@ class PostgresSink(Sink):
                         "ON CONFLICT (campaign, chunk_index) DO UPDATE SET "
                         "attempt = GREATEST(f.attempt, EXCLUDED.attempt), claimed_at = CASE "
                         "WHEN EXCLUDED.attempt > f.attempt THEN clock_timestamp() "
-                        "ELSE f.claimed_at END RETURNING attempt"
+                        "ELSE f.claimed_at END RETURNING attempt, f.xmax::text <> '0'"
                     ).format(self._fence_table()),
                     (fence.campaign, fence.chunk_index, fence.attempt, limits.fence_lock_ms),
                 )
@@ -1233,6 +1252,7 @@ class PostgresSink(Sink):
         stored = int(row[0]) if row else fence.attempt
         if stored > fence.attempt:
             raise fence.superseded(self.spec.display(), stored)
+        return bool(row and row[1])
 
     # paths --------------------------------------------------------------------------------------
     def _write(
@@ -1245,7 +1265,8 @@ class PostgresSink(Sink):
         with conn.cursor() as cur:
             types = self._target_types(cur, columns)
             if isinstance(source, PostgresSource) and source.same_dsn(self._dsn):
-                select = source.select_sql(window, columns)
+                widened = widened_reals(dict(source.describe()), types)
+                select = source.select_sql(window, columns, widened=widened)
 
                 def fill_select(rel: sql.Composable, upsert: bool) -> int:
                     insert = sql.SQL("INSERT INTO {} ({}) {}").format(

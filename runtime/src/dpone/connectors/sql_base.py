@@ -350,9 +350,10 @@ class SqlSink(base.Sink, Generic[C]):
         """Create the fence table when missing (once per sink), outside the chunk's transaction."""
 
     @abstractmethod
-    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> None:
+    def _claim_fence(self, handle: Any, fence: base.ChunkFence) -> bool:
         """Claim the chunk's fence row inside the transaction (held to commit); raise
-        ``fence.superseded`` when a newer attempt holds it, :func:`busy_fence` past the wait."""
+        ``fence.superseded`` when a newer attempt holds it, :func:`busy_fence` past the wait.
+        True when the row was there already: an earlier attempt's writes committed."""
 
     @abstractmethod
     def _write(
@@ -509,7 +510,10 @@ class SqlSink(base.Sink, Generic[C]):
             handle = self._begin(conn)
             try:
                 if fence is not None:
-                    self._claim_fence(handle, fence)
+                    claimed_before = self._claim_fence(handle, fence)
+                    fence.refuse_repeated_append(
+                        self.spec.display(), self.spec.inner_mode, claimed_before
+                    )
                 result = gate.check(self._write(handle, source, window, columns))
                 if fence is not None:
                     fault_point("sink_written")

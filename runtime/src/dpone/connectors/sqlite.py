@@ -321,9 +321,17 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
             raise self._preflight_failed(exc) from None
         return base.index_warnings(shown, self.spec, window_column, columns, indexes)
 
-    def _claim_fence(self, conn: sqlite3.Connection, fence: base.ChunkFence) -> None:
+    def _claim_fence(self, conn: sqlite3.Connection, fence: base.ChunkFence) -> bool:
+        """Raise the fence row inside the write transaction (BEGIN IMMEDIATE: no other writer);
+        True when the row was there already."""
         table = self._fence_table
         key = (fence.campaign, fence.chunk_index)
+        claimed_before = (
+            conn.execute(
+                f"SELECT 1 FROM {table} WHERE campaign = ? AND chunk_index = ?", key
+            ).fetchone()
+            is not None
+        )
         conn.execute(
             f"INSERT INTO {table} (campaign, chunk_index, attempt, claimed_at) "
             "VALUES (?, ?, ?, datetime('now')) ON CONFLICT (campaign, chunk_index) DO UPDATE SET "
@@ -335,6 +343,7 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
             f"SELECT attempt FROM {table} WHERE campaign = ? AND chunk_index = ?", key
         ).fetchone()
         self._refuse_superseded(fence, int(row[0]) if row else fence.attempt)
+        return claimed_before
 
     # paths --------------------------------------------------------------------------------------
     def _write(

@@ -74,6 +74,7 @@ def exit_code_for(code: str) -> int:
         errors.SOURCE_FAILED,
         errors.CHUNK_FAILED,
         errors.READ_BACK_MISMATCH,  # a chunk failed after its rows moved (and rolled back)
+        errors.APPEND_ALREADY_WRITTEN,  # a chunk failed: its rows are there from an earlier try
         errors.RESULT_WRITE_FAILED,  # chunks committed, the result could not be written
         errors.VERIFY_MISMATCH,
     ):
