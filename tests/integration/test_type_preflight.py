@@ -482,3 +482,39 @@ def test_a_query_source_is_described_too(
     else:
         assert code == 0, err
         assert _target_ids(target) == [1, 2, 3, 99]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("direction", ["postgres->sqlite", "postgres->mysql"])
+def test_an_integer_chunk_column_stored_as_text_is_refused(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+) -> None:
+    """Text orders '19' before '2': chunk [19, 20) of the target would hold row '2', and a
+    replace of it would delete that committed row while every chunk's read-back still matched.
+    Refused before any lease, even with sink.accept_narrowing naming the column."""
+    source, target = (sides[k] for k in direction.split("->"))
+    monkeypatch.setenv("DPONE_CONN_SRC", source.dsn)
+    monkeypatch.setenv("DPONE_CONN_DST", target.dsn)
+    source.run(
+        f"CREATE TABLE {source.qualified('src')} (id integer PRIMARY KEY, v integer)",
+        f"INSERT INTO {source.qualified('src')} VALUES (2, 2), (19, 19)",
+    )
+    target.run(f"CREATE TABLE {target.qualified('dst')} (id varchar(20), v integer)")
+    (tmp_path / "moves.yaml").write_text(
+        MANIFEST.format(
+            source=source.table("src"),
+            target=target.table("dst"),
+            accept="\n      accept_narrowing: [id]",
+            audit=sides["audit"].namespace,
+        ).replace("start: 1, end: 4", "start: 1, end: 30")
+    )
+    assert _run(tmp_path) == 3
+    last = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert last["code"] == "DPONE_PREFLIGHT_FAILED" and last["line"] == TABLE_LINE, last
+    assert "integer chunk column 'id'" in last["message"], last
+    assert _transitions(sides) == 0, "a chunk was leased"
+    assert target.run(f"SELECT count(*) FROM {target.qualified('dst')}")[0][0] == 0

@@ -162,6 +162,24 @@ def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str
             f"nothing was moved: {_WAY_OUT}",
             sink.table_location or cfg.location,
         )
+    chunk = cfg.backfill.chunk if cfg.backfill is not None else None
+    if chunk is not None and chunk.type == "integer":
+        target_type = by_name.get(_key(chunk.column, target_dsn))
+        if target_type is not None and target_type.family not in _NUMBERS:
+            # not acceptable by accept_narrowing: no value changes, the ranges do
+            raise DponeError(
+                errors.PREFLIGHT_FAILED,
+                f"process {plan.name!r}: the integer chunk column {chunk.column!r} is "
+                f"{target_type.declared} in the target, which orders its values as "
+                f"{target_type.family} ('19' < '2'), so a chunk's range there holds other "
+                "chunks' rows (replace would delete them, the read-back would miss them); "
+                "store it in an integer column; nothing was moved",
+                sink.table_location or cfg.location,
+            )
+
+
+#: the target families that order an integer chunk column's values as numbers
+_NUMBERS = frozenset({"integer", "decimal", "float"})
 
 
 def _key(name: str, dsn: str) -> str:
