@@ -320,3 +320,34 @@ def test_an_accepted_narrowing_still_cannot_move_a_row_out_of_its_chunk(
     # every moved column accepted: the gate compares the row count only
     if dst == "mysql":
         assert _write(source, target, DAY1, accept=("id", "ts", "note")).rows == 2
+
+
+@pytest.mark.parametrize("after", ["update", "delete"])
+@pytest.mark.parametrize("src", ["postgres", "mysql"])
+def test_append_reads_back_what_the_target_holds_after_its_after_triggers(
+    sides: Callable[[str, str, bool], tuple[Side, Side]], src: str, after: str
+) -> None:
+    """An AFTER INSERT trigger that rewrites or removes the row it follows: RETURNING shows the
+    row before it runs, so the read-back reads the inserted row versions once it has."""
+    source, target = sides(src, "postgres", False)
+    schema = target.table.schema
+    act = (
+        f"UPDATE {target.qualified} SET note = note || '!' WHERE id = NEW.id"
+        if after == "update"
+        else f"DELETE FROM {target.qualified} WHERE id = NEW.id"
+    )
+    target.run(
+        f'CREATE FUNCTION "{schema}".later() RETURNS trigger LANGUAGE plpgsql AS '
+        f"$$ BEGIN {act}; RETURN NULL; END $$"
+    )
+    target.run(
+        f"CREATE TRIGGER later AFTER INSERT ON {target.qualified} "
+        f'FOR EACH ROW EXECUTE FUNCTION "{schema}".later()'
+    )
+    with pytest.raises(DponeError) as caught:
+        _write(source, target, DAY1, mode="append")
+    assert caught.value.code == errors.READ_BACK_MISMATCH, caught.value.message
+    assert target.count() == 0  # rolled back
+    target.run(f"DROP TRIGGER later ON {target.qualified}")
+    written = _write(source, target, DAY1, mode="append")
+    assert written.source_checksum == written.checksum and target.count() == 2

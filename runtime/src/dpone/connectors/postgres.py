@@ -1365,12 +1365,19 @@ class PostgresSink(Sink):
             self._table, _columns_sql(columns), _columns_sql(columns), stage
         )
         if self.options.checksum and mode == "append":
-            added = sql.SQL("WITH dpone_added AS ({} RETURNING {})").format(
-                insert, _columns_sql(hashed)
-            )
-            checksum = relation_checksum(
-                cur, sql.Identifier("dpone_added"), typed, with_query=added, record=self._record
-            )
+            # The added rows as the target holds them once the statement's AFTER triggers ran,
+            # read by their row versions in a statement of their own: RETURNING shows a row
+            # before AFTER triggers, and a row such a trigger changed or deleted is not found
+            # here (the gate then counts it missing). The table's oid pins a version to its
+            # partition.
+            cur.execute(sql.SQL("{} RETURNING ctid::text, tableoid::text").format(insert))
+            versions = cur.fetchall()
+            added = sql.SQL(
+                "(SELECT {} FROM {} WHERE ctid = ANY(%s::tid[]) "
+                "AND tableoid::text || ':' || ctid::text = ANY(%s::text[])) AS dpone_added"
+            ).format(_columns_sql(hashed), self._table)
+            params = [[v[0] for v in versions], [f"{v[1]}:{v[0]}" for v in versions]]
+            checksum = relation_checksum(cur, added, typed, params, record=self._record)
             rows = checksum_rows(checksum)
             cur.execute(sql.SQL("DROP TABLE {}").format(stage))
             return ChunkWrite(rows, checksum, method)
