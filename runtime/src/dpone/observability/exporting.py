@@ -34,8 +34,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import unquote
 
-from dpone.credentials.redaction import redact_text
+from dpone.credentials.redaction import redact_text, register_secret, secret_env_name
 from dpone.lifecycle.interrupt import STOP
 
 if TYPE_CHECKING:
@@ -59,6 +60,25 @@ _MESSAGE_LIMIT = 200
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 #: thread id -> the library messages collected on that thread (see collected_library_records)
 _COLLECTING: dict[int, list[str]] = {}
+
+
+# --- the exporters' own secrets -------------------------------------------------------------------
+def register_exporter_secrets(environ: Mapping[str, str]) -> None:
+    """Redact the exporters' credentials from everything dpone writes: an API key or token
+    variable of OpenLineage or OpenTelemetry (as given and without the white space around it,
+    which a library quotes back when it refuses the value) and every OTLP header's value."""
+    for name, value in environ.items():
+        if not name.startswith(("OPENLINEAGE", "OTEL_")) or not value.strip():
+            continue
+        if name.endswith("HEADERS"):
+            for pair in value.split(","):
+                header = pair.partition("=")[2]
+                for form in (header, header.strip(), unquote(header).strip()):
+                    if form:
+                        register_secret(form)
+        elif secret_env_name(name, value):
+            register_secret(value)
+            register_secret(value.strip())
 
 
 # --- the switches and the silent defaults ---------------------------------------------------------

@@ -23,7 +23,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +39,7 @@ from dpone.observability.exporting import (
     build_client,
     lineage_requested,
     one_line_warnings,
+    register_exporter_secrets,
 )
 from dpone.records import record
 from dpone.task.item import ENV_CONTEXT
@@ -299,6 +300,35 @@ def transport_setting(environ: Mapping[str, str]) -> str:
     return "OPENLINEAGE_URL"
 
 
+def _transports(transport: Any) -> Iterator[Any]:
+    """``transport`` and, for a composite, every transport it sends through."""
+    yield transport
+    if getattr(transport, "kind", None) == "composite":
+        for inner in transport.transports:
+            yield from _transports(inner)
+
+
+def _own_output(path: str) -> bool:
+    """Whether a file transport's path is this process's stdout, stderr or terminal."""
+    local = path.removeprefix("file://")
+    if not local or "://" in local:
+        return False
+    try:
+        target = os.stat(local)
+    except OSError:
+        return False
+    if os.path.realpath(local) == "/dev/tty":
+        return True
+    for fd in (1, 2):
+        try:
+            own = os.fstat(fd)
+        except OSError:
+            continue
+        if (own.st_dev, own.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
+
+
 def open_run_lineage(
     run: LineageRun,
     environ: Mapping[str, str] | None = None,
@@ -310,6 +340,7 @@ def open_run_lineage(
     env = os.environ if environ is None else environ
     if not lineage_requested(env):
         return RunLineage()
+    register_exporter_secrets(env)
     warn = one_line_warnings(warn)
     try:
         import openlineage.client  # noqa: F401
@@ -346,6 +377,19 @@ def open_run_lineage(
             "events; this run emits no lineage"
         )
         return RunLineage()
+    if emitter.writes_own_output:
+        warn(
+            "the OpenLineage file transport's log_file_path is this process's stdout, stderr or "
+            "terminal, which dpone keeps for its own lines (its last line is the run's); write "
+            "the events to a file; this run emits no lineage"
+        )
+        return RunLineage()
+    if emitter.environment_facet:
+        warn(
+            "the OpenLineage environment_variables facet (OPENLINEAGE__FACETS__"
+            "ENVIRONMENT_VARIABLES, or facets.environment_variables in the config file) would "
+            "send environment values, which hold DSNs and keys: lineage is sent without it"
+        )
     if records:
         worker.problem(
             "OpenLineage",
@@ -391,8 +435,19 @@ class OpenLineageRun(RunLineage):
         self._run_id = str(generate_new_uuid())
         transport = self._client.transport
         asked = (self._client.config.transport or {}).get("type")
-        self.console_asked = transport.kind == "console" and asked == "console"
+        nested = list(_transports(transport))[1:]  # a composite's (at any depth)
+        self.console_asked = (transport.kind == "console" and asked == "console") or any(
+            t.kind == "console" for t in nested
+        )
         self.prints_to_console = transport.kind == "console" and asked != "console"
+        self.writes_own_output = any(
+            t.kind == "file" and _own_output(str(getattr(t.config, "log_file_path", "")))
+            for t in _transports(transport)
+        )
+        facets = getattr(self._client.config, "facets", None)
+        self.environment_facet = bool(getattr(facets, "environment_variables", None))
+        if self.environment_facet:
+            facets.environment_variables = []  # never sent: environment values hold secrets
 
     def _event(self, state: str, run_facets: dict[str, Any], rows: int | None = None) -> Any:
         from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent

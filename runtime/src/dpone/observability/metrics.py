@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +27,7 @@ from dpone.observability.exporting import (
     build_client,
     metrics_requested,
     one_line_warnings,
+    register_exporter_secrets,
 )
 from dpone.observability.result import ChunkTiming
 from dpone.records import record
@@ -100,6 +102,8 @@ _HISTOGRAMS = ("explicit_bucket_histogram", "base2_exponential_bucket_histogram"
 #: OpenTelemetry variables whose value is a timeout greater than 0
 _TIMEOUTS = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
 _COMPRESSIONS = ("gzip", "deflate", "none")
+#: an HTTP header name (RFC 9110 token); the SDK drops a pair whose name is not one, quoting it
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def settings_problem(environ: Mapping[str, str]) -> str | None:
@@ -108,9 +112,12 @@ def settings_problem(environ: Mapping[str, str]) -> str | None:
     Checked before the SDK is built: the SDK raises on some (a negative interval) and only logs
     others at the first export; here each is one warning and the run goes on without metrics."""
     for name in ENDPOINT_VARIABLES:
-        endpoint = environ.get(name, "").strip()
+        given = environ.get(name, "")
+        endpoint = given.strip()
         if not endpoint:
             continue
+        if endpoint != given:  # the SDK takes the value as it is
+            return f"{name} has white space around the URL"
         try:
             parts = urlsplit(endpoint)
             parts.port  # noqa: B018 - raises ValueError on a bad port
@@ -136,8 +143,13 @@ def settings_problem(environ: Mapping[str, str]) -> str | None:
         value = environ.get(name)
         if value is not None and value.strip():
             pairs = [pair for pair in value.split(",") if pair.strip()]
-            if any("=" not in pair or not pair.partition("=")[0].strip() for pair in pairs):
-                return f"{name} must be key=value pairs separated by commas"
+            if any(not _HEADER_NAME.fullmatch(pair.partition("=")[0].strip()) for pair in pairs):
+                return f"{name} must be name=value pairs separated by commas (HTTP header names)"
+    attributes = environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    if attributes is not None and attributes.strip():
+        pairs = [pair for pair in attributes.split(",") if pair.strip()]
+        if any("=" not in pair or not pair.partition("=")[0].strip() for pair in pairs):
+            return "OTEL_RESOURCE_ATTRIBUTES must be key=value pairs separated by commas"
     for name in ("OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE"):
         value = environ.get(name)
         if value and not os.path.isfile(value):
@@ -202,6 +214,7 @@ def open_run_observer(
     env = os.environ if environ is None else environ
     if not metrics_requested(env):
         return RunObserver()
+    register_exporter_secrets(env)
     warn = one_line_warnings(warn)
     protocol = env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
