@@ -161,6 +161,34 @@ def test_postgres_source_problems_refuse_before_any_lease(
 
 
 @pytest.mark.postgres
+def test_a_refused_first_run_leaves_no_campaign_so_the_fix_starts_it(
+    pg_project: tuple[Path, str], pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The column list is part of the campaign's configuration: had the refused run recorded
+    the campaign, the corrected list would meet DPONE_LEDGER_SHAPE_MISMATCH."""
+    root, schema = pg_project
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {schema}.orders (order_id bigint PRIMARY KEY, order_date date, "
+            "amount int)"
+        )
+    run = ["run", "--catalog", str(root / "workloads.yaml"), "--workload", "orders"]
+    listed = "{{connection: wh, table: {{schema: {s}, name: raw_orders}}, columns: [{c}]}}"
+    _write(root, schema, source=listed.replace("{c}", "order_id, order_date, amont"))
+    assert main([*run, "--no-progress"]) == 3
+    assert '"amont"' in str(_refusal(capsys, root)["message"])
+    with psycopg.connect(pg_dsn) as conn:
+        found = conn.execute(f"SELECT to_regclass('{schema}_audit.campaign')").fetchone()
+        if found is not None and found[0] is not None:
+            assert conn.execute(f"SELECT count(*) FROM {schema}_audit.campaign").fetchone() == (
+                0,
+            ), "the refused run recorded its campaign"
+    _write(root, schema, source=listed.replace("{c}", "order_id, order_date, amount"))
+    assert main([*run, "--no-progress"]) == 0, capsys.readouterr().err
+    assert _ledger_counts(pg_dsn, schema)["committed"] == 30
+
+
+@pytest.mark.postgres
 def test_an_unreachable_database_stays_transient(
     pg_project: tuple[Path, str],
     capsys: pytest.CaptureFixture[str],

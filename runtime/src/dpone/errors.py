@@ -397,7 +397,9 @@ PREFLIGHT_FAILED = _register(
     "Create or correct the table, or fix the process's source, sink or chunk column at the "
     "reported manifest location, then run again. For a narrowing: widen the target column, or "
     "list the column in `sink.accept_narrowing` when the target's form of the values is what "
-    "you want.",
+    "you want. An internal run refused before its campaign existed leaves none behind, so the "
+    "corrected configuration starts it; a mapped item's campaign is recorded when the item "
+    "starts, so a fix that changes the source, sink or chunk needs a new `backfill_id`.",
 )
 VERIFY_MISMATCH = _register(
     "DPONE_VERIFY_MISMATCH",

@@ -994,6 +994,21 @@ def _chunk_committed(
     return True
 
 
+def _preflight(ctx: RunContext, mover: ChunkMover, outcome: RunOutcome) -> None:
+    """The tables and columns a run needs, before any lease (DPONE_PREFLIGHT_FAILED)."""
+    # imported here: a run with nothing to do (a cleared task, a retry) needs no connector code
+    # (about 9 ms of a no-op's start-up)
+    from dpone.run.preflight import require_tables
+
+    try:
+        require_tables(ctx.plan, *connector_specs(ctx.plan), ctx.dsn)
+        for warning in mover.preflight():
+            ctx.settings.warn(warning)
+    except DponeError:
+        _refused_before_any_lease(outcome)
+        raise
+
+
 def _refused_before_any_lease(outcome: RunOutcome) -> None:
     """A run refused before data moved reports every count 0 (dpone.run-result.v1), not the
     chunks it had selected with none of them accounted for."""
@@ -1055,10 +1070,19 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
             f"state store {store.name!r} lacks distributed lock / chunk lease / compare-and-set "
             f"completion; mapped execution refuses it",
         )
+    movers: list[ChunkMover] = [ChunkMover(ctx, store)]
     try:
+        # An internal run whose campaign does not exist yet checks the tables first: a refusal
+        # then leaves no campaign behind, so the corrected configuration (another column list,
+        # another query) starts it instead of meeting a shape mismatch. Otherwise only a run
+        # with chunks to move checks them (below): a mapped item's no-op needs no connector.
+        checked = False
+        if not mapped and plan.run_key is not None and store.load(plan.run_key) is None:
+            _preflight(ctx, movers[0], outcome)
+            checked = True
         ledger = _open_campaign(ctx, store, owner)
     except BaseException:
-        store.close()
+        movers[0].close()  # its source and sink (a preflight opened them) and the store
         raise
     outcome.chunks_selected = len(ctx.selection.chunks)
     tally = _Tally(outcome, settings.progress, settings.observer)
@@ -1070,20 +1094,9 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         if ledger.state_of(chunk.index) == "committed":
             tally.record(ChunkTiming(chunk.index, "skipped_resume"))
     workers = 1 if mapped else max(1, min(bf.parallel_workers, len(pending) or 1))
-    movers: list[ChunkMover] = [ChunkMover(ctx, store)]
     try:
-        if pending:
-            # imported here: a run with nothing to do (a cleared task, a retry) needs no
-            # connector code (about 9 ms of a no-op's start-up)
-            from dpone.run.preflight import require_tables
-
-            try:
-                require_tables(plan, *connector_specs(plan), ctx.dsn)  # refuse before any lease
-                for warning in movers[0].preflight():
-                    settings.warn(warning)
-            except DponeError:
-                _refused_before_any_lease(outcome)
-                raise
+        if pending and not checked:
+            _preflight(ctx, movers[0], outcome)
         for _ in range(workers - 1):
             movers.append(ChunkMover(ctx, ctx.open_store()))
         work: queue.Queue[Chunk] = queue.Queue()
