@@ -223,6 +223,9 @@ def test_mysql_catalog_rows() -> None:
     assert my("text").length == 65_535 // 4 and my("longtext").length is None
     assert mysql_column_type("text", "text", 65535, None, None, None, "latin1").length == 65_535
     assert my("varchar(5)", charset="utf8mb3").charset == "utf8mb3"
+    for unicode in ("utf16", "utf16le", "utf32"):  # every character, like utf8mb4
+        assert narrowing(my("varchar(5)"), my("varchar(5)", charset=unicode)) is None
+    assert narrowing(my("varchar(5)"), my("varchar(5)", charset="ucs2")) is not None
 
 
 def test_a_mysql_float_with_decimals_is_a_decimal() -> None:

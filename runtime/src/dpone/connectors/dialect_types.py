@@ -56,6 +56,8 @@ _MY_INTEGERS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integ
 _MY_INTEGERS["bigint"] = 64
 #: Bytes a character can take in a character set (the rest: 1).
 _MY_CHAR_BYTES = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf32": 4}
+#: the MySQL character sets that hold every Unicode character (ucs2 and utf8mb3 do not: the BMP)
+_MY_UNICODE = frozenset({None, "utf8mb4", "utf16", "utf16le", "utf32", "binary"})
 _MY_TEXT_BYTES = {"tinytext": 255, "text": 65_535, "mediumtext": 16_777_215}
 _MY_BLOB_BYTES = {"tinyblob": 255, "blob": 65_535, "mediumblob": 16_777_215}
 #: Spatial types: the driver reads their internal form (SRID + WKB) as bytes.
@@ -82,7 +84,7 @@ def mysql_column_type(
     kind = data_type.lower()
     declared = column_type
     unsigned = "unsigned" in column_type.lower()
-    narrow_set = None if charset in (None, "utf8mb4", "binary") else charset
+    narrow_set = None if charset in _MY_UNICODE else charset
     if kind in _MY_INTEGERS:
         return ColumnType(declared, "integer", bits=_MY_INTEGERS[kind], unsigned=unsigned)
     if kind in ("decimal", "numeric"):
