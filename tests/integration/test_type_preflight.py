@@ -274,6 +274,8 @@ WIDENINGS = [
     ("postgres->sqlite", "bigint", "BIGINT", "7"),
     ("postgres->sqlite", "varchar(5)", "VARCHAR(5)", "abc"),
     ("sqlite->sqlite", "INTEGER", "INTEGER", "7"),
+    ("postgres->mysql", "varchar(5)", "VARCHAR(5) CHARACTER SET utf16", "a\U0001f600"),
+    ("mysql->mysql", "VARCHAR(5)", "VARCHAR(5) CHARACTER SET utf32", "a\U0001f600"),
     # a real into a double holds the value its text shows (0.1, not 0.10000000149011612)
     ("postgres->postgres", "real", "double precision", "0.1"),
     ("postgres->mysql", "real", "DOUBLE", "0.1"),
@@ -307,6 +309,9 @@ def test_equal_and_wider_types_run(
         read = [r[0] for r in source.run(f"SELECT v FROM {source.qualified('src')} ORDER BY id")]
         held = target.run(f"SELECT v FROM {target.qualified('dst')} WHERE id < 99 ORDER BY id")
         assert [float(r[0]) for r in held] == [float(v) for v in read] == [0.1] * 3
+    if "CHARACTER SET" in target_type:  # every character kept, as the drivers read them
+        held = target.run(f"SELECT v FROM {target.qualified('dst')} WHERE id < 99 ORDER BY id")
+        assert [r[0] for r in held] == [value] * 3
 
 
 # (direction, source type, target type, a value the narrower column keeps)

@@ -164,3 +164,36 @@ def test_another_threads_exception_still_reaches_the_previous_hook(
     thread.start()
     thread.join()
     assert seen == ["KeyError"]
+
+
+@pytest.mark.parametrize("exporters", ["console", "prometheus", "console,prometheus"])
+def test_an_exporter_dpone_does_not_run_is_one_warning(exporters: str) -> None:
+    """Metrics asked for (an endpoint) through an exporter other than OTLP: none is sent, and the
+    warning says so instead of turning metrics off without a word."""
+    warned: list[str] = []
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+        "OTEL_METRICS_EXPORTER": exporters,
+    }
+    observer = open_run_observer(LABELS, env, warned.append)
+    assert type(observer).__name__ == "RunObserver"
+    assert len(warned) == 1 and warned[0].startswith(f"OTEL_METRICS_EXPORTER={exporters!r}")
+    for quiet in ("none", "otlp,console"):
+        warned.clear()
+        open_run_observer(LABELS, {**env, "OTEL_METRICS_EXPORTER": quiet}, warned.append)
+        assert not any("OTEL_METRICS_EXPORTER" in w for w in warned), warned
+
+
+def test_the_protocol_warning_names_the_variable_that_set_it() -> None:
+    with receiver() as (url, _):
+        warned: list[str] = []
+        worker = ExportWorker(1.0, warned.append)
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        }
+        observer = open_run_observer(LABELS, env, warned.append, worker)
+        worker.drain()
+        observer._provider.shutdown(timeout_millis=1000)  # type: ignore[attr-defined]
+    assert warned[0].startswith("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='grpc'"), warned

@@ -200,6 +200,19 @@ def fallback_problems(environ: Mapping[str, str]) -> list[str]:
     return problems
 
 
+def _unserved_exporters(environ: Mapping[str, str]) -> str:
+    """OTEL_METRICS_EXPORTER when it names exporters dpone does not run (console, prometheus)
+    beside an OTLP endpoint, without otlp: metrics were asked for and none will be sent."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return ""
+    asked = [e.strip() for e in environ.get("OTEL_METRICS_EXPORTER", "").split(",") if e.strip()]
+    if not asked or "otlp" in asked or asked == ["none"]:
+        return ""
+    if not any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES):
+        return ""
+    return ",".join(asked)[:60]
+
+
 def open_run_observer(
     labels: RunLabels,
     environ: Mapping[str, str] | None = None,
@@ -213,14 +226,21 @@ def open_run_observer(
     """
     env = os.environ if environ is None else environ
     if not metrics_requested(env):
+        unserved = _unserved_exporters(env)
+        if unserved:
+            one_line_warnings(warn)(
+                f"OTEL_METRICS_EXPORTER={unserved!r}: dpone exports metrics over OTLP only "
+                "(otlp); this run exports no metrics"
+            )
         return RunObserver()
     register_exporter_secrets(env)
     warn = one_line_warnings(warn)
-    protocol = env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
-    )
-    if protocol.strip() != "http/protobuf":
-        warn(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: dpone exports metrics over http/protobuf")
+    for name in ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = env.get(name)
+        if protocol:  # the metrics one wins, as in the SDK
+            if protocol.strip() != "http/protobuf":
+                warn(f"{name}={protocol.strip()[:40]!r}: dpone exports metrics over http/protobuf")
+            break
     problem = settings_problem(env)
     if problem is not None:
         warn(f"{problem}; this run exports no metrics")
