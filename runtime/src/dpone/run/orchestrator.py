@@ -1077,7 +1077,7 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         # another query) starts it instead of meeting a shape mismatch. Otherwise only a run
         # with chunks to move checks them (below): a mapped item's no-op needs no connector.
         checked = False
-        if not mapped and plan.run_key is not None and store.load(plan.run_key) is None:
+        if not mapped and plan.run_key not in store.list_campaigns():
             _preflight(ctx, movers[0], outcome)
             checked = True
         ledger = _open_campaign(ctx, store, owner)
