@@ -446,7 +446,7 @@ class OpenLineageRun(RunLineage):
         )
         facets = getattr(self._client.config, "facets", None)
         self.environment_facet = bool(getattr(facets, "environment_variables", None))
-        if self.environment_facet:
+        if facets is not None and self.environment_facet:
             facets.environment_variables = []  # never sent: environment values hold secrets
 
     def _event(self, state: str, run_facets: dict[str, Any], rows: int | None = None) -> Any:
