@@ -92,6 +92,7 @@ NEEDED = frozenset(
         "dpone.credentials.credential_parts",
         "dpone.credentials.dsn_parts",
         "dpone.credentials.dsn_settings",
+        "dpone.credentials.postgres_errors",  # what a ledger error may say (no driver import)
         "dpone.credentials.redaction",
         "dpone.errors",
         "dpone.ledger",

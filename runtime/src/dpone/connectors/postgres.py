@@ -68,6 +68,7 @@ from dpone.credentials.dsn_settings import (
     postgres_parse_problem,
     postgres_setting_problem,
 )
+from dpone.credentials.postgres_errors import describe_postgres_error as describe_error
 from dpone.errors import DponeError
 from dpone.lifecycle.faults import fault_point
 from dpone.lifecycle.read_ahead import ReadAhead, read_ahead_budget
@@ -98,10 +99,6 @@ _NATIVE = _QUOTE_FREE | {25, 1043, 1042, 19}
 
 _CONNECT_DEFAULTS = {"fallback_application_name": "dpone", "connect_timeout": "30"}
 """Plus the client keepalives of :mod:`dpone.lifecycle.session_limits`; the DSN's own values win."""
-#: SQLSTATE classes whose primary message names objects, never row values.
-_SAFE_MESSAGE_CLASSES = frozenset(
-    {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
-)
 _CONNECTION_LOSS_STATES = frozenset({"57P01", "57P02", "57P03"})
 
 
@@ -167,23 +164,6 @@ def widened_reals(source: Mapping[str, int], target: Mapping[str, int]) -> froze
     exact cast stores 0.10000000149011612, which no client reads as the source's value and the
     read-back gate refuses."""
     return frozenset(c for c, oid in target.items() if oid == _FLOAT8 and source.get(c) == _FLOAT4)
-
-
-def describe_error(exc: psycopg.Error) -> str:
-    """Error class, SQLSTATE and object names; never DETAIL, and no message for data errors."""
-    state = exc.sqlstate
-    text = type(exc).__name__ + (f" (SQLSTATE {state})" if state else "")
-    parts = [text]
-    diag = exc.diag
-    if diag.constraint_name:
-        parts.append(f'constraint "{diag.constraint_name}"')
-    if diag.column_name:
-        parts.append(f'column "{diag.column_name}"')
-    if diag.datatype_name:
-        parts.append(f'type "{diag.datatype_name}"')
-    if state and state[:2] in _SAFE_MESSAGE_CLASSES and diag.message_primary:
-        parts.append(diag.message_primary)
-    return ", ".join(parts)
 
 
 def translate_error(

@@ -24,6 +24,7 @@ from dpone.credentials.dsn_settings import (
     postgres_parse_problem,
     postgres_setting_problem,
 )
+from dpone.credentials.postgres_errors import describe_postgres_error
 from dpone.errors import DponeError
 from dpone.ledger.port import (
     Amendment,
@@ -981,7 +982,10 @@ class PostgresLedger(SqlLedger):
             return ChunkLockTimeout(run_key, index, self.chunk_lock_timeout_s)
         if lost or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
             return self._lost_during(op, first_line(str(exc)))
-        return self._database_error(op, f"{state} {first_line(str(exc))}")
+        # a chunk's data commits in the ledger's transaction when they share a database: a
+        # deferred constraint or a trigger's RAISE then fails here, its message holding row
+        # values, so only what a connector would say leaves (class, SQLSTATE, object names)
+        return self._database_error(op, describe_postgres_error(exc))
 
     def _load_scope(self, planned: CampaignShape, scope: tuple[int, int]) -> Ledger | None:
         """The campaign checked in the database and only the scope's records read (one

@@ -1,0 +1,35 @@
+"""What a Postgres error may say outside dpone: its class, SQLSTATE and the objects it names.
+
+A driver's message can carry row values: DETAIL lines always may, and so may the primary
+message of a data exception (22), a constraint violation (23) or a PL/pgSQL ``RAISE`` (P0)
+that a target's trigger formats with ``NEW``. Only the SQLSTATE classes whose primary message
+names objects keep it. The connectors and the Postgres ledger describe errors this one way
+(docs/security.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: SQLSTATE classes whose primary message names objects, never row values.
+SAFE_MESSAGE_CLASSES = frozenset(
+    {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
+)
+
+
+def describe_postgres_error(exc: Any) -> str:
+    """Error class, SQLSTATE and object names of a psycopg error; never DETAIL, and no message
+    outside SAFE_MESSAGE_CLASSES."""
+    state = exc.sqlstate
+    text = type(exc).__name__ + (f" (SQLSTATE {state})" if state else "")
+    parts = [text]
+    diag = exc.diag
+    if diag.constraint_name:
+        parts.append(f'constraint "{diag.constraint_name}"')
+    if diag.column_name:
+        parts.append(f'column "{diag.column_name}"')
+    if diag.datatype_name:
+        parts.append(f'type "{diag.datatype_name}"')
+    if state and state[:2] in SAFE_MESSAGE_CLASSES and diag.message_primary:
+        parts.append(diag.message_primary)
+    return ", ".join(parts)
