@@ -35,7 +35,7 @@ from dpone.authoring.models import (
 )
 from dpone.authoring.schema import load_schema, validate
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
-from dpone.credentials.redaction import has_credentials, secret_env_name
+from dpone.credentials.redaction import has_credentials, secret_assignment, secret_env_name
 from dpone.errors import ErrorCollector, ErrorRecord, Location
 from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
@@ -475,12 +475,18 @@ def _pod_credentials(
     elif isinstance(value, list):
         for index, entry in enumerate(value):
             _pod_credentials(scope, entry, (*path, index), doc, out)
-    elif isinstance(value, str) and has_credentials(value):
+    elif isinstance(value, str):
         shown = ".".join(str(part) for part in path[path.index("airflow") :])
+        if has_credentials(value):
+            what = "holds a connection string with a password"
+        elif (name := secret_assignment(value)) is not None:
+            what = f"sets {name}, a variable named as a secret, to a value"
+        else:
+            return
         out.add(
             errors.ENV_CREDENTIAL,
-            f"{scope}: {shown} holds a connection string with a password: the DAG file would "
-            "carry it in clear; project it from a Kubernetes secret with airflow.secrets instead",
+            f"{scope}: {shown} {what}: the DAG file would carry it in clear; project it from a "
+            "Kubernetes secret with airflow.secrets instead",
             doc.locate(path),
         )
 

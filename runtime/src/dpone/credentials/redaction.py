@@ -238,6 +238,9 @@ _SECRET_NAME_ENDINGS = (
     ("PRIVATE", "KEY"),
     ("AUTH", "KEY"),
 )
+#: a ``NAME=value`` assignment inside a command or a string (``PGPASSWORD=x psql``, ``env
+#: MYSQL_PWD=x``, ``export API_TOKEN=x``); a value taken from a variable (``$X``) is no secret
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_$])([A-Za-z_][A-Za-z0-9_]*)=(?![\s$]|$)")
 #: OTLP header lists (``OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer ..``) that carry a secret
 _SECRET_HEADER = re.compile(
     r"(?i)(?:^|,)\s*(?:authorization|proxy-authorization|x-api-key|api-key|x-auth-token)\s*="
@@ -254,6 +257,15 @@ def secret_env_name(name: str, value: str) -> bool:
     if any(words[-len(ending) :] == ending for ending in _SECRET_NAME_ENDINGS):
         return True
     return words[-1:] == ("HEADERS",) and _SECRET_HEADER.search(value) is not None
+
+
+def secret_assignment(text: str) -> str | None:
+    """The name of the first variable ``text`` sets to a value in clear whose name says it is a
+    secret (``PGPASSWORD=s3cret psql ...``), or None."""
+    for match in _ASSIGNMENT.finditer(text):
+        if secret_env_name(match.group(1), "x"):
+            return match.group(1)
+    return None
 
 
 def secret_parts(dsn: str) -> set[str]:
