@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,9 +141,17 @@ def test_cancel_reason_is_bounded_and_validated(
     assert "Traceback" not in result.stderr
 
 
+def _run_demo(cwd: Path, env: dict[str, str]) -> None:
+    """The demo's tables seeded as scripts/demo.sh seeds them, then one run: the campaign."""
+    seed = [sys.executable, str(ROOT / "scripts" / "demo_seed.py"), str(cwd / "demo.db")]
+    subprocess.run(seed, check=True, capture_output=True, timeout=60)
+    done = _dpone(cwd, env, "run", "--catalog", "workloads.yaml", "--workload", "orders_history")
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_500_character_reason_is_accepted(demo: tuple[Path, dict[str, str]]) -> None:
     cwd, env = demo
-    _dpone(cwd, env, "run", "--catalog", "workloads.yaml", "--workload", "orders_history")
+    _run_demo(cwd, env)
     result = _dpone(cwd, env, *CANCEL, "--reason", "é" * 500)
     assert result.returncode == 0, result.stderr
 
@@ -150,7 +159,7 @@ def test_a_500_character_reason_is_accepted(demo: tuple[Path, dict[str, str]]) -
 def test_a_reason_with_a_no_break_space_is_text(demo: tuple[Path, dict[str, str]]) -> None:
     """French writes a no-break space before ':'; it is kept and shown as it is."""
     cwd, env = demo
-    _dpone(cwd, env, "run", "--catalog", "workloads.yaml", "--workload", "orders_history")
+    _run_demo(cwd, env)
     reason = "source corrigée\u00a0: relancer\u202fvite"
     result = _dpone(cwd, env, *CANCEL, "--reason", reason)
     assert result.returncode == 0, result.stderr

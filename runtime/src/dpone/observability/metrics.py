@@ -143,7 +143,10 @@ def settings_problem(environ: Mapping[str, str]) -> str | None:
         value = environ.get(name)
         if value is not None and value.strip():
             pairs = [pair for pair in value.split(",") if pair.strip()]
-            if any(not _HEADER_NAME.fullmatch(pair.partition("=")[0].strip()) for pair in pairs):
+            if any(
+                "=" not in pair or not _HEADER_NAME.fullmatch(pair.partition("=")[0].strip())
+                for pair in pairs
+            ):
                 return f"{name} must be name=value pairs separated by commas (HTTP header names)"
     attributes = environ.get("OTEL_RESOURCE_ATTRIBUTES")
     if attributes is not None and attributes.strip():
