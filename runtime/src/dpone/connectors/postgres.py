@@ -434,6 +434,20 @@ _PROBE = 'dpone probe: Zoë ✓ "quoted", 12 bytes+'
 _SQL_CHECKSUM: weakref.WeakKeyDictionary[Connection, bool] = weakref.WeakKeyDictionary()
 
 
+def has_deferrable_checks(cur: Cursor, table: sql.Composable) -> bool:
+    """True when a check on ``table``'s rows can wait for COMMIT: a deferrable constraint on it
+    or referencing it, or a deferrable constraint trigger on it."""
+    name = table.as_string(cur.connection)
+    cur.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE condeferrable"
+        " AND (conrelid = %s::regclass OR confrelid = %s::regclass))"
+        " OR EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = %s::regclass AND tgdeferrable)",
+        (name, name, name),
+    )
+    found = cur.fetchone()
+    return bool(found and found[0])
+
+
 def sql_checksum_supported(cur: Cursor) -> bool:
     """True when the server's hashtextextended over UTF-8 text is pg_hash64 (asked once per
     connection): false on a database that is not UTF-8 or on a big-endian server."""
@@ -959,6 +973,7 @@ class PostgresSink(Sink):
         self._conn = PgConnection(dsn, spec.display())
         self._target: dict[tuple[str, ...], dict[str, int]] = {}
         self._not_null: frozenset[str] | None = None
+        self._deferrable: bool | None = None
         self._fence_ready = False
         self._statements: StatementCache = {}
         #: the checksum's form for the current write's source (_record_form)
@@ -1007,6 +1022,7 @@ class PostgresSink(Sink):
         except Exception as exc:
             self._target.clear()
             self._not_null = None
+            self._deferrable = None
             err = translate_error(
                 exc,
                 errors.SINK_FAILED,
@@ -1099,6 +1115,7 @@ class PostgresSink(Sink):
         except Exception as exc:
             self._target.clear()
             self._not_null = None
+            self._deferrable = None
             raise translate_error(
                 exc,
                 errors.SINK_FAILED,
@@ -1312,6 +1329,7 @@ class PostgresSink(Sink):
             replaced = window if mode == "replace" else None  # None: every row of the target
             self._delete(cur, replaced)
             rows = fill(self._table, False)
+            self._check_deferred(cur)
             if self.options.checksum:
 
                 def inner() -> sql.Composable:
@@ -1333,7 +1351,9 @@ class PostgresSink(Sink):
             return ChunkWrite(rows, checksum, method)
         direct_upsert = method == "insert-select"
         if not self.options.checksum and (mode == "append" or direct_upsert):
-            return ChunkWrite(fill(self._table, mode == "merge"), None, method)
+            rows = fill(self._table, mode == "merge")
+            self._check_deferred(cur)
+            return ChunkWrite(rows, None, method)
         stage = sql.Identifier(f"dpone_stage_{uuid.uuid4().hex[:16]}")
         cur.execute(
             sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
@@ -1352,6 +1372,7 @@ class PostgresSink(Sink):
             # partition.
             cur.execute(sql.SQL("{} RETURNING ctid::text, tableoid::text").format(insert))
             versions = cur.fetchall()
+            self._check_deferred(cur)
             added = sql.SQL(
                 "(SELECT {} FROM {} WHERE ctid = ANY(%s::tid[]) "
                 "AND tableoid::text || ':' || ctid::text = ANY(%s::text[])) AS dpone_added"
@@ -1365,6 +1386,7 @@ class PostgresSink(Sink):
             insert = sql.SQL("{} {}").format(insert, self._on_conflict(columns))
         cur.execute(insert)
         rows = cur.rowcount
+        self._check_deferred(cur)
         if self.options.checksum and mode == "merge":
             checksum = relation_checksum(
                 cur, self._merged(stage, hashed), typed, record=self._record
@@ -1507,6 +1529,17 @@ class PostgresSink(Sink):
         if self._not_null is None:
             self._not_null = not_null_columns(cur, self._table)
         return self._not_null
+
+    def _check_deferred(self, cur: Cursor) -> None:
+        """Run the target's deferred checks now, once the chunk's rows are written: a deferred
+        constraint then fails this write (named, rolled back, recorded) instead of the COMMIT
+        the chunk may share with its ledger record, and the read-back gate reads the rows as a
+        deferred constraint trigger leaves them. Only targets that have such checks pay the
+        statement (the catalog is asked once)."""
+        if self._deferrable is None:
+            self._deferrable = has_deferrable_checks(cur, self._table)
+        if self._deferrable:
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
     # transactions -------------------------------------------------------------------------------
     def _external(self, connection: object | None) -> Connection | None:

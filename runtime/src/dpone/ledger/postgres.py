@@ -92,6 +92,16 @@ CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03", "25P03")
 _UNUSABLE = (psycopg.pq.TransactionStatus.ACTIVE, psycopg.pq.TransactionStatus.UNKNOWN)
 
 
+def refused_at_commit(exc: psycopg.Error) -> DponeError:
+    """A COMMIT that refused the rows of a chunk sharing the ledger's transaction: the sink's
+    failure (its class, SQLSTATE and object names only: the message may quote row values)."""
+    return DponeError(
+        errors.SINK_FAILED,
+        "the target refused the chunk's rows at the commit they share with their ledger record "
+        f"(rolled back): {describe_postgres_error(exc)}",
+    )
+
+
 def _audit_log(s: str, table: str, columns: str) -> str:
     """The CREATE TABLE of an append-only audit table: an identity ``seq`` (audit order only)
     and the campaign's ``run_key`` lead every one, then ``columns``."""
@@ -971,16 +981,21 @@ class PostgresLedger(SqlLedger):
             except Exception:
                 pass
 
-    def _translate(self, exc: psycopg.Error, op: str) -> DponeError:
-        state = exc.sqlstate or ""
+    def _lost(self, exc: psycopg.Error) -> bool:
+        """True when ``exc`` means the session is gone (the outcome of its call is unknown)."""
         conn = self._conn
-        lost = (
-            conn is None or conn.closed or conn.broken or state.startswith(CONNECTION_LOST_STATES)
+        return (
+            conn is None
+            or conn.closed
+            or conn.broken
+            or (exc.sqlstate or "").startswith(CONNECTION_LOST_STATES)
         )
+
+    def _translate(self, exc: psycopg.Error, op: str) -> DponeError:
         if isinstance(exc, pg_errors.LockNotAvailable) and self.pending_chunk_lock is not None:
             run_key, index = self.pending_chunk_lock
             return ChunkLockTimeout(run_key, index, self.chunk_lock_timeout_s)
-        if lost or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        if self._lost(exc) or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
             return self._lost_during(op, first_line(str(exc)))
         # a chunk's data commits in the ledger's transaction when they share a database: a
         # deferred constraint or a trigger's RAISE then fails here, its message holding row
@@ -1025,6 +1040,10 @@ class PostgresLedger(SqlLedger):
                 if not isinstance(raised, psycopg.Error):
                     raise raised from None
                 exc = raised
+            if raised is None and mode is TxMode.WRITE and not self._lost(exc):
+                # the COMMIT the caller's rows share with their records refused them (a check
+                # the sink's write could not run first): the write failed, not the ledger
+                raise WriteFailed(refused_at_commit(exc)) from exc
             raise self._translate(exc, op) from exc
         finally:
             self.pending_chunk_lock = None
