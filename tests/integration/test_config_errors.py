@@ -195,3 +195,34 @@ def test_verify_without_privileges_on_the_target_names_the_target(
     # the source, read by the same role, is still the source
     code, stderr = dpone("verify", project, src=reader, dst=project["url"])
     assert code == 1 and last_error(stderr)["code"] == errors.VERIFY_MISMATCH, stderr
+
+
+@pytest.mark.parametrize(
+    ("side", "dsn", "who"),
+    [
+        ("dst", "mysql://u:p@127.0.0.1:99999/db", "target 'dst' table"),
+        ("dst", "mssql://u:p@[::1/db", "target 'dst' table"),
+        ("src", "mysql://u:p@127.0.0.1:port/db", "source 'src' table"),
+        ("led", "mssql://u:p@127.0.0.1:99999/db", "the ledger database"),
+    ],
+)
+def test_a_malformed_dsn_of_any_kind_names_the_side_that_uses_it(
+    project: dict[str, Any], side: str, dsn: str, who: str
+) -> None:
+    code, stderr = dpone("run", project, **{side: dsn})
+    record = last_error(stderr)
+    assert record["code"] == errors.CONFIG_INVALID and code == 3, stderr
+    assert record["message"].startswith(who) and "malformed" in record["message"], record
+
+
+@pytest.mark.parametrize(("side", "who"), [("dst", "target 'dst'"), ("led", "the ledger database")])
+def test_an_odbc_driver_that_cannot_be_loaded_is_not_an_outage(
+    project: dict[str, Any], side: str, who: str
+) -> None:
+    """The driver manager cannot load the driver the DSN names: installing it is the fix, no
+    retry is (the real pyodbc and unixODBC; no SQL Server is needed to get this far)."""
+    dsn = "mssql://u:p@127.0.0.1:1/x?driver=dpone-no-such-odbc-driver"
+    code, stderr = dpone("run", project, **{side: dsn})
+    record = last_error(stderr)
+    assert record["code"] == errors.DRIVER_MISSING and record["retryable"] is False, stderr
+    assert code == 3 and record["message"].startswith(who), record

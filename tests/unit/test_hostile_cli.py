@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,80 @@ def test_the_run_identity_parser_is_as_strict_as_the_item_parser(raw: str, messa
     assert caught.value.code == errors.RUN_IDENTITY_INVALID
     assert message in caught.value.message
     assert "s3cr3t" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (
+            ("run", "--catalog", "workloads.yaml", "--workload", "orders_history"),
+            "CONNECTION_MISSING",
+        ),
+        (("run", "--catalog", "workloads.yaml", "--bogus"), "USAGE"),
+        (("ledger", "status", "--catalog", "gone.yaml", "--workload", "x"), "FILE_NOT_FOUND"),
+    ],
+)
+def test_a_refusal_in_json_log_mode_writes_json_lines_only(
+    demo: tuple[Path, dict[str, str]], args: tuple[str, ...], code: str
+) -> None:
+    root, env = demo
+    env = {k: v for k, v in env.items() if k != "DPONE_CONN_DEMO"}
+    done = _dpone(root, {**env, "DPONE_LOG_FORMAT": "JSON"}, *args)
+    lines = done.stderr.splitlines()
+    assert lines, done
+    records = [json.loads(line) for line in lines]  # no usage text, no "error:" line
+    assert records[-1]["code"] == getattr(errors, code), records
+    assert all(r["schema"] == "dpone.error.v1" for r in records), records
+
+
+RUN = ("run", "--no-progress", "--catalog", "workloads.yaml", "--workload", "orders_history")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "name too long"])
+def test_a_result_path_that_is_no_file_is_refused_and_left_as_it_is(
+    demo: tuple[Path, dict[str, str]], kind: str
+) -> None:
+    cwd, env = demo
+    target = cwd / ("a" * 300 if kind == "name too long" else kind)
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "device":  # a node of /dev/null's kind, here: the test must not risk the real one
+        os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    before = None if kind == "name too long" else os.stat(target).st_mode
+    seed = [sys.executable, str(ROOT / "scripts" / "demo_seed.py"), str(cwd / "demo.db")]
+    subprocess.run(seed, check=True, capture_output=True, timeout=60)
+    done = _dpone(cwd, {**env, "DPONE_XCOM_PATH": str(target)}, *RUN)
+    assert done.returncode == 3, done.stderr
+    assert _error(done.stderr)["code"] == "DPONE_OUTPUT_UNWRITABLE", done.stderr
+    if before is not None:
+        assert os.stat(target).st_mode == before  # still the pipe, the device
+    ledger = _dpone(cwd, env, *STATUS)
+    assert "0 committed" in ledger.stdout or "no campaign" in ledger.stdout, ledger.stdout
+
+
+def test_a_result_path_that_is_a_link_is_written_through(
+    demo: tuple[Path, dict[str, str]],
+) -> None:
+    cwd, env = demo
+    (cwd / "result.json").symlink_to("real.json")
+    _run_demo(cwd, {**env, "DPONE_XCOM_PATH": str(cwd / "result.json")})
+    assert (cwd / "result.json").is_symlink()
+    assert json.loads((cwd / "real.json").read_text(encoding="utf-8"))["status"] == "passed"
+
+
+def test_a_dsn_that_is_not_utf8_is_a_configuration_error(
+    demo: tuple[Path, dict[str, str]],
+) -> None:
+    """A byte the environment cannot decode (here 0xff in the password): refused as the
+    configuration error it is, with the run's result written, and nothing of it shown."""
+    cwd, env = demo
+    dsn = "postgresql://u:p\udcffq@127.0.0.1:1/db"  # what Python makes of the byte 0xff
+    result = cwd / "result.json"
+    done = _dpone(cwd, {**env, "DPONE_CONN_DEMO": dsn, "DPONE_XCOM_PATH": str(result)}, *RUN)
+    assert done.returncode == 3, done.stderr
+    assert _error(done.stderr)["code"] == "DPONE_CONFIG_INVALID", done.stderr
+    assert json.loads(result.read_text(encoding="utf-8"))["error"]["retryable"] is False
+    listed = _dpone(cwd, {**env, "DPONE_CONN_PG": dsn}, "ledger", "list", "--connection", "pg")
+    assert _error(listed.stderr)["code"] == "DPONE_CONFIG_INVALID", listed.stderr
+    for text in (done.stderr, listed.stderr, result.read_text(encoding="utf-8")):
+        assert "\\udcff" not in text and "\\xff" not in text and "pq@" not in text

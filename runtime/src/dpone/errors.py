@@ -311,9 +311,11 @@ IDENTIFIER_INVALID = _register(
 DRIVER_MISSING = _register(
     "DPONE_DRIVER_MISSING",
     "The database driver for a source or sink is not installed.",
-    "dpone-runtime was installed without the extra for that database.",
+    "dpone-runtime was installed without the extra for that database, or the ODBC driver an "
+    "MSSQL connection names is not installed (or misspelt in its driver= option).",
     "Install the dpone-runtime wheel, by path, with its [postgres] (psycopg), [mssql] (pyodbc + "
-    "unixODBC) or [mysql] (PyMySQL) extra (docs/deploy-kubernetes.md).",
+    "unixODBC) or [mysql] (PyMySQL) extra (docs/deploy-kubernetes.md); for MSSQL also "
+    "Microsoft's ODBC Driver 18 for SQL Server, or name an installed driver with driver=.",
 )
 LEDGER_CORRUPT = _register(
     "DPONE_LEDGER_CORRUPT",

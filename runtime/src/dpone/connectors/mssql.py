@@ -26,6 +26,7 @@ from dpone.connectors import base, sql_base
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import mssql_column_type
 from dpone.credentials.connections import current_dsn
+from dpone.credentials.odbc_driver import driver_missing, driver_not_loadable
 from dpone.errors import DponeError
 from dpone.lifecycle.session_limits import session_limits
 
@@ -191,6 +192,8 @@ class MssqlConnection(sql_base.DriverConnection[Any]):
             conn.add_output_converter(SQL_GUID, _guid)
             conn.execute("SET XACT_ABORT ON")
         except driver.Error as exc:
+            if driver_not_loadable(exc):
+                raise driver_missing(self._label) from None
             state = exc.args[0] if exc.args else "?"
             raise self.unreachable(f"SQLSTATE {state}") from None
         return conn

@@ -69,6 +69,14 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> Connecti
             errors.CONNECTION_MISSING,
             f"connection {name!r} has no DSN: set {key}",
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a byte the environment could not decode: never shown
+        raise DponeError(
+            errors.CONFIG_INVALID,
+            f"connection {name!r}: its DSN ({key}, or its parts) holds bytes that are not UTF-8 "
+            "text; write it in UTF-8 (percent-encode other bytes in a URL)",
+        ) from None
     register_dsn(value)
     return ConnectionDsn(value, name, environ)
 
@@ -89,6 +97,22 @@ def require_connections(
             )
             for name in missing
         )
+
+
+def check_dsns(roles: Mapping[str, str], environ: Mapping[str, str] | None = None) -> None:
+    """Read each connection's DSN and its kind now, so a malformed one is refused before any
+    I/O naming the role that uses it (``roles``: connection -> ``sink 'dst' table 'orders'``),
+    every one at once, rather than by whichever connection the run happens to open first."""
+    problems: list[ErrorRecord] = []
+    for name, role in roles.items():
+        try:
+            dsn_kind(resolve_dsn(name, environ))
+        except DponeError as exc:
+            if exc.code != errors.CONFIG_INVALID:
+                raise
+            problems.extend(ErrorRecord(r.code, f"{role}: {r.message}") for r in exc.records)
+    if problems:
+        raise DponeError.from_records(problems)
 
 
 def dsn_kind(dsn: str) -> str:

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpone import errors
 from dpone.credentials.connections import current_dsn, redact
+from dpone.credentials.odbc_driver import driver_missing, driver_not_loadable
 from dpone.errors import DponeError
 from dpone.ledger import sql as ledger_sql
 from dpone.ledger.port import Amendment, ChunkState, Restatement
@@ -445,6 +446,8 @@ class MssqlLedger(ledger_sql.SqlLedger):
         try:
             self._conn = self.driver.connect(connection_string, autocommit=False)
         except self.driver.Error as exc:
+            if driver_not_loadable(exc):
+                raise driver_missing("the ledger database") from None
             raise self._unreachable(self._message(exc)) from exc
         return self._conn
 

@@ -43,13 +43,26 @@ def use_colour(stream: Any) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
 
 
+def json_lines() -> bool:
+    """``DPONE_LOG_FORMAT=json`` (any case): every line dpone writes to stderr is JSON."""
+    return os.environ.get("DPONE_LOG_FORMAT", "").strip().lower() == "json"
+
+
 def report_error(record: ErrorRecord, *, extra: Sequence[ErrorRecord] = ()) -> None:
-    """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line."""
-    red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
-    for rec in (record, *extra):
-        print(f"{red}error{reset}: {redact_text(str(rec))}", file=sys.stderr)
-    safe = ErrorRecord(record.code, redact_text(record.message), record.location)
-    print(error_json_line(safe), file=sys.stderr, flush=True)
+    """Human lines first, then the dpone.error.v1 JSON of the primary error as the last line;
+    in JSON log mode the records alone (the others first), so every line is JSON."""
+    if json_lines():
+        for rec in extra:
+            print(error_json_line(_redacted(rec)), file=sys.stderr)
+    else:
+        red, reset = ("\033[31m", "\033[0m") if use_colour(sys.stderr) else ("", "")
+        for rec in (record, *extra):
+            print(f"{red}error{reset}: {redact_text(str(rec))}", file=sys.stderr)
+    print(error_json_line(_redacted(record)), file=sys.stderr, flush=True)
+
+
+def _redacted(record: ErrorRecord) -> ErrorRecord:
+    return ErrorRecord(record.code, redact_text(record.message), record.location)
 
 
 def debug_enabled() -> bool:
@@ -100,7 +113,8 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         record = ErrorRecord(errors.USAGE, f"{self.prog}: {message}")
         self.refusals.append(record)
-        self.print_usage(sys.stderr)
+        if not json_lines():
+            self.print_usage(sys.stderr)
         report_error(record)
         raise SystemExit(EXIT_USAGE)
 

@@ -6,8 +6,11 @@ never a per-chunk list, predicates, row values or secrets. Evidence carries the 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,7 +163,13 @@ def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temp file in the same folder, fsync, then rename over the target: a reader
-    sees the old file or the new one, never half of one."""
+    sees the old file or the new one, never half of one. A symbolic link is written through
+    (the file it names is replaced, the link stays)."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(path.stat().st_mode):  # never replace a pipe, a device, a folder
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

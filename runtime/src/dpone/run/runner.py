@@ -11,13 +11,14 @@ import argparse
 import contextlib
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from dpone import errors
-from dpone.credentials.connections import env_key, require_connections
+from dpone.credentials.connections import check_dsns, env_key, require_connections
 from dpone.credentials.credential_parts import dsn_file_env
 from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError, ErrorRecord, error_json_line
@@ -49,7 +50,7 @@ from dpone.observability.reporting import (
     report_error,
 )
 from dpone.observability.result import RunOutcome, write_json_atomic, xcom_path
-from dpone.packing.pack import WorkloadPack, load_workload_pack, select_process
+from dpone.packing.pack import ProcessPlan, WorkloadPack, load_workload_pack, select_process
 from dpone.packing.task_env import Env, mapped_item_env, runtime_env, secret_file_env
 from dpone.packing.verify import select_chunks, verify_identity
 from dpone.run import refusal
@@ -123,12 +124,13 @@ def check_outputs_writable() -> None:
     targets: list[tuple[str, Path]] = []
     target = xcom_path()
     if target is not None:
-        if target.is_dir():
-            # The final rename would fail on a folder only after every chunk had committed.
+        problem = _not_a_result_file(target)
+        if problem is not None:
+            # The final rename would fail on a folder only after every chunk had committed,
+            # and would replace a pipe or a device with a regular file.
             raise DponeError(
                 errors.OUTPUT_UNWRITABLE,
-                f"the result file (DPONE_XCOM_PATH) {str(target)!r} is a folder, not a file; "
-                "nothing was moved",
+                f"the result file (DPONE_XCOM_PATH) {str(target)!r} {problem}; nothing was moved",
             )
         targets.append(("the result file (DPONE_XCOM_PATH)", target.parent))
     evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
@@ -149,6 +151,36 @@ def check_outputs_writable() -> None:
                 f"{what} is not writable ({type(exc).__name__}: {exc.strerror or 'error'}); "
                 "nothing was moved",
             ) from None
+
+
+def _connection_roles(plans: list[ProcessPlan]) -> dict[str, str]:
+    """Each connection the processes open, with the first role that uses it (for messages)."""
+    roles: dict[str, str] = {}
+    for plan in plans:
+        cfg = plan.config
+        source = f"table {cfg.source.table.dotted!r}" if cfg.source.table else "query"
+        roles.setdefault(cfg.source.connection, f"source {cfg.source.connection!r} {source}")
+        target = f"target {cfg.sink.connection!r} table {cfg.sink.table.dotted!r}"
+        roles.setdefault(cfg.sink.connection, target)
+        if cfg.backfill is not None and cfg.state.connection:
+            roles.setdefault(cfg.state.connection, "the ledger database")
+    return roles
+
+
+def _not_a_result_file(target: Path) -> str | None:
+    """Why the result cannot be written at ``target`` (a link is followed), or None: nothing
+    there yet, or a regular file the result replaces."""
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a name too long, a loop of links, a folder that is a file
+        return f"cannot be used ({type(exc).__name__}: {exc.strerror or 'error'})"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a pipe, a device or a socket)"
+    return None
 
 
 def _emit(outcome: RunOutcome, owner: str) -> None:
@@ -423,6 +455,7 @@ def run_plans(
         for name in (plan.config.source.connection, plan.config.sink.connection)
         + ((plan.config.state.connection,) if plan.config.backfill is not None else ())
     )
+    check_dsns(_connection_roles(plans))
     check_outputs_writable()
     exports = ExportWorker(export_budget(os.environ, _warn), _warn)
     take_over_library_output(exports)
@@ -521,10 +554,7 @@ def run_plans(
             continue
         assert outcome.error is not None
         print(summary(outcome), file=sys.stderr)
-        if fmt == "json":  # the record alone: every line is JSON
-            print(error_json_line(outcome.error), file=sys.stderr, flush=True)
-        else:
-            report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
+        report_error(outcome.error)  # the dpone.error.v1 line stays the last line on stderr
         if outcome.cancelled:
             code = EXIT_CANCELLED
         elif outcome.error.code == errors.RUN_INTERRUPTED:
@@ -538,11 +568,7 @@ def run_plans(
     if stopped_between:
         # a process never started: the run was interrupted, whatever an earlier result said
         if outcome is None or outcome.error is None or outcome.error.code != errors.RUN_INTERRUPTED:
-            record = STOP.record(f"{plan.name} and any later process not started")
-            if fmt == "json":
-                print(error_json_line(record), file=sys.stderr, flush=True)
-            else:
-                report_error(record)
+            report_error(STOP.record(f"{plan.name} and any later process not started"))
         return STOP.exit_code
     if first_failed is not None and first_failed[0] is not outcome:
         # a later process passed after this one failed: the result file and the last line on
