@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
-from dpone.campaign.campaign_change import CONFLICTS, EXTENDS, REPLACES, classify, prior_campaigns
+from dpone.campaign.campaign_change import (
+    CONFLICTS,
+    EXTENDS,
+    REPLACES,
+    PriorCampaign,
+    classify,
+    left_behind,
+    match_campaigns,
+    plan_campaign,
+    prior_campaigns,
+)
 from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import ErrorRecord
 from dpone.observability.reporting import CommandParser, report_error
@@ -77,20 +87,30 @@ def _names(plan: EmitPlan, kind: str) -> list[str]:
 
 
 def campaign_changes(plan: EmitPlan, packs: tuple[WorkloadPack, ...]) -> list[dict[str, Any]]:
-    """What each changed DAG file does to the campaigns its previous version names (extends,
-    replaces, conflicts); a campaign kept, or a file that did not exist, is not a change."""
-    found: list[dict[str, Any]] = []
-    olds = {c.name: c.old for c in plan.changes if c.kind == "changed" and c.old is not None}
+    """What the catalog does to the campaigns the folder's DAG files name (a changed or stale
+    file's previous version, an unchanged file as it is), matched by run key as `dpone preview
+    --previous` matches them: each process that extends, replaces or conflicts with one, then
+    each previous campaign no process runs any more (left behind). A kept campaign, or a process
+    without one before, is not a change."""
+    previous: list[PriorCampaign] = []
+    for change in plan.changes:
+        if change.old is not None:
+            previous.extend(prior_campaigns(change.old, Path(change.name).stem).values())
+    unchanged = set(plan.unchanged)
     for pack in packs:
-        old = olds.get(f"{pack.workload.airflow.dag_id}.py")
-        if old is None:
-            continue
-        priors = prior_campaigns(old)
+        if f"{pack.workload.airflow.dag_id}.py" in unchanged:
+            same = (plan_campaign(pack, process) for process in pack.processes)
+            previous.extend(prior for prior in same if prior is not None)
+    matches = match_campaigns(previous, packs)
+    found: list[dict[str, Any]] = []
+    for pack in packs:
+        name = pack.workload.name
         for process in pack.processes:
-            verdict = classify(priors.get(process.name), process)
+            prior = matches.priors.get((name, process.name))
+            verdict = classify(prior, process, name) if prior is not None else None
             if verdict is not None and verdict["change"] in (EXTENDS, REPLACES, CONFLICTS):
-                found.append({"workload": pack.workload.name, "process": process.name, **verdict})
-    return found
+                found.append({"workload": name, "process": process.name, **verdict})
+    return found + [left_behind(prior) for prior in matches.left]
 
 
 def _campaign_summary(changes: list[dict[str, Any]]) -> str:

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
-from dpone.campaign.campaign_change import PriorCampaign, classify, prior_campaigns
+from dpone.campaign.campaign_change import (
+    Matches,
+    PriorCampaign,
+    classify,
+    left_behind,
+    match_campaigns,
+    prior_campaigns,
+)
 from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import DponeError
 from dpone.observability.reporting import CommandParser
@@ -40,7 +47,8 @@ def _parser() -> CommandParser:
         "--previous",
         metavar="PATH",
         help="the previously generated DAG file, or its folder: say per process whether this "
-        "catalog keeps, extends or replaces that plan's campaign (no database needed)",
+        "catalog keeps, extends or replaces the campaign of its run key, and which previous "
+        "campaigns it leaves behind (no database needed)",
     )
     parser.add_argument(
         "--format",
@@ -63,39 +71,43 @@ def _bounds(plan: ProcessPlan, item: MappingItem) -> str:
     return f"[{first.start} .. {last.end})"
 
 
-Priors = dict[str, dict[str, PriorCampaign]]
-"""The previous plan's campaigns, by workload then process; None when --previous is not given."""
-
-
 def campaign_json(
-    pack: WorkloadPack, plan: ProcessPlan, priors: Priors | None
+    pack: WorkloadPack, plan: ProcessPlan, priors: Matches | None
 ) -> dict[str, Any] | None:
     """The process's campaign and, against a previous plan, what this catalog does to it."""
     if priors is None:
         if plan.run_key is None:
             return None
         return {"run_key": plan.run_key, "chunks": plan.chunks_total, "change": None}
-    return classify(priors.get(pack.workload.name, {}).get(plan.name), plan)
+    name = pack.workload.name
+    return classify(priors.priors.get((name, plan.name)), plan, name)
 
 
-def load_priors(path: str, packs: list[WorkloadPack]) -> Priors:
-    """The campaigns the previous DAG file of each workload names (PATH itself, or
-    PATH/<dag_id>.py); a workload without one has none (every campaign is new)."""
+def load_priors(path: str) -> list[PriorCampaign]:
+    """The campaigns the previous plan names: PATH itself, or every DAG file of the folder
+    PATH (a workload or DAG renamed since still names its campaigns there)."""
+    if not path.strip():
+        raise DponeError(errors.USAGE, "--previous needs a DAG file or folder, not ''")
     root = Path(path)
     if not root.exists():
         raise DponeError(errors.USAGE, f"--previous {path!r}: no such file or folder")
-    priors: Priors = {}
-    for pack in packs:
-        file = root / f"{pack.workload.airflow.dag_id}.py" if root.is_dir() else root
-        if file.is_file():
+    files = sorted(p for p in root.glob("*.py") if p.is_file()) if root.is_dir() else [root]
+    priors: list[PriorCampaign] = []
+    for file in files:
+        try:
             text = file.read_text(encoding="utf-8", errors="replace")
-            if root.is_dir() or f"# workload: {pack.workload.name}" in text:
-                priors[pack.workload.name] = prior_campaigns(text)
+        except OSError as exc:
+            raise DponeError(
+                errors.USAGE, f"--previous {path!r}: cannot read {file}: {exc.strerror or exc}"
+            ) from exc
+        # A file given alone may have any name: only its header says which workload it was.
+        dag_id = file.stem if root.is_dir() else None
+        priors.extend(prior_campaigns(text, dag_id).values())
     return priors
 
 
 def process_json(
-    pack: WorkloadPack, plan: ProcessPlan, priors: Priors | None = None
+    pack: WorkloadPack, plan: ProcessPlan, priors: Matches | None = None
 ) -> dict[str, Any]:
     mapping = plan.mapping_plan
     return {
@@ -111,8 +123,8 @@ def process_json(
     }
 
 
-def preview_document(packs: list[WorkloadPack], priors: Priors | None = None) -> dict[str, Any]:
-    return {
+def preview_document(packs: list[WorkloadPack], priors: Matches | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "workloads": [
             {
                 "name": pack.workload.name,
@@ -124,9 +136,12 @@ def preview_document(packs: list[WorkloadPack], priors: Priors | None = None) ->
             for pack in packs
         ]
     }
+    if priors is not None:
+        doc["left_behind"] = [left_behind(prior) for prior in priors.left]
+    return doc
 
 
-def preview_text(packs: list[WorkloadPack], priors: Priors | None = None) -> str:
+def preview_text(packs: list[WorkloadPack], priors: Matches | None = None) -> str:
     lines: list[str] = []
     for pack in packs:
         wl = pack.workload
@@ -172,6 +187,11 @@ def preview_text(packs: list[WorkloadPack], priors: Priors | None = None) -> str
                 first, last = plan.chunks[0], plan.chunks[-1]
                 lines.append(f"    window           [{first.start} .. {last.end})")
         lines.append("")
+    if priors is not None and priors.left:
+        lines.append("previous campaigns left behind")
+        for prior in priors.left:
+            lines.append(f"  campaign {prior.where}  LEAVES: {left_behind(prior)['detail']}")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -195,12 +215,20 @@ def main_preview(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
+    every, names = packs, [p.workload.name for p in packs]
     if args.workload:
-        names = [p.workload.name for p in packs]
         packs = [p for p in packs if p.workload.name == args.workload]
         if not packs:
             raise DponeError(errors.USAGE, not_in("workload", args.workload, catalog, names))
-    priors = load_priors(args.previous, packs) if args.previous else None
+    priors = None
+    if args.previous is not None:
+        # Against the whole catalog: a campaign may have moved to (or be held by) any workload.
+        priors = match_campaigns(load_priors(args.previous), every)
+        if args.workload:  # its own left behind, and those of a workload no longer in it
+            shown = [
+                p for p in priors.left if p.workload == args.workload or p.workload not in names
+            ]
+            priors = Matches(priors.priors, tuple(shown))
     if args.format == "json":
         doc = preview_document(packs, priors)
         print(json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=True))
