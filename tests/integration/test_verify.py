@@ -175,7 +175,7 @@ def test_postgres_backfill_proven_and_tampered_chunks_found(
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("chunks", ["0-3", "31", "4-2", "a-b", "1,,2"])
+@pytest.mark.parametrize("chunks", ["0-3", "31", "4-2", "a-b", "1,,2", "\uff14", "1-\u0663"])
 def test_bad_chunk_ranges_are_usage_errors(
     pg_project: tuple[str, str], chunks: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

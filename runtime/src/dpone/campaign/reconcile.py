@@ -29,7 +29,7 @@ from dpone.plan.chunks import Bound
 from dpone.records import record
 
 REPORT_SCHEMA = "dpone.verify-report.v1"
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_RANGE = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")
 
 
 @record
