@@ -125,16 +125,17 @@ def _prepare(
     types: tuple[str, str],
     value: str,
     accept: str = "",
+    ids: tuple[str, str] = ("integer", "integer"),
 ) -> tuple[Side, Side]:
     source, target = (sides[k] for k in direction.split("->"))
     monkeypatch.setenv("DPONE_CONN_SRC", source.dsn)
     monkeypatch.setenv("DPONE_CONN_DST", target.dsn)
     source.run(
-        f"CREATE TABLE {source.qualified('src')} (id integer PRIMARY KEY, v {types[0]})",
+        f"CREATE TABLE {source.qualified('src')} (id {ids[0]} PRIMARY KEY, v {types[0]})",
         *(f"INSERT INTO {source.qualified('src')} VALUES ({i}, '{value}')" for i in (1, 2, 3)),
     )
     target.run(
-        f"CREATE TABLE {target.qualified('dst')} (id integer PRIMARY KEY, v {types[1]})",
+        f"CREATE TABLE {target.qualified('dst')} (id {ids[1]} PRIMARY KEY, v {types[1]})",
         f"INSERT INTO {target.qualified('dst')} (id) VALUES (99)",  # outside every chunk
     )
     (root / "moves.yaml").write_text(
@@ -213,6 +214,22 @@ NARROWINGS = [
     ("postgres->postgres", "numeric(10,2)", "text", "1.50", "trailing"),
     ("postgres->sqlite", "numeric(10,2)", "TEXT", "1.50", "trailing"),
     ("mysql->mysql", "DECIMAL(10,2)", "VARCHAR(12)", "1.50", "trailing"),
+    # a MySQL TEXT's value has up to its byte limit in one-byte characters
+    ("mysql->postgres", "TINYTEXT", "varchar(100)", "abc", "up to 255 characters"),
+    ("mysql->postgres", "TEXT", "varchar(16383)", "abc", "up to 65535 characters"),
+    ("mysql->mysql", "TEXT", "TINYTEXT", "abc", "255 bytes of utf8mb4"),
+    # pairs Postgres refuses or changes in every chunk
+    ("postgres->postgres", "boolean", "integer", "true", "no assignment cast"),
+    ("postgres->postgres", "boolean", "numeric(5,0)", "true", "no assignment cast"),
+    ("postgres->postgres", "boolean", "double precision", "true", "no assignment cast"),
+    ("postgres->postgres", "json", "jsonb", '{"a":1}', "normal form"),
+    ("postgres->postgres", "time", "timetz", "10:00", "gains an offset"),
+    # a SQLite column without a declared type (or BLOB) stores what it is given
+    ("postgres->sqlite", "numeric(10,2)", "", "1.50", "trailing"),
+    ("postgres->sqlite", "numeric(10,2)", "BLOB", "1.50", "trailing"),
+    ("postgres->sqlite", "timestamptz", "", "2024-01-01 10:00+02", "time zone"),
+    ("postgres->sqlite", "char(5)", "", "ab", "padding"),
+    ("mysql->sqlite", "DECIMAL(10,2)", "", "1.50", "trailing"),
 ]
 
 
@@ -523,3 +540,175 @@ def test_an_integer_chunk_column_stored_as_text_is_refused(
     assert "integer chunk column 'id'" in last["message"], last
     assert _transitions(sides) == 0, "a chunk was leased"
     assert target.run(f"SELECT count(*) FROM {target.qualified('dst')}")[0][0] == 0
+
+
+def _held(side: Side, table: str, read: str = "v") -> list[Any]:
+    """The chunk's rows' ``read`` as the plain driver reads them, no dpone (99 is no chunk's)."""
+    rows = side.run(f"SELECT {read} FROM {side.qualified(table)} WHERE id < 99 ORDER BY id")
+    return [row[0] for row in rows]
+
+
+def _with_read_back_count(root: Path) -> None:
+    manifest = root / "moves.yaml"
+    text = manifest.read_text().replace(
+        "strategy: {mode: backfill}", "strategy: {mode: backfill}\n      read_back: count"
+    )
+    manifest.write_text(text)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("direction", "types", "value", "refused"),
+    [
+        ("mysql->postgres", ("TINYTEXT", "varchar(100)"), "a" * 100 + " " * 50, True),
+        ("mysql->postgres", ("TINYTEXT", "varchar(255)"), "a" * 100 + " " * 50, False),
+        ("mysql->postgres", ("TINYTEXT", "varchar(255)"), "a" * 255, False),
+        ("mysql->mysql", ("TINYTEXT", "TINYTEXT"), "a" * 255, False),  # compared in bytes
+        ("mysql->mysql", ("TEXT", "TEXT"), "b" * 65_535, False),
+    ],
+    ids=["tinytext->varchar(100)", "->varchar(255)", "255 chars", "->tinytext", "text->text"],
+)
+def test_a_mariadb_text_of_one_byte_characters_is_not_cut(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+    types: tuple[str, str],
+    value: str,
+    refused: bool,
+) -> None:
+    """Regression: a utf8mb4 TINYTEXT counted as 63 characters (255 bytes over 4), so varchar(100)
+    was accepted, and under read_back: count 100 'a' and 50 spaces passed cut to 100 by Postgres.
+    A MariaDB TEXT holds its byte limit in one-byte characters; one into the same TEXT runs."""
+    source, target = _prepare(sides, tmp_path, monkeypatch, direction, types, value)
+    _with_read_back_count(tmp_path)
+    code = _run(tmp_path)
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 3 and "DPONE_PREFLIGHT_FAILED" in err, err
+        assert "up to 255 characters" in err and "column 'v'" in err, err
+        assert _target_ids(target) == [99]
+        return
+    assert code == 0, err
+    assert _held(target, "dst") == _held(source, "src") == [value] * 3
+
+
+# (direction, source type, target type, a source value, how to read v, what the target holds)
+KEPT = [
+    # a boolean into a number: MariaDB (BOOLEAN is TINYINT(1)) and SQLite store 1/0
+    ("postgres->mysql", "boolean", "INT", "true", "v", 1),
+    ("postgres->mysql", "boolean", "DECIMAL(5,0)", "true", "v", 1),
+    ("postgres->mysql", "boolean", "DOUBLE", "false", "v", 0),
+    ("postgres->sqlite", "boolean", "INTEGER", "true", "v", 1),
+    ("postgres->postgres", "jsonb", "json", '{"a":1}', "v::text", '{"a": 1}'),
+    ("postgres->postgres", "json", "json", '{"a":1}', "v::text", '{"a":1}'),
+    ("postgres->postgres", "timetz", "timetz", "10:00+02", "v::text", "10:00:00+02"),
+    # a SQLite column without a declared type keeps each value's kind, as the typed ones would
+    ("postgres->sqlite", "integer", "", "7", "typeof(v) || quote(v)", "integer7"),
+    ("postgres->sqlite", "double precision", "", "0.1", "typeof(v) || quote(v)", "real0.1"),
+    ("postgres->sqlite", "boolean", "BLOB", "true", "typeof(v) || quote(v)", "integer1"),
+    ("postgres->sqlite", "bytea", "", "\\x00ff", "typeof(v) || quote(v)", "blobX'00FF'"),
+    ("postgres->sqlite", "text", "", "ab ", "typeof(v) || quote(v)", "text'ab '"),
+    ("postgres->sqlite", "numeric(10,0)", "", "7", "typeof(v) || quote(v)", "text'7'"),
+    (
+        "postgres->sqlite",
+        "timestamp(6)",
+        "",
+        "2024-01-01 10:00:00.5",
+        "typeof(v) || quote(v)",
+        "text'2024-01-01 10:00:00.5'",
+    ),
+    ("mysql->sqlite", "CHAR(5)", "BLOB", "ab", "typeof(v) || quote(v)", "text'ab'"),
+]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("direction", "source_type", "target_type", "value", "read", "held"),
+    KEPT,
+    ids=[f"{d}:{s}->{t or 'untyped'}" for d, s, t, _, _, _ in KEPT],
+)
+def test_accepted_pairs_keep_the_values(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+    source_type: str,
+    target_type: str,
+    value: str,
+    read: str,
+    held: object,
+) -> None:
+    """What the preflight accepts runs, and the target holds the value as the plain driver reads
+    it: booleans into MariaDB and SQLite numbers (Postgres numbers are refused), jsonb into json
+    and json into json (json into jsonb is refused), a SQLite column with no declared type."""
+    types = (source_type, target_type)
+    _, target = _prepare(sides, tmp_path, monkeypatch, direction, types, value)
+    assert _run(tmp_path) == 0, capsys.readouterr().err
+    assert _held(target, "dst", read) == [held] * 3
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("direction", "types", "query", "refused"),
+    [
+        ("sqlite->postgres", ("TEXT", "char(5)"), True, True),
+        ("sqlite->postgres", ("", "char(5)"), False, True),
+        ("sqlite->postgres", ("BLOB", "char(5)"), False, True),
+        ("sqlite->mysql", ("", "CHAR(5)"), False, True),
+        ("sqlite->postgres", ("TEXT", "varchar(5)"), True, False),
+        ("sqlite->postgres", ("", "text"), False, False),
+        ("sqlite->mysql", ("TEXT", "VARCHAR(5)"), True, False),
+        ("sqlite->sqlite", ("", ""), True, False),
+    ],
+)
+def test_a_source_of_unknown_type_into_a_fixed_width_column_is_refused(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+    types: tuple[str, str],
+    query: bool,
+    refused: bool,
+) -> None:
+    """Regression: a SQLite query's result (or a column with no declared type) 'ab' into a
+    Postgres char(5) was stored as 'ab   ' and passed, while a TEXT column was refused for the
+    padding. A column of unknown type into a variable-length one still runs, value for value."""
+    ids = ("integer", "integer" if direction.endswith("sqlite") else "bigint")
+    source, target = _prepare(sides, tmp_path, monkeypatch, direction, types, "ab", ids=ids)
+    if query:
+        text = (tmp_path / "moves.yaml").read_text()
+        select = f"SELECT id, v FROM {source.qualified('src')}"
+        text = text.replace(f"table: {source.table('src')}}}", f'query: "{select}"}}')
+        (tmp_path / "moves.yaml").write_text(text)
+    code = _run(tmp_path)
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 3, err
+        last = json.loads(err.strip().splitlines()[-1])
+        assert last["code"] == "DPONE_PREFLIGHT_FAILED" and last["line"] == TABLE_LINE, last
+        assert "column 'v'" in last["message"] and "unknown" in last["message"], last
+        assert _transitions(sides) == 0 and _target_ids(target) == [99]
+        return
+    assert code == 0, err
+    assert _held(target, "dst") == _held(source, "src") == ["ab"] * 3
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("declared", ["", "BLOB"], ids=["untyped", "blob"])
+def test_an_integer_chunk_column_in_an_untyped_sqlite_column_runs(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    declared: str,
+) -> None:
+    ids = ("integer", declared)
+    _, target = _prepare(
+        sides, tmp_path, monkeypatch, "postgres->sqlite", ("integer", "integer"), "7", ids=ids
+    )
+    assert _run(tmp_path) == 0, capsys.readouterr().err
+    assert _target_ids(target) == [1, 2, 3, 99]

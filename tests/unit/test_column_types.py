@@ -83,6 +83,17 @@ REFUSED = [
     (pg("date"), pg("timestamp without time zone"), "converted"),
     (pg("text"), pg("integer"), "converted"),
     (pg("integer[]"), pg("bigint[]"), "cannot tell"),
+    # a MySQL TEXT's values have up to its byte limit in characters (one byte each)
+    (my("tinytext"), pg("character varying(100)"), "up to 255 characters"),
+    (my("text"), pg("character varying(16383)"), "up to 65535 characters"),
+    (my("mediumtext"), pg("character varying(4194303)"), "up to 16777215 characters"),
+    (my("text"), my("tinytext"), "255 bytes of utf8mb4"),
+    # pairs Postgres refuses or changes in every chunk
+    (pg("boolean"), pg("integer"), "no assignment cast"),
+    (pg("boolean"), pg("numeric(5,0)"), "no assignment cast"),
+    (pg("boolean"), pg("double precision"), "no assignment cast"),
+    (pg("json"), pg("jsonb"), "normal form"),
+    (pg("time without time zone"), pg("time with time zone"), "gains an offset"),
 ]
 
 ACCEPTED = [
@@ -117,6 +128,19 @@ ACCEPTED = [
     (pg("bytea"), my("longblob")),
     (pg("integer[]"), pg("integer[]")),
     (my("varchar(10)", charset="latin1"), pg("text")),
+    (my("tinytext"), pg("character varying(255)")),
+    (my("text"), my("text")),
+    (my("tinytext"), my("mediumtext")),
+    (pg("character varying(63)"), my("tinytext")),
+    (pg("boolean"), my("int")),
+    (pg("boolean"), my("decimal(5,0)")),
+    (pg("boolean"), my("double")),
+    (pg("boolean"), sqlite_column_type("INTEGER")),
+    (pg("boolean"), sqlite_column_type("REAL")),
+    (pg("json"), pg("json")),
+    (pg("jsonb"), pg("jsonb")),
+    (pg("time with time zone"), pg("time with time zone")),
+    (pg("time(3) without time zone"), pg("time without time zone")),
 ]
 
 
@@ -147,7 +171,11 @@ decimals = st.builds(
     st.integers(0, 30),
 ) | st.just(ColumnType("numeric", "decimal"))
 texts = st.builds(
-    lambda n: ColumnType(f"varchar({n})", "text", length=n), st.none() | st.integers(1, 10_000)
+    lambda n: ColumnType(f"varchar({n})", "text", length=n), st.none() | st.integers(1, 100_000)
+) | st.builds(  # limited in bytes: as many characters as bytes, or fewer (their widest)
+    lambda kind, charset: mysql_column_type(kind, kind, None, None, None, None, charset),
+    st.sampled_from(["tinytext", "text", "mediumtext", "longtext"]),
+    st.sampled_from(["utf8mb4", "utf8mb3", "latin1", "utf16", "utf32", "sjis"]),
 )
 stamps = st.builds(
     lambda fsp, tz: ColumnType("timestamp", "timestamp", fsp=fsp, tz=tz),
@@ -205,7 +233,9 @@ def test_an_integer_into_a_decimal_needs_its_digits_before_the_point(
 
 # --- dialect catalogs -----------------------------------------------------------------------------
 def test_postgres_format_type_spellings() -> None:
-    assert pg("numeric(40,12)") == ColumnType("numeric(40,12)", "decimal", precision=40, scale=12)
+    assert pg("numeric(40,12)") == ColumnType(
+        "numeric(40,12)", "decimal", precision=40, scale=12, refuses_booleans=True
+    )
     assert pg("timestamp(3) with time zone").fsp == 3 and pg("timestamp with time zone").tz
     assert pg("timestamp without time zone").fsp == 6
     assert pg("character(5)").padded == "kept" and pg("character(5)").length == 5
@@ -241,24 +271,23 @@ def test_a_mysql_float_with_decimals_is_a_decimal() -> None:
 def test_an_unsigned_bigint_does_not_fit_sqlites_integers() -> None:
     # Regression: SQLite NUMERIC keeps 64-bit signed integers; 2**64 - 1 overflowed at the write
     numeric = sqlite_column_type("NUMERIC")
-    assert numeric is not None
     assert narrowing(my("bigint(20) unsigned"), numeric) is not None
     assert narrowing(my("bigint(20)"), numeric) is None
     assert narrowing(my("int(10) unsigned"), numeric) is None
 
 
 def test_sqlite_affinity() -> None:
-    assert sqlite_column_type("") is None and sqlite_column_type("BLOB") is None
+    assert sqlite_column_type("").family == sqlite_column_type("BLOB").family == "any"
     assert sqlite_column_type("BIGINT") == ColumnType("BIGINT", "integer", bits=64)
     assert sqlite_column_type("VARCHAR(5)") == ColumnType("VARCHAR(5)", "text")  # no limit kept
     numeric = sqlite_column_type("DECIMAL(12,2)")
-    assert numeric is not None and numeric.family == "float" and numeric.exact_integers == 64
+    assert numeric.family == "float" and numeric.exact_integers == 64
     assert narrowing(pg("bigint"), numeric) is None
     assert narrowing(pg("numeric(20,2)"), numeric) is not None  # 15 significant digits
-    assert narrowing(pg("text"), sqlite_column_type("VARCHAR(5)")) is None  # type: ignore[arg-type]
-    assert narrowing(pg("text"), sqlite_column_type("INTEGER")) is not None  # type: ignore[arg-type]
+    assert narrowing(pg("text"), sqlite_column_type("VARCHAR(5)")) is None
+    assert narrowing(pg("text"), sqlite_column_type("INTEGER")) is not None
     stamp = sqlite_column_type("TIMESTAMP")
-    assert stamp is not None and narrowing(pg("timestamp with time zone"), stamp) is not None
+    assert narrowing(pg("timestamp with time zone"), stamp) is not None
 
 
 def test_mssql_system_type_names() -> None:
@@ -356,3 +385,173 @@ def test_bit_and_spatial_columns_between_binary_types(
     source: ColumnType, target: ColumnType, refused: bool
 ) -> None:
     assert (narrowing(source, target) is not None) == refused
+
+
+# --- byte-limited text, booleans, JSON and times by target dialect -------------------------------
+@pytest.mark.parametrize(
+    ("kind", "charset", "held", "longest"),
+    [
+        ("tinytext", "utf8mb4", 63, 255),
+        ("text", "utf8mb4", 16_383, 65_535),
+        ("mediumtext", "utf8mb4", 4_194_303, 16_777_215),
+        ("text", "utf8mb3", 21_845, 65_535),
+        ("text", "latin1", 65_535, 65_535),
+        ("tinytext", "utf16", 63, 127),  # 2 or 4 bytes a character
+        ("tinytext", "utf32", 63, 63),
+        ("tinytext", "sjis", 127, 255),
+    ],
+)
+def test_a_mysql_text_holds_its_widest_characters_and_gives_its_narrowest(
+    kind: str, charset: str, held: int, longest: int
+) -> None:
+    """Regression: a utf8mb4 TINYTEXT counted as 63 characters as a source, so TINYTEXT ->
+    varchar(100) was accepted and Postgres cut a 150-character value of one-byte characters."""
+    column = mysql_column_type(kind, kind, None, None, None, None, charset)
+    assert (column.length, column.longest) == (held, longest)
+    if column.charset is None:  # a Unicode set: any text of `held` characters fits
+        assert narrowing(ColumnType("v", "text", length=held), column) is None
+        assert narrowing(ColumnType("v", "text", length=held + 1), column) is not None
+    fits = ColumnType(f"varchar({longest})", "text", length=longest)
+    short = ColumnType(f"varchar({longest - 1})", "text", length=longest - 1)
+    assert narrowing(column, fits) is None
+    reason = narrowing(column, short)
+    assert reason is not None and f"up to {longest} characters" in reason
+    assert narrowing(column, column) is None  # one character set: compared in bytes
+
+
+@pytest.mark.parametrize(
+    ("target", "refused"),
+    [
+        (pg("integer"), True),
+        (pg("smallint"), True),
+        (pg("bigint"), True),
+        (pg("numeric(5,0)"), True),
+        (pg("numeric"), True),
+        (pg("real"), True),
+        (pg("double precision"), True),
+        (pg("boolean"), False),
+        (my("tinyint(1)"), False),  # MariaDB BOOLEAN is TINYINT(1)
+        (my("int"), False),
+        (my("decimal(5,0)"), False),
+        (my("double"), False),
+        (sqlite_column_type("INTEGER"), False),  # sqlite3 binds True as 1
+        (sqlite_column_type("BOOLEAN"), False),
+        (sqlite_column_type(""), False),
+        (mssql_column_type("int"), False),  # SQL Server converts bit implicitly (UNVERIFIED)
+    ],
+    ids=lambda v: getattr(v, "declared", v),
+)
+def test_a_boolean_into_a_number_by_the_target_dialect(target: ColumnType, refused: bool) -> None:
+    """Regression: Postgres has no assignment cast from boolean to a number, so boolean ->
+    integer failed every chunk (DatatypeMismatch); MySQL and SQLite store 1/0."""
+    for source in (pg("boolean"), mssql_column_type("bit")):
+        reason = narrowing(source, target)
+        assert (reason is not None) == refused, (source, target, reason)
+        assert reason is None or "no assignment cast" in reason
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "refused"),
+    [
+        (pg("json"), pg("jsonb"), True),  # jsonb rewrites {"a":1} as {"a": 1}
+        (pg("jsonb"), pg("jsonb"), False),
+        (pg("jsonb"), pg("json"), False),  # json keeps jsonb's text
+        (pg("json"), pg("json"), False),
+        (pg("json"), pg("text"), False),
+        (pg("json"), my("longtext"), False),  # MariaDB's JSON
+        (pg("json"), my("json"), True),  # MySQL 8 normalises too
+        (pg("jsonb"), my("json"), True),  # in its own way
+        (my("json"), pg("jsonb"), True),
+        (my("json"), my("json"), False),
+        (pg("time without time zone"), pg("time with time zone"), True),
+        (pg("time(3) without time zone"), pg("time(6) with time zone"), True),
+        (pg("time with time zone"), pg("time with time zone"), False),
+        (pg("time with time zone"), pg("time without time zone"), True),  # the zone is lost
+        (pg("timestamp without time zone"), pg("timestamp with time zone"), False),
+        (mssql_column_type("time(6)"), pg("time with time zone"), True),
+    ],
+    ids=lambda v: getattr(v, "declared", v),
+)
+def test_json_normal_forms_and_times_gaining_a_zone(
+    source: ColumnType, target: ColumnType, refused: bool
+) -> None:
+    """Regression: json -> jsonb and time -> timetz were accepted, and the read-back gate failed
+    every chunk (jsonb stores its normal form; a time gains the offset +00)."""
+    assert (narrowing(source, target) is not None) == refused, narrowing(source, target)
+
+
+UNTYPED = sqlite_column_type("")
+
+
+@pytest.mark.parametrize("declared", ["", "BLOB", "blob sub_type 1"])
+@pytest.mark.parametrize(
+    ("source", "needle"),
+    [
+        (pg("numeric(10,2)"), "trailing zeros"),  # stored as the text '1.5'
+        (pg("numeric"), "trailing zeros"),
+        (my("decimal(10,2)"), "trailing zeros"),
+        (pg("timestamp with time zone"), "time zone is lost"),  # UTC wall-clock text
+        (my("timestamp(6)"), "time zone is lost"),
+        (pg("character(5)"), "padding"),  # read padded, stored padded, checksummed trimmed
+        (my("time(6)"), "beyond one day"),
+        (my("bigint(20) unsigned"), "-9223372036854775808..9223372036854775807"),
+        (pg("numeric(10,0)"), None),
+        (pg("integer"), None),
+        (pg("boolean"), None),
+        (pg("double precision"), None),
+        (pg("real"), None),
+        (pg("text"), None),
+        (my("char(5)"), None),  # read back trimmed
+        (pg("bytea"), None),  # a blob stays a blob
+        (my("binary(16)"), None),
+        (my("bit(8)"), None),
+        (pg("uuid"), None),
+        (pg("jsonb"), None),
+        (pg("interval"), None),
+        (pg("date"), None),
+        (pg("timestamp without time zone"), None),
+        (pg("time without time zone"), None),
+        (UNTYPED, None),
+    ],
+    ids=lambda v: getattr(v, "declared", v),
+)
+def test_an_untyped_sqlite_target_is_compared_by_what_it_stores(
+    declared: str, source: ColumnType, needle: str | None
+) -> None:
+    """Regression: a SQLite column with no declared type or BLOB affinity was not compared, and
+    numeric(10,2) 1.50 arrived as the text '1.5' (refused into TEXT), a timestamptz as its UTC
+    wall clock (refused into TIMESTAMP), both while the gate passed."""
+    target = sqlite_column_type(declared)
+    assert target.family == "any"
+    reason = narrowing(source, target)
+    if needle is None:
+        assert reason is None, reason
+    else:
+        assert reason is not None and needle in reason, reason
+
+
+@pytest.mark.parametrize(
+    ("target", "refused"),
+    [
+        (pg("character(5)"), True),  # 'ab' read back as 'ab   ', checksummed trimmed
+        (my("char(5)"), True),  # 'ab ' read back as 'ab'
+        (my("binary(4)"), True),
+        (mssql_column_type("nchar(5)"), True),
+        (pg("character varying(5)"), False),  # not compared: the sink's checks and the gate
+        (pg("text"), False),
+        (pg("integer"), False),
+        (pg("bytea"), False),
+        (sqlite_column_type("TEXT"), False),
+        (UNTYPED, False),
+    ],
+    ids=lambda v: getattr(v, "declared", v),
+)
+def test_a_source_of_unknown_type_into_a_fixed_width_column_is_refused(
+    target: ColumnType, refused: bool
+) -> None:
+    """Regression: a SQLite query's result (or an untyped column) 'ab' into a Postgres char(5)
+    was stored as 'ab   ' and passed; a typed TEXT source was refused for the padding."""
+    for source in (UNTYPED, sqlite_column_type("BLOB")):
+        reason = narrowing(source, target)
+        assert (reason is not None) == refused, reason
+        assert reason is None or "unknown" in reason

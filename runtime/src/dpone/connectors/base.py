@@ -387,8 +387,9 @@ class Source(Closeable):
 
     def column_types(self) -> dict[str, ColumnType | None]:
         """Each moved column's type as the database's catalog describes it, for the type
-        preflight (dpone.run.preflight); None for a column the catalog gives no type to compare
-        (a SQLite query's result). Empty when the dialect cannot describe types."""
+        preflight (dpone.run.preflight); family ``any`` for a column whose values carry their
+        own kind (a SQLite query's result, an untyped or BLOB SQLite column); None for one the
+        catalog gives no type to compare. Empty when the dialect cannot describe types."""
         return {}
 
     def read_only(self) -> Self:

@@ -28,6 +28,7 @@ Family = Literal[
     "uuid",
     "json",
     "other",
+    "any",
 ]
 #: Families whose text form is exact, so an unbounded Unicode text column keeps every value.
 _EXACT_AS_TEXT = frozenset({"integer", "decimal", "uuid", "json", "other"})
@@ -48,6 +49,19 @@ class ColumnType:
     Unicode (MySQL ``utf8mb3``, ``latin1``); ``epoch_range`` MySQL ``TIMESTAMP`` (1970-2038);
     ``duration`` MySQL ``TIME`` (up to 838 hours, negative too); ``exact_integers`` the integer
     width a float column still stores exactly (SQLite's NUMERIC affinity keeps 64-bit integers).
+
+    A text limited in bytes (MySQL ``TINYTEXT``/``TEXT``/``MEDIUMTEXT``) holds ``length``
+    characters of its character set's widest (16,383 four-byte ones in a utf8mb4 ``TEXT``), but a
+    value of it has up to ``longest`` (65,535 one-byte ones); ``octets`` is the limit in bytes of
+    ``encoding``, so two such columns of one character set compare exactly. ``refuses_booleans``:
+    a number column the server stores no boolean in (Postgres has no assignment cast from
+    boolean to a number); ``normal_form``: a JSON column that stores its own normal form of a
+    document, named by whose (Postgres ``jsonb``: key order, whitespace, duplicate keys).
+
+    Family ``any`` is a column that stores each value as given (SQLite with no declared type or
+    BLOB affinity; a SQLite query's result): as a target it keeps integers of up to ``bits``,
+    floats, text and bytes as they are and stores the rest as their text (times to ``fsp``
+    digits); as a source its values' kind is unknown.
     """
 
     declared: str
@@ -64,6 +78,11 @@ class ColumnType:
     epoch_range: bool = False
     duration: bool = False
     exact_integers: int | None = None
+    longest: int | None = None
+    octets: int | None = None
+    encoding: str | None = None
+    refuses_booleans: bool = False
+    normal_form: str | None = None
 
 
 def integer_range(kind: ColumnType) -> tuple[int, int]:
@@ -125,8 +144,18 @@ def _length_fits(source: ColumnType, target: ColumnType, unit: str) -> str | Non
                 "width, so a value read back is not the value written)"
             )
         return None
-    if target.length is not None and (source.length is None or source.length > target.length):
-        held = "any length" if source.length is None else f"up to {source.length} {unit}"
+    s_octets, t_octets = source.octets, target.octets
+    if s_octets is not None and t_octets is not None and source.encoding == target.encoding:
+        # one character set on both sides: its bytes decide, not its characters
+        if s_octets > t_octets:
+            return (
+                f"the target holds up to {target.octets} bytes of {target.encoding}, the "
+                f"source {source.octets}"
+            )
+        return None
+    longest = source.length if source.longest is None else source.longest
+    if target.length is not None and (longest is None or longest > target.length):
+        held = "any length" if longest is None else f"up to {longest} {unit}"
         return f"the target holds up to {target.length} {unit}, the source {held}"
     return None
 
@@ -197,6 +226,13 @@ def _to_temporal(source: ColumnType, target: ColumnType) -> str | None:
             "the source stores instants (with a time zone), the target wall-clock times: "
             "the time zone is lost"
         )
+    if source.family == "time" and target.tz and not source.tz:
+        # a timestamp is read back as the UTC wall clock it was taken as; a timetz keeps the
+        # offset it was given, so 10:00 reads back as 10:00+00 and no chunk ever passes
+        return (
+            "a time of day without a zone stored as a time with a zone (timetz) gains an "
+            "offset: the value read back is not the value written"
+        )
     s_fsp = 6 if source.fsp is None else source.fsp
     t_fsp = 6 if target.fsp is None else target.fsp
     if t_fsp < s_fsp:
@@ -218,6 +254,8 @@ def narrowing(source: ColumnType, target: ColumnType) -> str | None:
     """Why storing a value of ``source`` in a ``target`` column can change it; None if it
     cannot (equal or wider types, or a value-preserving change of kind such as integer to
     decimal). Different kinds of value that no rule knows to be safe are refused."""
+    if source.family == "any" or target.family == "any":
+        return _as_given(source, target)
     if source.family == "other" and target.family == "other":
         if source.declared.casefold() == target.declared.casefold():
             return None
@@ -232,7 +270,14 @@ def narrowing(source: ColumnType, target: ColumnType) -> str | None:
                 "bytes in the column's character set)"
             )
         return _different(source, target)
-    if source.family == "boolean" and target.family in ("boolean", "integer", "decimal", "float"):
+    if source.family == "boolean" and target.family in ("integer", "decimal", "float"):
+        if target.refuses_booleans:
+            return (
+                "the target stores no boolean in a number column (Postgres has no assignment "
+                "cast from boolean): every chunk would fail; cast it in a query (v::integer)"
+            )
+        return None
+    if source.family == "boolean" and target.family == "boolean":
         return None
     if target.family == "integer":
         if source.family not in ("integer", "decimal", "float"):
@@ -261,7 +306,40 @@ def narrowing(source: ColumnType, target: ColumnType) -> str | None:
         return _length_fits(source, target, "bytes")
     if source.family in ("time", "timestamp"):
         return _to_temporal(source, target)
+    if source.family == "json" and target.normal_form not in (None, source.normal_form):
+        return (
+            f"the target stores its own normal form of a JSON document ({target.normal_form}: "
+            "key order, whitespace, duplicate keys), so the text read back is not the text "
+            "written"
+        )
     return None
+
+
+def _as_given(source: ColumnType, target: ColumnType) -> str | None:
+    """A column of family ``any`` on either side. Into one, a value is judged as in the column
+    of its own kind that stores it alike: integers and booleans as integers of ``bits``, floats
+    and bytes as they are, dates and times as text a column of their kind holds (SQLite: UTC
+    wall clock), decimals and the rest as text (where a decimal's trailing zeros and a char(n)'s
+    padding go). Out of one, the kind is unknown: only a fixed-width target is refused, which
+    pads a shorter value."""
+    if source.family == "any":
+        if target.padded is None:
+            return None  # not compared: the sink's own checks and the read-back see the values
+        return (
+            "the source's type is unknown (no declared type) and the target's fixed-width "
+            "char(n)/binary(n) pads values to its width: a value read back may not be the "
+            "value written"
+        )
+    kept: ColumnType
+    if source.family in ("integer", "boolean"):
+        kept = ColumnType(target.declared, "integer", bits=target.bits)
+    elif source.family in ("float", "binary", "date"):
+        kept = ColumnType(target.declared, source.family)
+    elif source.family in ("time", "timestamp"):
+        kept = ColumnType(target.declared, source.family, fsp=target.fsp)
+    else:
+        kept = ColumnType(target.declared, "text")
+    return narrowing(source, kept)
 
 
 def _bits_fit(source: ColumnType, target: ColumnType) -> str | None:

@@ -20,7 +20,7 @@ _PG_TYPE = re.compile(
 _PG_INTEGERS = {"smallint": 16, "integer": 32, "bigint": 64}
 #: Types that carry no length, precision or zone: the family says all.
 _PG_PLAIN: dict[str, Family] = {"boolean": "boolean", "bytea": "binary", "date": "date"}
-_PG_PLAIN |= {"uuid": "uuid", "json": "json", "jsonb": "json"}
+_PG_PLAIN |= {"uuid": "uuid", "json": "json"}
 
 
 def pg_column_type(declared: str) -> ColumnType:
@@ -33,14 +33,17 @@ def pg_column_type(declared: str) -> ColumnType:
     tz = match.group("zone") == " with time zone"
     if base in _PG_PLAIN:
         return ColumnType(declared, _PG_PLAIN[base])
+    if base == "jsonb":
+        return ColumnType(declared, "json", normal_form="jsonb")
+    # numbers: no assignment cast from boolean, so a boolean source fails every chunk
     if base in _PG_INTEGERS:
-        return ColumnType(declared, "integer", bits=_PG_INTEGERS[base])
+        return ColumnType(declared, "integer", bits=_PG_INTEGERS[base], refuses_booleans=True)
     if base == "numeric":
-        return ColumnType(
-            declared, "decimal", precision=first, scale=int(b) if b is not None else None
-        )
+        scale = int(b) if b is not None else None
+        return ColumnType(declared, "decimal", precision=first, scale=scale, refuses_booleans=True)
     if base in ("real", "double precision"):
-        return ColumnType(declared, "float", bits=24 if base == "real" else 53)
+        bits = 24 if base == "real" else 53
+        return ColumnType(declared, "float", bits=bits, refuses_booleans=True)
     if base in ("text", "character varying"):
         return ColumnType(declared, "text", length=first)
     if base == "character":
@@ -54,12 +57,19 @@ def pg_column_type(declared: str) -> ColumnType:
 # --- MySQL / MariaDB ------------------------------------------------------------------------------
 _MY_INTEGERS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32}
 _MY_INTEGERS["bigint"] = 64
-#: Bytes a character can take in a character set (the rest: 1).
+#: Bytes a character takes at most (information_schema.CHARACTER_SETS.MAXLEN) and at least in a
+#: character set; any other set: one byte a character.
 _MY_CHAR_BYTES = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf32": 4}
+_MY_CHAR_BYTES |= {"utf16le": 4, "big5": 2, "cp932": 2, "eucjpms": 3, "euckr": 2, "gb2312": 2}
+_MY_CHAR_BYTES |= {"gbk": 2, "gb18030": 4, "sjis": 2, "ujis": 3}
+_MY_CHAR_MIN_BYTES = {"ucs2": 2, "utf16": 2, "utf16le": 2, "utf32": 4}
 #: the MySQL character sets that hold every Unicode character (ucs2 and utf8mb3 do not: the BMP)
 _MY_UNICODE = frozenset({None, "utf8mb4", "utf16", "utf16le", "utf32", "binary"})
 _MY_TEXT_BYTES = {"tinytext": 255, "text": 65_535, "mediumtext": 16_777_215}
 _MY_BLOB_BYTES = {"tinyblob": 255, "blob": 65_535, "mediumblob": 16_777_215}
+#: MySQL 8's JSON type stores a document normalised (key order, whitespace), as jsonb does in
+#: its own way; MariaDB's JSON is a LONGTEXT and keeps the text.
+MY_JSON = "MySQL JSON"
 #: Spatial types: the driver reads their internal form (SRID + WKB) as bytes.
 MY_GEOMETRY = frozenset(
     {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring"}
@@ -78,9 +88,10 @@ def mysql_column_type(
 ) -> ColumnType:
     """A column from ``information_schema.COLUMNS`` (DATA_TYPE, COLUMN_TYPE,
     CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION,
-    CHARACTER_SET_NAME). TEXT types are bounded in bytes, so their length in characters is the
-    byte limit over the character set's widest character; LONGTEXT/LONGBLOB (4 GiB) count as
-    unbounded."""
+    CHARACTER_SET_NAME). TEXT types are bounded in bytes: as a target they hold the byte limit
+    over the character set's widest character (16,383 in a utf8mb4 TEXT), as a source a value
+    has up to the limit over its narrowest (65,535 one-byte characters); LONGTEXT/LONGBLOB
+    (4 GiB) count as unbounded."""
     kind = data_type.lower()
     declared = column_type
     unsigned = "unsigned" in column_type.lower()
@@ -98,9 +109,15 @@ def mysql_column_type(
         padded = "trimmed" if kind == "char" else None
         return ColumnType(declared, "text", length=char_length, padded=padded, charset=narrow_set)
     if kind in _MY_TEXT_BYTES:
-        per_char = _MY_CHAR_BYTES.get(charset or "utf8mb4", 1)
+        encoding, octets = charset or "utf8mb4", _MY_TEXT_BYTES[kind]
         return ColumnType(
-            declared, "text", length=_MY_TEXT_BYTES[kind] // per_char, charset=narrow_set
+            declared,
+            "text",
+            length=octets // _MY_CHAR_BYTES.get(encoding, 1),
+            charset=narrow_set,
+            longest=octets // _MY_CHAR_MIN_BYTES.get(encoding, 1),
+            octets=octets,
+            encoding=encoding,
         )
     if kind == "longtext":
         return ColumnType(declared, "text", charset=narrow_set)
@@ -123,25 +140,28 @@ def mysql_column_type(
         return ColumnType(declared, "timestamp", fsp=fsp, tz=True, epoch_range=True)
     if kind == "time":
         return ColumnType(declared, "time", fsp=fsp, duration=True)
-    if kind == "json":
-        return ColumnType(declared, "json")
+    if kind == "json":  # MySQL 8 (MariaDB's JSON is LONGTEXT): stored in MySQL's normal form
+        return ColumnType(declared, "json", normal_form=MY_JSON)
     if kind == "uuid":  # MariaDB 10.7+
         return ColumnType(declared, "uuid")
     return ColumnType(declared, "other")
 
 
 # --- SQLite ---------------------------------------------------------------------------------------
-def sqlite_column_type(declared: str) -> ColumnType | None:
+def sqlite_column_type(declared: str) -> ColumnType:
     """A declared type by SQLite's affinity rules (https://sqlite.org/datatype3.html, 3.1).
 
     SQLite enforces no length, precision or fractional-second limit, so what it can lose is its
     affinity's conversion: INTEGER/NUMERIC turn numeric-looking text into numbers and keep 15
-    significant digits of a fraction; TEXT stores numbers as their text. None: no declared type
-    or BLOB affinity, which stores every value as given (nothing to compare).
+    significant digits of a fraction; TEXT stores numbers as their text. No declared type (a
+    query's result columns too) or BLOB affinity stores every value as given: family ``any``,
+    which as a target keeps what dpone binds (64-bit integers, floats, text, bytes, and the
+    rest as text: decimals without their trailing zeros, times as UTC wall clocks) and as a
+    source holds values of any kind.
     """
     name = declared.strip().upper()
     if not name or "BLOB" in name:
-        return None
+        return ColumnType(declared.strip() or "(no declared type)", "any", bits=64, fsp=6)
     if "INT" in name:
         return ColumnType(declared, "integer", bits=64)
     if any(part in name for part in ("CHAR", "CLOB", "TEXT")):

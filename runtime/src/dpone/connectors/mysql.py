@@ -46,7 +46,7 @@ from pymysql.constants import FIELD_TYPE
 from dpone import errors
 from dpone.connectors import base, sql_base
 from dpone.connectors.column_types import ColumnType
-from dpone.connectors.dialect_types import mysql_column_type
+from dpone.connectors.dialect_types import MY_JSON, mysql_column_type
 from dpone.credentials.connections import current_dsn
 from dpone.credentials.dsn_settings import missing_file
 from dpone.errors import DponeError
@@ -612,8 +612,8 @@ def _result_type(item: Any) -> ColumnType:
         return ColumnType(f"time({fsp})", "time", fsp=fsp, duration=True)
     if code == FIELD_TYPE.DATE:
         return ColumnType("date", "date")
-    if code == FIELD_TYPE.JSON:
-        return ColumnType("json", "json")
+    if code == FIELD_TYPE.JSON:  # MySQL 8 only: MariaDB describes JSON as text
+        return ColumnType("json", "json", normal_form=MY_JSON)
     if code == FIELD_TYPE.BIT:  # read as ceil(n/8) bytes
         return ColumnType(f"bit({length})", "binary", bits=length, length=(length + 7) // 8)
     if code == FIELD_TYPE.GEOMETRY:

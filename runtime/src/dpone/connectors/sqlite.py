@@ -242,10 +242,10 @@ class SqliteSource(sql_base.SqlSource[sqlite3.Connection]):
 
     def column_types(self) -> dict[str, ColumnType | None]:
         """A table's declared types (``PRAGMA table_info``) by SQLite's affinity rules; a
-        query's result columns carry no declared type here, so they are not compared (None)."""
+        query's result columns carry no declared type here: values of any kind (``any``)."""
         names = self.columns()
         if self.spec.table is None:
-            return dict.fromkeys(names)
+            return {name: sqlite_column_type("") for name in names}
         schema = "" if self.spec.table.schema is None else quote(self.spec.table.schema, "schema")
         pragma = f"PRAGMA {schema + '.' if schema else ''}table_info({quote(self.spec.table.name, 'table')})"
         try:

@@ -179,7 +179,7 @@ def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str
 
 
 #: the target families that order an integer chunk column's values as numbers
-_NUMBERS = frozenset({"integer", "decimal", "float"})
+_NUMBERS = frozenset({"integer", "decimal", "float", "any"})
 
 
 def _key(name: str, dsn: str) -> str:
