@@ -42,6 +42,9 @@ SECRET_KEYS = frozenset(
         "authentication_token",
     }
 )
+#: DSN parameter names (lower case) that hold an encryption key (SQLCipher's ``?key=``); kept
+#: out of SECRET_KEYS, whose names the text scrubber masks wherever ``name=`` appears
+KEY_PARAMETERS = frozenset({"key", "hexkey", "rekey", "hexrekey", "passphrase"})
 #: parameter names whose free-text value is registered too (libpq passes ``options`` to the
 #: server and echoes it back in errors)
 FREE_TEXT_KEYS = frozenset({"options"})
@@ -259,6 +262,19 @@ def secret_env_name(name: str, value: str) -> bool:
     return words[-1:] == ("HEADERS",) and _SECRET_HEADER.search(value) is not None
 
 
+def secret_parameter(name: str) -> bool:
+    """True when a DSN parameter named ``name`` (in a URL query, a libpq or an ODBC string, any
+    scheme, sqlite included) holds a secret: a name of SECRET_KEYS or KEY_PARAMETERS, or one
+    whose last words say so as a variable's name would (``client_secret``, ``auth_token``,
+    ``ssl_key``, ``db_passphrase``); percent-encoded names are decoded first."""
+    plain = unquote_plus(name).strip().lower()
+    if not plain:
+        return False
+    if plain in SECRET_KEYS or plain in KEY_PARAMETERS or secret_env_name(plain, "x"):
+        return True
+    return re.split(r"[_.\-]+", plain)[-1] in ("key", "passphrase")
+
+
 def secret_assignment(text: str) -> str | None:
     """The name of the first variable ``text`` sets to a value in clear whose name says it is a
     secret (``PGPASSWORD=s3cret psql ...``), or None."""
@@ -272,8 +288,7 @@ def secret_parts(dsn: str) -> set[str]:
     """Every secret fragment of ``dsn`` in any accepted form, malformed ones included."""
     found: set[str] = set()
     for key, value in _pairs(dsn):
-        name = key.strip().lower()
-        if (name in SECRET_KEYS or name in FREE_TEXT_KEYS) and value:
+        if value and (secret_parameter(key) or key.strip().lower() in FREE_TEXT_KEYS):
             found |= _variants(value)
     return found
 
@@ -318,9 +333,7 @@ def redact_text(text: str) -> str:
     return re.sub(
         _ENCODED_KEY_VALUE,
         lambda m: (
-            m.group(1) + m.group(2) + "=" + MASK
-            if unquote_plus(m.group(2)).strip().lower() in SECRET_KEYS
-            else m.group(0)
+            m.group(1) + m.group(2) + "=" + MASK if secret_parameter(m.group(2)) else m.group(0)
         ),
         text,
     )

@@ -128,7 +128,7 @@ class RunObserver:
         """After the last chunk (also on failure): flush and release what was opened."""
 
 
-def metrics_requested(environ: Mapping[str, str]) -> bool:
+def otlp_requested(environ: Mapping[str, str]) -> bool:
     """True when the standard OpenTelemetry variables ask for OTLP metrics."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
@@ -136,6 +136,26 @@ def metrics_requested(environ: Mapping[str, str]) -> bool:
     if "otlp" not in exporters:
         return False
     return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def unserved_exporters(environ: Mapping[str, str]) -> str:
+    """OTEL_METRICS_EXPORTER when it names exporters dpone does not run (console, prometheus)
+    beside an OTLP endpoint, without otlp: metrics were asked for and none will be sent."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return ""
+    asked = [e.strip() for e in environ.get("OTEL_METRICS_EXPORTER", "").split(",") if e.strip()]
+    if not asked or "otlp" in asked or asked == ["none"]:
+        return ""
+    if not any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES):
+        return ""
+    return ",".join(asked)[:60]
+
+
+def metrics_requested(environ: Mapping[str, str]) -> bool:
+    """True when the OpenTelemetry variables ask for metrics: over OTLP, or through exporters
+    dpone does not run beside an endpoint, which the run must then say (it opens the metrics
+    observer, and its warnings, only when this is true)."""
+    return otlp_requested(environ) or bool(unserved_exporters(environ))
 
 
 def escape_controls(text: str) -> str:
@@ -198,20 +218,49 @@ def one_line(text: str) -> str:
 
 class ExportWorker:
     """The exporters' background threads (one lane per exporter, so a hanging lineage backend
-    does not hold the metrics back) and the run's wait budget."""
+    does not hold the metrics back), the run's wait budget, and the warnings already printed:
+    one worker serves a whole `dpone run` process, however many processes of the manifest it
+    runs, so each distinct warning is printed once per process (:meth:`once`)."""
 
     def __init__(self, budget_s: float, warn: Callable[[str], None]) -> None:
         self.budget_s = budget_s
-        self._warn = one_line_warnings(warn)
+        self._lock = threading.Lock()
+        self._said: set[str] = set()
+        self._warn = self.once(one_line_warnings(warn))
+        self._dropped: set[str] = set()  # exporters already said unfinished
+        self._expected: dict[str, list[str]] = {}
         self._spent = 0.0
         self._draining_since: float | None = None
         self._lanes: dict[str, queue.Queue[tuple[str, Callable[[], object]]]] = {}
-        self._lock = threading.Lock()
         self._pending: dict[str, int] = {}
         self._idle = threading.Condition(self._lock)
         self._held: list[str] = []
         self._reported: set[str] = set()
         self._current: dict[str, str] = {}
+
+    def once(self, warn: Callable[[str], None]) -> Callable[[str], None]:
+        """``warn`` that prints a message this worker's process printed already no more: the
+        settings are read again for each process of a manifest, and say the same thing."""
+
+        def said_once(message: str) -> None:
+            with self._lock:
+                if message in self._said:
+                    return
+                self._said.add(message)
+            warn(message)
+
+        return said_once
+
+    def expect(self, exporter: str, fragment: str) -> None:
+        """A library record of ``exporter`` holding ``fragment`` repeats what a dpone warning
+        already said (a setting the library then logs about on a thread of its own): drop it."""
+        with self._lock:
+            self._expected.setdefault(exporter, []).append(fragment)
+
+    def expected(self, exporter: str, message: str) -> bool:
+        """Whether ``message`` (a library record of ``exporter``) was said already (see expect)."""
+        with self._lock:
+            return any(fragment in message for fragment in self._expected.get(exporter, ()))
 
     def submit(self, exporter: str, what: str, call: Callable[[], object]) -> None:
         """Queue ``call`` (one step of ``exporter``: build, send, close) on the exporter's lane,
@@ -288,11 +337,14 @@ class ExportWorker:
                 self._idle.wait(min(left, 0.05))  # short steps: a stop shortens the wait
             self._spent += time.monotonic() - started
             self._draining_since = None
+            # an exporter said unfinished once is not said again by a later process's wait
+            late = [e for e, count in sorted(self._pending.items()) if count]
             unfinished = [
                 f"{exporter} ({self._current.get(exporter, 'queued')})"
-                for exporter, count in sorted(self._pending.items())
-                if count
+                for exporter in late
+                if exporter not in self._dropped
             ]
+            self._dropped.update(late)
             held, self._held = self._held, []
         for message in held:
             self._warn(message)
@@ -319,6 +371,8 @@ class _LibraryHandler(logging.Handler):
             message = one_line(record.getMessage())
         except Exception:  # a record whose arguments do not format
             message = record.levelname.lower()
+        if self.worker.expected(self.exporter, message):
+            return
         collecting = _COLLECTING.get(threading.get_ident())
         if collecting is not None:
             collecting.append(message)

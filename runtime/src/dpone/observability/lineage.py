@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import re
+import unicodedata
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -69,7 +71,7 @@ def dataset_name(dsn: str, schema: str | None, table: str) -> DatasetName:
     whose parts do not parse or validate gives the neutral namespace ``<kind>://unknown``."""
     kind = dsn_kind(dsn)
     if kind == "sqlite":
-        path = os.path.realpath(sqlite_path(dsn))
+        path = _sqlite_file(dsn)
         return DatasetName("file", f"{path}/{table if schema is None else f'{schema}.{table}'}")
     parts = server_parts(dsn, kind)
     if parts is None:
@@ -80,6 +82,16 @@ def dataset_name(dsn: str, schema: str | None, table: str) -> DatasetName:
         return DatasetName(namespace, f"{schema or database or ''}.{table}")
     default_schema = "public" if kind == "postgres" else "dbo"
     return DatasetName(namespace, f"{database or ''}.{schema or default_schema}.{table}")
+
+
+def _sqlite_file(dsn: str) -> str:
+    """The absolute path of a SQLite DSN's file: the path only, never its ``?query`` or
+    ``#fragment`` (``?key=``, ``?password=``); ``unknown`` when what is left still reads as a
+    secret (a registered password, a ``user:password@`` prefix)."""
+    path = re.split(r"[?#]", sqlite_path(dsn), maxsplit=1)[0]
+    if not path or redact_text(path) != path:
+        return NEUTRAL_HOST
+    return os.path.realpath(path)
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -108,6 +120,24 @@ def _triple(value: str) -> tuple[str, str, str] | None:
     except ValueError:
         return None
     return (namespace, name, run_id) if namespace and name else None
+
+
+#: the variables naming a parent (and root) job run explicitly, and what a bad value loses
+PARENT_VARIABLES = {
+    "OPENLINEAGE_PARENT_ID": "that parent",
+    "OPENLINEAGE_ROOT_PARENT_ID": "that root",
+}
+
+
+def parent_problems(environ: Mapping[str, str]) -> list[str]:
+    """The explicit parent settings that are given but unusable, each named (never quoted): the
+    run then ignores it, as parent_of does, instead of dropping it without a word."""
+    return [
+        f"{name} is not namespace/name/runId with a UUID as the runId; lineage is sent without "
+        + lost
+        for name, lost in PARENT_VARIABLES.items()
+        if environ.get(name, "").strip() and _triple(environ[name]) is None
+    ]
 
 
 def parent_of(
@@ -195,6 +225,12 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
     url = environ.get("OPENLINEAGE_URL", "").strip()
     if url and (problem := _http_url_problem(url)):
         return f"OPENLINEAGE_URL {problem}"
+    level = environ.get("OPENLINEAGE_CLIENT_LOGGING")
+    if level and level not in logging.getLevelNamesMapping():  # the client calls setLevel(it)
+        return (
+            "OPENLINEAGE_CLIENT_LOGGING is not a logging level name (DEBUG, INFO, WARNING, "
+            "ERROR or CRITICAL, in capitals)"
+        )
     transport: dict[str, Any] = {}
     whole = environ.get("OPENLINEAGE__TRANSPORT")
     if whole is not None:  # the whole transport as JSON: the client needs an object
@@ -215,6 +251,8 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
                 json.loads(value)
             except ValueError:
                 return f"{name} looks like JSON (it has brackets) but is not valid JSON"
+    if problem := _env_header_problem(environ):
+        return problem
     config_given = environ.get("OPENLINEAGE_CONFIG", "")
     if config_given and not Path(config_given).is_file():
         return "OPENLINEAGE_CONFIG names no readable file"
@@ -277,6 +315,9 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
             return (
                 "OPENLINEAGE__TRANSPORT__* variables are set without OPENLINEAGE__TRANSPORT__TYPE"
             )
+    where = "OPENLINEAGE__TRANSPORT" if whole is not None else "transport"
+    if problem := _transport_header_problem(transport, where):
+        return problem
     timeout = None if whole is not None else environ.get("OPENLINEAGE__TRANSPORT__TIMEOUT")
     if timeout is None and "timeout" in transport:
         where = "OPENLINEAGE__TRANSPORT" if whole is not None else "transport"
@@ -285,6 +326,95 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
         setting = "OPENLINEAGE__TRANSPORT__TIMEOUT"
     if timeout is not None and not _positive(timeout):
         return f"{setting} must be a positive number of seconds"
+    return None
+
+
+#: an HTTP header name (RFC 9110 token), as requests checks it before a send
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_API_KEYS = ("apiKey", "apikey", "api_key")
+
+
+def _header_value_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an HTTP header's value (requests and http.client refuse it only at
+    the send, naming no setting), never quoting it: it may be a key."""
+    if not isinstance(value, str):
+        return (
+            f"is {type(value).__name__}, not text (the client reads an OPENLINEAGE__* value as "
+            "JSON: write a number or true/false as a JSON string, in double quotes)"
+        )
+    if any(ord(char) > 255 or unicodedata.category(char) == "Cc" for char in value):
+        return (
+            "holds a character an HTTP header cannot carry (a line break or another control "
+            "character, or one beyond Latin-1)"
+        )
+    return None
+
+
+def _headers_problem(value: object) -> str | None:
+    """Why ``value`` is not a usable ``custom_headers`` mapping (header name -> value)."""
+    if not isinstance(value, dict):
+        return "is not a mapping of header names to values (a JSON object)"
+    for name, text in value.items():
+        if not _HEADER_NAME.fullmatch(str(name)):
+            return "names a header with a character no HTTP header name has"
+        if problem := _header_value_problem(text):
+            return f"has a value that {problem}"
+    return None
+
+
+def _env_header_problem(environ: Mapping[str, str]) -> str | None:
+    """The first OpenLineage variable that would put an unusable header on every send:
+    OPENLINEAGE_API_KEY, ``..__CUSTOM_HEADERS`` (an object) or ``..__CUSTOM_HEADERS__<NAME>``,
+    ``..__AUTH`` (an object) or ``..__AUTH__API_KEY``, read as the client reads them (JSON, else
+    text)."""
+    key = environ.get("OPENLINEAGE_API_KEY")
+    if key and (problem := _header_value_problem(key)):
+        return f"OPENLINEAGE_API_KEY {problem}"
+    for name in sorted(environ):
+        if not name.startswith("OPENLINEAGE__"):
+            continue
+        path = name.lower().split("__")
+        try:
+            value: Any = json.loads(environ[name])
+        except ValueError:
+            value = environ[name]
+        problem = None
+        if path[-1] == "custom_headers":
+            problem = _headers_problem(value)
+        elif len(path) > 1 and path[-2] == "custom_headers":
+            problem = _headers_problem({path[-1]: value})
+        elif path[-1] == "auth" and isinstance(value, dict):
+            auth_key = next((k for k in _API_KEYS if k in value), None)
+            if auth_key is not None and (problem := _header_value_problem(value[auth_key])):
+                problem = f"({auth_key}) {problem}"
+        elif path[-1] in ("apikey", "api_key") and len(path) > 1 and path[-2] == "auth":
+            problem = _header_value_problem(value)
+        if problem:
+            return f"{name} {problem}"
+    return None
+
+
+def _transport_header_problem(transport: Mapping[str, Any], where: str) -> str | None:
+    """The first unusable header of a transport from the config file or OPENLINEAGE__TRANSPORT
+    (a composite's transports included): ``custom_headers`` and ``auth``'s API key."""
+    if "custom_headers" in transport:
+        if problem := _headers_problem(transport["custom_headers"]):
+            return f"{where}.custom_headers {problem}"
+    auth = transport.get("auth")
+    if isinstance(auth, dict):
+        for key in _API_KEYS:
+            if key in auth and (problem := _header_value_problem(auth[key])):
+                return f"{where}.auth.{key} {problem}"
+    inner = transport.get("transports")
+    items = (
+        inner.items()
+        if isinstance(inner, dict)
+        else enumerate(inner) if isinstance(inner, list) else ()
+    )
+    for name, nested in items:
+        if isinstance(nested, dict):
+            if problem := _transport_header_problem(nested, f"{where}.transports.{name}"):
+                return problem
     return None
 
 
@@ -341,7 +471,9 @@ def open_run_lineage(
     if not lineage_requested(env):
         return RunLineage()
     register_exporter_secrets(env)
-    warn = one_line_warnings(warn)
+    # one worker per `dpone run` process: a warning its other processes gave is not repeated
+    worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
+    warn = worker.once(one_line_warnings(warn))
     try:
         import openlineage.client  # noqa: F401
     except ImportError:
@@ -355,7 +487,6 @@ def open_run_lineage(
     if problem is not None:
         warn(f"{problem}; this run emits no lineage")
         return RunLineage()
-    worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
     emitter, records = build_client(
         lambda: OpenLineageRun(run, worker),
         warn,
@@ -390,6 +521,8 @@ def open_run_lineage(
             "ENVIRONMENT_VARIABLES, or facets.environment_variables in the config file) would "
             "send environment values, which hold DSNs and keys: lineage is sent without it"
         )
+    for problem in parent_problems(env):
+        warn(problem)
     if records:
         worker.problem(
             "OpenLineage",

@@ -28,6 +28,7 @@ from dpone.observability.exporting import (
     metrics_requested,
     one_line_warnings,
     register_exporter_secrets,
+    unserved_exporters,
 )
 from dpone.observability.result import ChunkTiming
 from dpone.records import record
@@ -182,10 +183,21 @@ def export_millis(environ: Mapping[str, str]) -> tuple[dict[str, int], list[str]
     return values, problems
 
 
+#: how the SDK's own log record names a setting a fallback problem names (it logs the resource
+#: attributes' problem without the variable, on a resource detector's thread)
+_SDK_WORDS = {"OTEL_RESOURCE_ATTRIBUTES": "resource attribute pair"}
+
+
 def fallback_problems(environ: Mapping[str, str]) -> list[str]:
-    """The metrics settings that the exporter replaces by its default (it logs, and goes on),
-    each named with what really happens."""
+    """The metrics settings that the exporter replaces by its default or skips (it logs, and
+    goes on), each named with what really happens."""
     problems = []
+    attributes = environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    if attributes and any(not pair.strip() for pair in attributes.split(",")):
+        problems.append(
+            "OTEL_RESOURCE_ATTRIBUTES has an empty pair (two commas in a row, or a comma at an "
+            "end); it is skipped, and metrics are exported with the other attributes"
+        )
     name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
     value = environ.get(name)
     if value is not None and value.strip().lower() not in _TEMPORALITIES:
@@ -203,19 +215,6 @@ def fallback_problems(environ: Mapping[str, str]) -> list[str]:
     return problems
 
 
-def _unserved_exporters(environ: Mapping[str, str]) -> str:
-    """OTEL_METRICS_EXPORTER when it names exporters dpone does not run (console, prometheus)
-    beside an OTLP endpoint, without otlp: metrics were asked for and none will be sent."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return ""
-    asked = [e.strip() for e in environ.get("OTEL_METRICS_EXPORTER", "").split(",") if e.strip()]
-    if not asked or "otlp" in asked or asked == ["none"]:
-        return ""
-    if not any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES):
-        return ""
-    return ",".join(asked)[:60]
-
-
 def open_run_observer(
     labels: RunLabels,
     environ: Mapping[str, str] | None = None,
@@ -229,15 +228,18 @@ def open_run_observer(
     """
     env = os.environ if environ is None else environ
     if not metrics_requested(env):
-        unserved = _unserved_exporters(env)
-        if unserved:
-            one_line_warnings(warn)(
-                f"OTEL_METRICS_EXPORTER={unserved!r}: dpone exports metrics over OTLP only "
-                "(otlp); this run exports no metrics"
-            )
+        return RunObserver()
+    # one worker per `dpone run` process: a warning its other processes gave is not repeated
+    worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
+    warn = worker.once(one_line_warnings(warn))
+    unserved = unserved_exporters(env)
+    if unserved:
+        warn(
+            f"OTEL_METRICS_EXPORTER={unserved!r}: dpone exports metrics over OTLP only "
+            "(otlp); this run exports no metrics"
+        )
         return RunObserver()
     register_exporter_secrets(env)
-    warn = one_line_warnings(warn)
     for name in ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
         protocol = env.get(name)
         if protocol:  # the metrics one wins, as in the SDK
@@ -252,7 +254,12 @@ def open_run_observer(
     fallbacks += fallback_problems(env)
     for fallback in fallbacks:
         warn(fallback)
-    worker = exports or ExportWorker(DEFAULT_BUDGET_S, warn)
+        # what the SDK logs about a setting named here (also later, on a thread of its own)
+        # says nothing new
+        name = fallback.split(" ", 1)[0]
+        for fragment in (name, _SDK_WORDS.get(name)):
+            if fragment:
+                worker.expect("OpenTelemetry metrics", fragment)
     observer, records = build_client(
         lambda: OtelRunObserver(labels, env, worker, millis),
         warn,
@@ -264,9 +271,7 @@ def open_run_observer(
     )
     if observer is None:
         return RunObserver()
-    # what the SDK logged about a setting already named above says nothing new
-    named = [fallback.split(" ", 1)[0] for fallback in fallbacks]
-    records = [r for r in records if not any(name in r for name in named)]
+    records = [r for r in records if not worker.expected("OpenTelemetry metrics", r)]
     if records:
         worker.problem(
             "OpenTelemetry metrics",
