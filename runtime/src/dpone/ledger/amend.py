@@ -27,8 +27,9 @@ def config_changed(run_key: str) -> DponeError:
     return DponeError(
         errors.LEDGER_SHAPE_MISMATCH,
         f"campaign {run_key!r}: the catalog plans the stored chunks, but its source, sink, merge "
-        "keys, chunk column or inner mode changed since the campaign started (its config_hash "
-        "differs): the committed chunks were moved under the stored configuration; restore it, "
+        "keys, chunk column, chunk step or unit (also when another spelling gives the same "
+        "chunks, such as 120 minutes for 2 hours) or inner mode changed since the campaign "
+        "started (its config_hash differs): the committed chunks were moved under the stored configuration; restore it, "
         "or start a new campaign under a new backfill_id (docs/runbook.md 'Extend a backfill')",
     )
 
@@ -89,7 +90,8 @@ def check_extension(
     why = extension_refusal(stored, planned)
     if why is None and at(stored.chunks[-1].end) != stored_config_hash:
         why = (
-            "the source, sink, chunk column or inner mode changed as well as the window's end "
+            "the source, sink, merge keys, chunk column, chunk step or unit (also when another "
+            "spelling gives the same chunks) or inner mode changed as well as the window's end "
             "(an extension may move the end only)"
         )
     if why is not None:
