@@ -290,15 +290,21 @@ def test_a_result_path_that_is_a_link_is_written_through(
     assert json.loads((cwd / "real.json").read_text(encoding="utf-8"))["status"] == "passed"
 
 
+@pytest.mark.parametrize("part", [None, "PASSWORD", "USER", "DBNAME"])
 def test_a_dsn_that_is_not_utf8_is_a_configuration_error(
-    demo: tuple[Path, dict[str, str]],
+    demo: tuple[Path, dict[str, str]], part: str | None
 ) -> None:
-    """A byte the environment cannot decode (here 0xff in the password): refused as the
-    configuration error it is, with the run's result written, and nothing of it shown."""
+    """A byte the environment cannot decode (here 0xff in the password, or in a part given in
+    a variable of its own): refused as the configuration error it is, with the run's result
+    written, and nothing of it shown."""
     cwd, env = demo
     dsn = "postgresql://u:p\udcffq@127.0.0.1:1/db"  # what Python makes of the byte 0xff
+    given = {"DPONE_CONN_DEMO": dsn}
+    if part is not None:
+        given = {"DPONE_CONN_DEMO": "postgresql://u@127.0.0.1:1/db"}
+        given[f"DPONE_CONN_DEMO_{part}"] = "p\udcffq"
     result = cwd / "result.json"
-    done = _dpone(cwd, {**env, "DPONE_CONN_DEMO": dsn, "DPONE_XCOM_PATH": str(result)}, *RUN)
+    done = _dpone(cwd, {**env, **given, "DPONE_XCOM_PATH": str(result)}, *RUN)
     assert done.returncode == 3, done.stderr
     assert _error(done.stderr)["code"] == "DPONE_CONFIG_INVALID", done.stderr
     assert json.loads(result.read_text(encoding="utf-8"))["error"]["retryable"] is False

@@ -69,14 +69,6 @@ def resolve_dsn(name: str, environ: Mapping[str, str] | None = None) -> Connecti
             errors.CONNECTION_MISSING,
             f"connection {name!r} has no DSN: set {key}",
         )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # a byte the environment could not decode: never shown
-        raise DponeError(
-            errors.CONFIG_INVALID,
-            f"connection {name!r}: its DSN ({key}, or its parts) holds bytes that are not UTF-8 "
-            "text; write it in UTF-8 (percent-encode other bytes in a URL)",
-        ) from None
     register_dsn(value)
     return ConnectionDsn(value, name, environ)
 

@@ -75,11 +75,25 @@ def _read_file(variable: str, path: str) -> str:
 def _value(variable: str, env: Mapping[str, str], secret: bool) -> str | None:
     """The value of ``variable`` or of the file ``variable``_FILE names; the direct one wins."""
     value = env.get(variable) or None
+    if value is not None and not _utf8(value):  # a byte the environment could not decode
+        raise DponeError(
+            errors.CONFIG_INVALID,
+            f"{variable} holds bytes that are not UTF-8 text; write it in UTF-8 (percent-encode "
+            "other bytes in a URL)",
+        )
     if value is None and env.get(variable + "_FILE"):
         value = _read_file(variable + "_FILE", env[variable + "_FILE"])
     if value is not None and secret:
         redaction.register_secret(value)
     return value
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _netloc(hostport: str, user: str | None, password: str | None) -> str:
