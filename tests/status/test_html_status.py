@@ -7,6 +7,7 @@ a screenshot, and a small stdlib PNG decoder counts the pixels of each state col
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import html
 import os
@@ -332,6 +333,95 @@ def test_extensions_and_cancel_reason_in_text_json_and_html(tmp_path: Path) -> N
     assert "Extensions" not in plain and "extended:" not in render_text(
         status_document(pack, plan, _ledger(plan)), colour=False
     )
+
+
+RUN_A = "scheduled__2024-05-01T00:00:00+00:00"
+HOSTILE = 'manual__<script>alert("x")</script>&\u202e'
+
+
+def _attributed(plan: ProcessPlan) -> Ledger:
+    """The campaign of :func:`_ledger` with lease owners as runs write them: chunks 1-40 by run
+    RUN_A (items 0 and 1), 41-60 by its try 2, 61-80 outside Airflow, 81-100 before dpone
+    recorded it, 101-120 by a run whose id is markup and a bidi override; the running chunks'
+    leases by RUN_A's item 6."""
+    ledger = _ledger(plan)
+
+    def owner(index: int) -> str | None:
+        if index <= 40:
+            return f"airflow try=1 map={(index - 1) // 20} run={RUN_A} on pod-a:1:aaa"
+        if index <= 60:
+            return f"airflow try=2 map=2 run={RUN_A} on pod-b:1:bbb"
+        if index <= 80:
+            return "local on laptop:42:ccc"
+        if index <= 100:
+            return "pod-d:1:ddd"
+        if index <= 120:
+            return f"airflow try=1 map=5 run={HOSTILE} on pod-e:1:eee"
+        return f"airflow try=1 map=6 run={RUN_A} on pod-f:1:fff"
+
+    records = {
+        i: (
+            dataclasses.replace(r, lease_owner=owner(i))
+            if r.state in (ChunkState.COMMITTED, ChunkState.RUNNING)
+            else r
+        )
+        for i, r in ledger.records.items()
+    }
+    return Ledger(ledger.shape, records, cancelled=False, cancel_reason=None, now=NOW)
+
+
+def _moved_by_rows(page: str) -> list[list[str]]:
+    """The cells of the page's "Who moved the chunks" table, row by row, unescaped."""
+    table = page.split("<h3>Who moved the chunks</h3>", 1)[1].split("</table>", 1)[0]
+    return [
+        [html.unescape(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]
+    ]
+
+
+def test_html_shows_who_moved_each_run_of_chunks_as_text_does(tmp_path: Path) -> None:
+    """The page says what the text's `committed:` / `held:` lines say: the Airflow run, try and
+    map index, outside Airflow or unrecorded, in the same runs of consecutive chunks."""
+    pack, plan = _compile(tmp_path)
+    doc = status_document(pack, plan, _attributed(plan))
+    page = render_html(doc)
+    shown_id = 'manual__<script>alert("x")</script>&\\u202e'  # the override escaped, as in text
+    assert _moved_by_rows(page) == [
+        ["1-20", "committed", RUN_A, "1", "0"],
+        ["21-40", "committed", RUN_A, "1", "1"],
+        ["41-60", "committed", RUN_A, "2", "2"],
+        ["61-80", "committed", "outside Airflow"],
+        ["81-100", "committed", "an unrecorded run (written before dpone recorded it)"],
+        ["101-120", "committed", shown_id, "1", "5"],
+        ["121-144", "held", RUN_A, "1", "6"],
+    ]
+    text = render_text(doc, colour=False)
+    assert f"  committed: chunks 1-20 by run {RUN_A}, try 1, map index 0\n" in text
+    assert "  committed: chunks 61-80 outside Airflow\n" in text
+    assert f"  committed: chunks 101-120 by run {shown_id}, try 1, map index 5\n" in text
+    assert f"  held: chunks 121-144 by run {RUN_A}, try 1, map index 6\n" in text
+    # escaped: no markup and no bidi override from a stored run id reaches the page
+    assert "<script" not in page and "\u202e" not in page
+    assert "manual__&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;\\u202e" in page
+    assert render_html(status_document(pack, plan, _attributed(plan))) == page
+
+
+def test_html_says_none_moved_before_any_run(tmp_path: Path) -> None:
+    pack, plan = _compile(tmp_path)
+    page = render_html(status_document(pack, plan, None))
+    assert '<h3>Who moved the chunks</h3>\n<p class="none">none</p>' in page
+
+
+def test_html_header_counts_mapped_items_not_rows(campaign: dict[str, Any]) -> None:
+    """The header's second figure is how the campaign runs in Airflow (its mapped items), never
+    a count of the grid's rows that reads as rows moved."""
+    page = render_html(campaign)
+    assert "· 240 chunks · 12 mapped items, as of " in page
+    one = dict(campaign, items=campaign["items"][:1])
+    assert "· 1 mapped item, as of " in render_html(one)
+    internal = dict(campaign, mode="internal")
+    assert "· 240 chunks · one runtime task, as of " in render_html(internal)
+    assert " rows" not in render_html(internal).split("</p>", 1)[0]
 
 
 def _chromium() -> str:

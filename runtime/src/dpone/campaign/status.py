@@ -246,14 +246,23 @@ def moved_by(ledger: Ledger | None) -> list[dict[str, Any]]:
 MOVED_BY_SHOWN = 20
 
 
+def _chunk_range(group: dict[str, Any]) -> str:
+    first, last = group["first_chunk_index"], group["last_chunk_index"]
+    return f"chunk {first}" if first == last else f"chunks {first}-{last}"
+
+
+def _moved_by_verb(group: dict[str, Any]) -> str:
+    """A running chunk is not moved yet: its run holds it."""
+    return "committed" if group["state"] == "committed" else "held"
+
+
 def _moved_by_lines(doc: dict[str, Any]) -> list[str]:
     groups = doc.get("moved_by", ())
     lines = []
     for group in groups[:MOVED_BY_SHOWN]:
-        first, last = group["first_chunk_index"], group["last_chunk_index"]
-        chunks = f"chunk {first}" if first == last else f"chunks {first}-{last}"
-        verb = "committed" if group["state"] == "committed" else "held"
-        lines.append(f"  {verb}: {chunks} {describe_attribution(group['by'])}")
+        lines.append(
+            f"  {_moved_by_verb(group)}: {_chunk_range(group)} {describe_attribution(group['by'])}"
+        )
     if len(groups) > MOVED_BY_SHOWN:
         lines.append(f"  ... {len(groups) - MOVED_BY_SHOWN} more in --format json (moved_by)")
     return lines
@@ -462,6 +471,44 @@ footer{color:#57606a;font-size:12px;margin-top:24px}
 """
 
 
+def _html_moved_by(doc: dict[str, Any]) -> str:
+    """Who moved (or holds) each run of chunks, as the text's `committed:` lines say it: the
+    Airflow run, try and map index, or outside Airflow; every run, not only the text's first 20.
+    Stored strings go through :func:`shown` too, so a run id cannot reorder the line."""
+    e = html.escape
+    rows = []
+    for group in doc.get("moved_by", ()):
+        by = group["by"]
+        if by is None:
+            who = '<td colspan="3">an unrecorded run (written before dpone recorded it)</td>'
+        elif by["outside_airflow"]:
+            who = '<td colspan="3">outside Airflow</td>'
+        else:
+            who = (
+                f'<td class="code">{e(shown(str(by["run_id"])))}</td>'
+                f"<td>{e(str(by['try_number']))}</td><td>{e(str(by['map_index']))}</td>"
+            )
+        first, last = group["first_chunk_index"], group["last_chunk_index"]
+        chunks = str(first) if first == last else f"{first}-{last}"
+        rows.append(f"<tr><td>{chunks}</td><td>{_moved_by_verb(group)}</td>{who}</tr>")
+    table = (
+        "<table><tr><th>chunks</th><th>state</th><th>Airflow run</th><th>try</th>"
+        f"<th>map index</th></tr>{''.join(rows)}</table>"
+        if rows
+        else '<p class="none">none</p>'
+    )
+    return f"<h3>Who moved the chunks</h3>\n{table}"
+
+
+def _html_grouping(doc: dict[str, Any]) -> str:
+    """How the campaign runs in Airflow: its mapped items (map indexes), or one runtime task for
+    an internal campaign; the grid's rows of 50 chunks are layout, not a figure (nor rows moved)."""
+    if doc["mode"] == "internal":
+        return " · one runtime task"
+    items = len(doc["items"])
+    return f" · {items} mapped item{'' if items == 1 else 's'}"
+
+
 def _html_section(doc: dict[str, Any]) -> str:
     e = html.escape
     c = doc["counts"]
@@ -557,12 +604,13 @@ def _html_section(doc: dict[str, Any]) -> str:
     as_of = f", as of {e(doc['as_of'])}" if doc.get("as_of") else ""
     return f"""<section>
 <h1>{e(doc['workload'])} / {e(doc['process'])}</h1>
-<p class="meta">campaign <code>{e(str(doc['run_key']))}</code> · mode <b>{e(doc['mode'])}</b> · {doc['chunks_total']} chunks · {len(doc['items'])} {'mapped items' if doc['mode'] != 'internal' else 'rows'}{as_of}</p>
+<p class="meta">campaign <code>{e(str(doc['run_key']))}</code> · mode <b>{e(doc['mode'])}</b> · {doc['chunks_total']} chunk{'' if doc['chunks_total'] == 1 else 's'}{_html_grouping(doc)}{as_of}</p>
 {banner}<div class="bar">{bar}</div>
 <p class="legend">{legend}</p>
 <div class="grid">{''.join(rows)}</div>
 <h3>Running leases ({len(doc['running_leases'])})</h3>
 {lease_table}
+{_html_moved_by(doc)}
 <h3>Failures ({len(doc['failures'])})</h3>
 {failure_table}
 {restated_table}{extension_table}{retry}</section>"""
@@ -570,7 +618,8 @@ def _html_section(doc: dict[str, Any]) -> str:
 
 def render_html_page(docs: Sequence[dict[str, Any]]) -> str:
     """One self-contained page (inline CSS, no script, no external asset) for one or more
-    processes: a coloured cell per chunk grouped by mapped item, counts, leases, failures."""
+    processes: a coloured cell per chunk grouped by mapped item, counts, leases, who moved the
+    chunks, failures."""
     style = HTML_STYLE + "".join(f".{s}{{background:{col}}}" for s, col in STATE_COLOURS.items())
     title = ", ".join(f"{d['workload']}/{d['process']}" for d in docs) or "no campaign"
     sections = "\n".join(_html_section(doc) for doc in docs)
