@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from dpone.authoring.loader import load_catalog_partly
+from dpone.authoring.loader import load_catalog_checked
 from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import ErrorRecord
 from dpone.observability.reporting import CommandParser
@@ -42,13 +42,14 @@ def catalog_problems(path: str) -> tuple[list[WorkloadPack], list[ErrorRecord]]:
     """Everything `dpone check` refuses, in one pass: the pure front half's problems and the
     rules only a DAG file needs (image, secrets per connection, unique hook names), which CI
     should not learn about first from generate. Each workload whose entry and manifest load
-    cleanly is planned and checked even when another one fails. `preview` and `generate`
-    refuse the same."""
-    catalog, problems = load_catalog_partly(path)
+    cleanly is planned and checked even when another one fails; one whose manifest has
+    problems still gets the DAG rules, which need no plan. `preview` and `generate` refuse the
+    same."""
+    catalog, checked, problems = load_catalog_checked(path)
     if catalog is None:
         return [], problems
     packs, plan_problems = compile_catalog(catalog)
-    return packs, [*problems, *plan_problems, *validate_for_airflow(catalog)]
+    return packs, [*problems, *plan_problems, *validate_for_airflow(catalog.path, checked)]
 
 
 def main_check(argv: list[str]) -> int:

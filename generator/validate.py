@@ -8,13 +8,16 @@ case-insensitive file system.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from dpone import errors
-from dpone.authoring.models import Catalog, Hook, Workload
+from dpone.authoring.models import Hook, Workload
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
 from dpone.credentials.credential_parts import FIELDS
 from dpone.errors import ErrorRecord, Location
+
+from .dagspec import part_env_name
 
 
 class _Locator:
@@ -25,13 +28,26 @@ class _Locator:
         self._doc: YamlDocument | None = None
         self._loaded = False
 
-    def __call__(self, path: tuple[str | int, ...], key: bool = False) -> Location:
+    def _document(self) -> YamlDocument | None:
         if not self._loaded:
             self._doc, _ = load_yaml(Path(self._path), self._path)
             self._loaded = True
-        if self._doc is None:
+        return self._doc
+
+    def __call__(self, path: tuple[str | int, ...], key: bool = False) -> Location:
+        doc = self._document()
+        if doc is None:
             return Location(self._path)
-        return self._doc.locate(path, key=key)
+        return doc.locate(path, key=key)
+
+    def entry(self, workload: str, kind: str, index: int) -> tuple[str, Location]:
+        """Where ``airflow.<kind>[index]`` of a workload is written, named and located: its own
+        entry, or ``defaults.airflow``'s when it inherits the list (lists are inherited whole)."""
+        own: tuple[str | int, ...] = ("workloads", workload, "airflow", kind)
+        doc = self._document()
+        if doc is None or (*own, "__key__") in doc.positions:
+            return f"airflow.{kind}[{index}]", self((*own, index))
+        return f"defaults.airflow.{kind}[{index}]", self(("defaults", "airflow", kind, index))
 
 
 def _duplicate_hooks(
@@ -81,25 +97,44 @@ def _unprojected_connections(workload: Workload, locate: _Locator) -> list[Error
 
 
 def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]:
-    """Refuse what the flavour cannot honour: an Airflow Connection on the kubernetes flavour
-    (the operator would have to write its password into the pod spec, readable by anyone who can
-    read the pod: project it from a Kubernetes secret instead), and one part of a connection given
-    twice (which one the pod sees would depend on the order of env entries)."""
+    """Refuse what the flavour cannot honour, located at the entry that holds it (the workload's
+    or the one it inherits from defaults): an Airflow Connection on the kubernetes flavour (the
+    operator would have to write its password into the pod spec, readable by anyone who can read
+    the pod: project it from a Kubernetes secret instead), a Kubernetes secret on the subprocess
+    flavour (its task runs on the worker, where no secret is projected: the reference would be
+    dropped and the connection missing), and one part of a connection given twice (which one the
+    task sees would depend on the order of env entries)."""
     airflow = workload.airflow
-    wpath: tuple[str | int, ...] = ("workloads", workload.name, "airflow")
     found: list[ErrorRecord] = []
     if airflow.flavour == "kubernetes":
         for index, ref in enumerate(airflow.airflow_connections):
+            where, location = locate.entry(workload.name, "airflow_connections", index)
             found.append(
                 ErrorRecord(
                     errors.CATALOG_INVALID,
-                    f"workload {workload.name!r}: airflow.airflow_connections[{index}] "
+                    f"workload {workload.name!r}: {where} "
                     f"(connection {ref.connection!r}) cannot be honoured on the kubernetes "
                     "flavour: the operator would write the Airflow Connection's password into "
                     "the pod spec, where anyone who can read the pod sees it; project it from a "
                     "Kubernetes secret with airflow.secrets (a whole DSN, or one key per field) "
                     "or mount it and name the file in airflow.secret_files",
-                    locate((*wpath, "airflow_connections", index)),
+                    location,
+                )
+            )
+    if airflow.flavour == "subprocess":
+        for index, secret in enumerate(airflow.secrets):
+            where, location = locate.entry(workload.name, "secrets", index)
+            variable = part_env_name(secret.connection, secret.field)
+            found.append(
+                ErrorRecord(
+                    errors.CATALOG_INVALID,
+                    f"workload {workload.name!r}: {where} (the {secret.field} of connection "
+                    f"{secret.connection!r}) cannot be honoured on the subprocess flavour: a "
+                    "Kubernetes secret reaches a pod only, and this task runs on the Airflow "
+                    f"worker, so it would have no {variable}; set {variable} in the worker's "
+                    "environment, name an Airflow Connection in airflow.airflow_connections or "
+                    "a mounted file in airflow.secret_files",
+                    location,
                 )
             )
     used = {
@@ -122,7 +157,7 @@ def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]
                         locate(("workloads", workload.name), key=True),
                     )
                 )
-    seen: dict[tuple[str, str], str] = {}
+    seen: dict[tuple[str, str], tuple[str, int]] = {}
     forms: list[tuple[str, int, str, str]] = [
         ("secrets", i, r.connection, r.field) for i, r in enumerate(airflow.secrets)
     ]
@@ -134,39 +169,45 @@ def _credential_forms(workload: Workload, locate: _Locator) -> list[ErrorRecord]
         for i, r in enumerate(airflow.airflow_connections)
     ]
     for kind, index, connection, field in forms:
-        where = f"airflow.{kind}[{index}]"
         name = connection.upper()  # its variables are DPONE_CONN_<NAME upper-cased>_...
         if (name, field) in seen:
+            where, location = locate.entry(workload.name, kind, index)
+            first, _ = locate.entry(workload.name, *seen[(name, field)])
             found.append(
                 ErrorRecord(
                     errors.CATALOG_INVALID,
                     f"workload {workload.name!r}: {where} gives the {field} of connection "
-                    f"{connection!r} again (first in {seen[(name, field)]}); give each part "
-                    "of a connection once",
-                    locate((*wpath, kind, index)),
+                    f"{connection!r} again (first in {first}); give each part of a connection "
+                    "once",
+                    location,
                 )
             )
         other = {"dsn": "scheme", "scheme": "dsn"}.get(field)
         if other is not None and (name, other) in seen:
+            where, location = locate.entry(workload.name, kind, index)
+            first, _ = locate.entry(workload.name, *seen[(name, other)])
             found.append(
                 ErrorRecord(
                     errors.CATALOG_INVALID,
                     f"workload {workload.name!r}: {where} gives the {field} of connection "
-                    f"{connection!r} beside its {other} ({seen[(name, other)]}): a scheme "
-                    "starts a DSN built from parts, so a connection takes one of them",
-                    locate((*wpath, kind, index)),
+                    f"{connection!r} beside its {other} ({first}): a scheme starts a DSN built "
+                    "from parts, so a connection takes one of them",
+                    location,
                 )
             )
-        seen.setdefault((name, field), where)
+        seen.setdefault((name, field), (kind, index))
     return found
 
 
-def validate_for_airflow(catalog: Catalog) -> list[ErrorRecord]:
-    """Every DAG-level problem of every workload, in catalog order."""
-    locate = _Locator(catalog.path)
+def validate_for_airflow(catalog_path: str, workloads: Iterable[Workload]) -> list[ErrorRecord]:
+    """Every DAG-level problem of ``workloads`` (the catalog's at ``catalog_path``), in order.
+
+    None of these rules needs a plan, so `dpone check` gives them every workload whose entry it
+    could read (load_catalog_checked), a workload whose manifest has problems included."""
+    locate = _Locator(catalog_path)
     found: list[ErrorRecord] = []
     file_names: dict[str, str] = {}
-    for workload in catalog.workloads:
+    for workload in workloads:
         airflow = workload.airflow
         wpath: tuple[str | int, ...] = ("workloads", workload.name)
         if airflow.flavour == "kubernetes" and not airflow.image:

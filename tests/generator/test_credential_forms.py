@@ -1,6 +1,8 @@
 """Credential forms in generated DAG files, built by real Airflow: per-field secret projection and
 secret files on the kubernetes flavour, Airflow Connections resolved at execute (never at parse)
-on the subprocess flavour, and the form the kubernetes flavour cannot honour refused, located."""
+on the subprocess flavour, and the forms a flavour cannot honour (an Airflow Connection on
+kubernetes, a Kubernetes secret on subprocess, a credential in any string the file would carry)
+refused where they are written, in one pass with the workload's other problems."""
 
 from __future__ import annotations
 
@@ -374,3 +376,191 @@ def test_secrets_a_pod_cannot_honour_are_refused(tmp_path: Path, entries: str, n
     shown = [str(e) for e in build(str(tmp_path / "workloads.yaml")).errors]
     assert len(shown) == 1 and needle in shown[0], shown
     assert "DPONE_CATALOG_INVALID" in shown[0] and "workloads.yaml:7:" in shown[0], shown
+
+
+def _built_and_checked(folder: Path, catalog: str, manifest: str = MANIFEST) -> list[str]:
+    """What `dpone generate` refuses (nothing built), asserted equal to what `dpone check` does."""
+    (folder / "m.yaml").write_text(manifest, encoding="utf-8")
+    (folder / "workloads.yaml").write_text(catalog, encoding="utf-8")
+    built = build(str(folder / "workloads.yaml"))
+    assert built.files == ()
+    shown = [str(e) for e in built.errors]
+    _, checked = catalog_problems(str(folder / "workloads.yaml"))
+    assert [str(e) for e in checked] == shown
+    return shown
+
+
+@pytest.mark.parametrize(
+    ("entry", "variable"),
+    [
+        ("{connection: wh, secret: wh-pw, key: password, field: password}", "WH_PASSWORD"),
+        ("{connection: wh, secret: wh-dsn, key: dsn}", "WH"),
+    ],
+    ids=["password", "dsn"],
+)
+def test_subprocess_refuses_a_kubernetes_secret_located(
+    tmp_path: Path, entry: str, variable: str
+) -> None:
+    # Regression: accepted, then dropped from the DAG file: the task had no DPONE_CONN_WH...
+    shown = _built_and_checked(
+        tmp_path,
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  local:\n"
+        "    manifest: m.yaml\n"
+        "    airflow:\n"
+        "      flavour: subprocess\n"
+        "      airflow_connections: [{connection: src, conn_id: dpone_src}]\n"
+        "      secrets:\n"
+        f"        - {entry}\n",
+    )
+    assert len(shown) == 1, shown
+    assert shown[0].startswith(
+        f"{tmp_path}/workloads.yaml:9:11: DPONE_CATALOG_INVALID: workload 'local': "
+        "airflow.secrets[0] ("
+    ), shown
+    assert "cannot be honoured on the subprocess flavour" in shown[0]
+    assert f"set DPONE_CONN_{variable} in the worker's environment" in shown[0]
+    assert "airflow.airflow_connections" in shown[0] and "airflow.secret_files" in shown[0]
+
+
+def test_a_catalog_mixes_flavours_under_defaults_secrets(tmp_path: Path) -> None:
+    """defaults.airflow.secrets are for the pods: a subprocess workload that takes the same
+    connection from an Airflow Connection gives no part twice, and its file names no secret."""
+    (tmp_path / "m.yaml").write_text(MANIFEST, encoding="utf-8")
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n"
+        "  airflow:\n"
+        "    image: reg.example.com/dpone:1\n"
+        "    secrets:\n"
+        "      - {connection: wh, secret: wh-dsn, key: dsn}\n"
+        "      - {connection: src, secret: src-dsn, key: dsn}\n"
+        "workloads:\n"
+        "  pods:\n"
+        "    manifest: m.yaml\n"
+        "  local:\n"
+        "    manifest: m.yaml\n"
+        "    airflow:\n"
+        "      flavour: subprocess\n"
+        "      airflow_connections: [{connection: wh, conn_id: dpone_wh}]\n",
+        encoding="utf-8",
+    )
+    built = build(str(tmp_path / "workloads.yaml"))
+    assert not built.errors, [str(e) for e in built.errors]
+    texts = {f.name: f.text for f in built.files}
+    assert 'Secret("env", "DPONE_CONN_WH", "wh-dsn", "dsn")' in texts["pods.py"]
+    assert "Secret" not in texts["local.py"] and "wh-dsn" not in texts["local.py"]
+    assert "- DPONE_CONN_SRC: the worker's environment" in texts["local.py"]
+
+
+def test_an_inherited_airflow_connection_is_refused_where_defaults_holds_it(
+    tmp_path: Path,
+) -> None:
+    # Regression: located at the workload's first airflow key (its tags: line)
+    shown = _built_and_checked(
+        tmp_path,
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n"
+        "  airflow:\n"
+        "    image: reg.example.com/dpone:1\n"
+        "    secrets:\n"
+        "      - {connection: wh, secret: wh, key: dsn}\n"
+        "      - {connection: src, secret: src, key: dsn}\n"
+        "    airflow_connections:\n"
+        "      - {connection: wh, conn_id: dpone_wh}\n"
+        "workloads:\n"
+        "  k8s:\n"
+        "    manifest: m.yaml\n"
+        "    airflow:\n"
+        "      tags: [a]\n",
+    )
+    where = f"{tmp_path}/workloads.yaml:9:9: DPONE_CATALOG_INVALID: workload 'k8s': "
+    assert shown == [
+        where + "defaults.airflow.airflow_connections[0] (connection 'wh') cannot be honoured "
+        "on the kubernetes flavour: the operator would write the Airflow Connection's password "
+        "into the pod spec, where anyone who can read the pod sees it; project it from a "
+        "Kubernetes secret with airflow.secrets (a whole DSN, or one key per field) or mount it "
+        "and name the file in airflow.secret_files",
+        where + "defaults.airflow.airflow_connections[0] gives the dsn of connection 'wh' again "
+        "(first in defaults.airflow.secrets[0]); give each part of a connection once",
+    ]
+
+
+def test_an_inherited_secret_given_again_is_named_where_each_stands(tmp_path: Path) -> None:
+    shown = _built_and_checked(
+        tmp_path,
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n"
+        "  airflow:\n"
+        "    image: reg.example.com/dpone:1\n"
+        "    secrets:\n"
+        "      - {connection: src, secret: src, key: dsn}\n"
+        "      - {connection: wh, secret: a, key: dsn}\n"
+        "      - {connection: WH, secret: b, key: dsn}\n"
+        "workloads:\n"
+        "  k8s:\n"
+        "    manifest: m.yaml\n",
+    )
+    assert len(shown) == 1 and ":8:9: DPONE_CATALOG_INVALID: " in shown[0], shown
+    assert "defaults.airflow.secrets[2] gives the dsn of connection 'WH' again (first in " in (
+        shown[0]
+    )
+
+
+def test_a_workload_whose_manifest_fails_still_gets_the_dag_rules(tmp_path: Path) -> None:
+    """A manifest rule (clickhouse) and the credential form the flavour cannot honour are
+    reported in one pass: the DAG rules need no plan."""
+    clickhouse = MANIFEST.replace("backend: audit_schema", "backend: clickhouse")
+    shown = _built_and_checked(
+        tmp_path,
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  local:\n"
+        "    manifest: m.yaml\n"
+        "    airflow:\n"
+        "      flavour: subprocess\n"
+        "      secrets: [{connection: wh, secret: wh, key: dsn}]\n",
+        clickhouse,
+    )
+    assert len(shown) == 2, shown
+    assert "m.yaml:8:" in shown[0] and "state.backend clickhouse" in shown[0]
+    assert "workloads.yaml:7:17: DPONE_CATALOG_INVALID" in shown[1]
+    assert "cannot be honoured on the subprocess flavour" in shown[1]
+
+
+@pytest.mark.parametrize("flavour", ["kubernetes", "subprocess"])
+def test_a_credential_in_the_task_command_never_reaches_a_file_or_an_error(
+    tmp_path: Path, flavour: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Regression: command [env, "PGPASSWORD=...", dpone] was written into the DAG file
+    from dpone_generator.cli import generate_command
+
+    secret = "hunter2secret"
+    image = "      image: reg.example.com/dpone:1\n" if flavour == "kubernetes" else ""
+    shown = _built_and_checked(
+        tmp_path,
+        "schema: dpone.workload-catalog.v1\n"
+        "workloads:\n"
+        "  w:\n"
+        "    manifest: m.yaml\n"
+        "    airflow:\n"
+        f"      flavour: {flavour}\n"
+        + image
+        + f'      command: [env, "PGPASSWORD={secret}", dpone]\n'
+        f'      catalog_path: "postgresql://u:{secret}@h/db"\n'
+        f"      secret_files: [{{connection: wh, path: /x?password={secret}}},"
+        " {connection: src, path: /run/src}]\n",
+    )
+    credential = [s for s in shown if "DPONE_AIRFLOW_ENV_CREDENTIAL" in s]
+    first = 8 if image else 7
+    lines = [s.split(": DPONE_")[0].rsplit(":", 2)[1] for s in credential]
+    assert lines == [str(first), str(first + 1), str(first + 2)]
+    assert "airflow.command.1 sets PGPASSWORD" in credential[0]
+    assert "airflow.catalog_path holds a connection string" in credential[1]
+    assert "airflow.secret_files.0.path holds a connection string" in credential[2]
+    out = tmp_path / "out"
+    for output_format in ("text", "json"):
+        assert generate_command(str(tmp_path / "workloads.yaml"), str(out), False, output_format)
+        captured = capsys.readouterr()
+        assert secret not in captured.out + captured.err and not out.exists()

@@ -882,3 +882,134 @@ def test_credential_forms_are_typed_by_the_schema(tmp_path: Path, entry: str) ->
     problem = only(load(tmp_path, catalog_with(extra_airflow=entry)))
     assert problem.code == errors.CATALOG_INVALID
     assert where(problem)[1] == 6, str(problem)
+
+
+# --- one pass: a problem does not hide the rules that need no plan ------------------------------
+
+CLICKHOUSE = "state: {backend: clickhouse, connection: wh, require_distributed_lock: true}"
+AUDIT_STATE = "state: {backend: audit_schema, connection: wh, require_distributed_lock: true}"
+
+
+def test_a_manifest_schema_error_does_not_hide_its_processes_rules(tmp_path: Path) -> None:
+    # Regression: parallel_workers 0 stopped the manifest, clickhouse came only in a second pass
+    manifest = backfill_manifest(
+        **{"parallel_workers: 1": "parallel_workers: 0", AUDIT_STATE: CLICKHOUSE}
+    )
+    problems = load(tmp_path, catalog_with(), {"orders.yaml": manifest})
+    assert [(p.code, where(p)) for p in problems] == [
+        (errors.MANIFEST_INVALID, ("orders.yaml", 14, 25)),
+        (errors.MANIFEST_INVALID, ("orders.yaml", 15, 22)),
+    ]
+    assert "parallel_workers" in problems[0].message and "clickhouse" in problems[1].message
+
+
+@pytest.mark.parametrize(
+    ("replacements", "refused"),
+    [
+        ({"table: {schema: raw, name: orders}}": "table: 5}"}, "source.table"),
+        ({"keys: [order_id]": "keys: [1]", "inner_mode: replace": "inner_mode: merge"}, "keys"),
+    ],
+    ids=["table-or-query", "merge-keys"],
+)
+def test_a_refused_value_a_rule_reads_by_its_absence_is_not_left_out(
+    tmp_path: Path, replacements: dict[str, str], refused: str
+) -> None:
+    """Leaving out a written table or merge keys would make "exactly one of table or query" or
+    "merge needs keys" report what is there: that process's rules wait for the fix."""
+    manifest = backfill_manifest(**replacements, **{AUDIT_STATE: CLICKHOUSE})
+    problem = only(load(tmp_path, catalog_with(), {"orders.yaml": manifest}))
+    assert problem.code == errors.MANIFEST_INVALID and refused in problem.message
+
+
+def test_the_other_processes_of_a_manifest_that_breaks_its_schema_are_checked(
+    tmp_path: Path,
+) -> None:
+    second = BACKFILL_MANIFEST.split("processes:\n", 1)[1].replace("name: orders", "name: again")
+    manifest = backfill_manifest(**{"table: {schema: raw, name: orders}}": "table: 5}"})
+    manifest += second.replace(AUDIT_STATE, CLICKHOUSE)
+    problems = load(tmp_path, catalog_with(), {"orders.yaml": manifest})
+    assert [p.code for p in problems] == [errors.MANIFEST_INVALID] * 2
+    assert "source.table" in problems[0].message
+    assert "process 'again': state.backend clickhouse" in problems[1].message
+
+
+def test_an_entry_that_breaks_the_schema_still_has_its_values_checked(tmp_path: Path) -> None:
+    # Regression: a refused resources quantity hid PGPASSWORD in env (the second pass found it)
+    catalog = catalog_with(extra_airflow="""
+        resources: {requests: {cpu: "-1"}}
+        env: {PGPASSWORD: hunter2secret, DPONE_AIRFLOW_CONTEXT: x}
+        command: [env, "MYSQL_PWD=hunter2secret", dpone]
+        """)
+    problems = load(tmp_path, catalog)
+    assert [(p.code, where(p)[1]) for p in problems] == [
+        (errors.CATALOG_INVALID, 6),
+        (errors.ENV_CREDENTIAL, 7),
+        (errors.ENV_CREDENTIAL, 8),
+        (errors.PROVIDER_OWNED_ENV, 7),
+    ]
+    assert all("hunter2secret" not in p.message for p in problems)
+
+
+def test_a_broken_defaults_still_has_every_entry_checked(tmp_path: Path) -> None:
+    catalog = (
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n  airflow:\n    colour: red\n"
+        "    catalog_path: /opt/x?password=hunter2secret\n"
+        "workloads:\n  orders:\n    manifest: orders.yaml\n"
+        "    airflow: {env: {API_TOKEN: hunter2secret}}\n"
+    )
+    problems = load(tmp_path, catalog)
+    assert [(p.code, where(p)[1]) for p in problems] == [
+        (errors.CATALOG_INVALID, 4),
+        (errors.ENV_CREDENTIAL, 5),
+        (errors.ENV_CREDENTIAL, 9),
+    ]
+    assert problems[1].message.startswith("defaults: airflow.catalog_path holds")
+
+
+@pytest.mark.parametrize(
+    ("extra", "shown", "line"),
+    [
+        ('command: [env, "PGPASSWORD=hunter2secret", dpone]', "airflow.command.1 sets", 6),
+        ('command: [dpone, "postgresql://u:hunter2secret@h/db"]', "airflow.command.1 holds", 6),
+        ('catalog_path: "/opt/x?password=hunter2secret"', "airflow.catalog_path holds", 6),
+        ('catalog_path: "postgresql://u:hunter2secret@h/db"', "airflow.catalog_path holds", 6),
+        (
+            "secret_files:\n  - {connection: wh, path: /postgresql://u:hunter2secret@h/db}",
+            "airflow.secret_files.0.path holds",
+            7,
+        ),
+        ('tags: ["AWS_SECRET_ACCESS_KEY=hunter2secret"]', "airflow.tags.0 sets", 6),
+    ],
+)
+@pytest.mark.parametrize("flavour", ["kubernetes", "subprocess"])
+def test_a_credential_in_any_string_the_dag_file_writes_is_refused(
+    tmp_path: Path, extra: str, shown: str, line: int, flavour: str
+) -> None:
+    # Regression: airflow.command and catalog_path reached the DAG file in clear
+    catalog = catalog_with(extra_airflow=f"{extra}\nflavour: {flavour}")
+    problem = only(load(tmp_path, catalog))
+    assert problem.code == errors.ENV_CREDENTIAL
+    assert f"workload 'orders': {shown}" in problem.message
+    assert "hunter2secret" not in problem.message
+    assert where(problem)[1] == line
+    keep_out = "worker's environment" if flavour == "subprocess" else "Kubernetes secret"
+    assert keep_out in problem.message
+
+
+def test_defaults_secrets_apply_to_the_kubernetes_workloads_only(tmp_path: Path) -> None:
+    catalog = (
+        "schema: dpone.workload-catalog.v1\n"
+        "defaults:\n  airflow:\n    secrets: [{connection: wh, secret: wh, key: dsn}]\n"
+        "workloads:\n"
+        "  pods:\n    manifest: orders.yaml\n    airflow: {dag_id: pods}\n"
+        "  local:\n    manifest: orders.yaml\n    airflow: {flavour: subprocess}\n"
+        "  own:\n    manifest: orders.yaml\n"
+        "    airflow: {flavour: subprocess, secrets: [{connection: wh, secret: s, key: dsn}]}\n"
+    )
+    path = write_project(tmp_path, catalog, {"orders.yaml": BACKFILL_MANIFEST})
+    loaded, problems = load_catalog(path)
+    assert problems == [] and loaded is not None
+    secrets = {w.name: [s.secret for s in w.airflow.secrets] for w in loaded.workloads}
+    # a subprocess workload's own entries stay, for the generator to refuse where they stand
+    assert secrets == {"pods": ["wh"], "local": [], "own": ["s"]}

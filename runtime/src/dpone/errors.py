@@ -105,16 +105,16 @@ PROVIDER_OWNED_ENV = _register(
 )
 ENV_CREDENTIAL = _register(
     "DPONE_AIRFLOW_ENV_CREDENTIAL",
-    "airflow.env, airflow.pod or a hook's command (of a workload or of defaults) carries a "
-    "connection credential.",
+    "A string of a workload's or of defaults' airflow entry (env, pod, a hook's command, "
+    "command, catalog_path, ...) carries a connection credential.",
     "A DPONE_CONN_<NAME> key, a variable named as a secret (PGPASSWORD, *_TOKEN, *_API_KEY, "
     "an OTLP headers list with an authorization header), or a value that reads as a connection "
     "string with a password (user:password@, password=, PWD=), in airflow.env, anywhere in "
-    "airflow.pod (labels, "
-    "annotations, ...) or in a pre_hooks/post_hooks command: all are written in clear into the "
-    "DAG file.",
-    "Remove it and project the DSN from a Kubernetes secret with airflow.secrets "
-    "(docs/security.md); dpone sets DPONE_CONN_<NAME> from there.",
+    "airflow.pod (labels, annotations, ...), in a pre_hooks/post_hooks command or in any other "
+    "string of the airflow entry: all are written in clear into the DAG file.",
+    "Remove it. On the kubernetes flavour project the DSN (or its password) from a Kubernetes "
+    "secret with airflow.secrets; on the subprocess flavour set it in the worker's environment, "
+    "or use airflow.airflow_connections or airflow.secret_files (docs/security.md).",
 )
 GENERATED_FILE_CONFLICT = _register(
     "DPONE_GENERATE_CONFLICT",

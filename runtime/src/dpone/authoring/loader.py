@@ -7,6 +7,7 @@ env) -> normalise to ``Catalog``. Nothing here touches a database or the network
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from pathlib import Path
@@ -122,15 +123,11 @@ def _in_mapping_policy(path: tuple[str | int, ...]) -> bool:
     )
 
 
-def _schema_errors(doc: YamlDocument, schema_name: str, code: str, out: ErrorCollector) -> bool:
-    """Report schema violations (mapping policies are left to normalize_policy's own codes)."""
-    return not _schema_violations(doc, schema_name, code, out)
-
-
 def _schema_violations(
     doc: YamlDocument, schema_name: str, code: str, out: ErrorCollector
 ) -> list[tuple[str | int, ...]]:
-    """Report schema violations as _schema_errors does; the path of each one reported."""
+    """Report schema violations (mapping policies are left to normalize_policy's own codes);
+    the path of each one reported."""
     paths: list[tuple[str | int, ...]] = []
     for violation in validate(doc.data, load_schema(schema_name)):
         if _in_mapping_policy(violation.path):
@@ -383,17 +380,35 @@ def _coalesce(raw: bool | dict[str, Any]) -> CoalesceConfig:
 
 
 def load_manifest(path: Path, display: str, out: ErrorCollector) -> Manifest | None:
+    """The manifest at ``path``; None when it cannot be read or breaks its schema (its problems,
+    every rule's included, are in ``out``)."""
+    manifest, whole = _read_manifest(path, display, out)
+    return manifest if whole else None
+
+
+def _read_manifest(path: Path, display: str, out: ErrorCollector) -> tuple[Manifest | None, bool]:
+    """The manifest with every process its rules could check, and whether it is whole (its
+    schema kept, its mapping policy valid).
+
+    A manifest that breaks its schema still has its rules run on each process that stays sound
+    without the refused values (_checkable_processes), so one pass reports both; it comes back
+    with those processes only, which the DAG rules read and nothing plans.
+    """
     doc, problems = load_yaml(path, display)
     out.extend(problems)
     if doc is None:
-        return None
-    if not _schema_errors(doc, MANIFEST_SCHEMA, errors.MANIFEST_INVALID, out):
-        # Keep going only where the structure is sound enough to read safely.
-        return None
+        return None, False
+    violations = _schema_violations(doc, MANIFEST_SCHEMA, errors.MANIFEST_INVALID, out)
     data = doc.data
+    if not isinstance(data, dict):
+        return None, False
+    if violations:
+        raws = _checkable_processes(data, violations)
+    else:
+        raws = dict(enumerate(data["processes"]))
     processes: list[ProcessConfig] = []
     seen: set[str] = set()
-    for index, raw in enumerate(data["processes"]):
+    for index, raw in raws.items():
         if raw["name"] in seen:
             out.add(
                 errors.MANIFEST_INVALID,
@@ -404,14 +419,87 @@ def load_manifest(path: Path, display: str, out: ErrorCollector) -> Manifest | N
         process = _process(raw, doc, index, out)
         if process is not None:
             processes.append(process)
-    mapping_raw = data.get("gitops", {}).get("airflow", {}).get("mapping")
+    gitops = data.get("gitops")
+    airflow = gitops.get("airflow") if isinstance(gitops, dict) else None
+    mapping_raw = airflow.get("mapping") if isinstance(airflow, dict) else None
     mapping = None
+    policy_valid = True
     if _stated(mapping_raw):
         mapping = _policy(mapping_raw, doc, ("gitops", "airflow", "mapping"), out)
-        if mapping is None:
-            return None
+        policy_valid = mapping is not None
     location = doc.locate(("gitops", "airflow", "mapping"), key=True) if mapping else None
-    return Manifest(display, data.get("name"), tuple(processes), mapping, location)
+    name = data.get("name")
+    manifest = Manifest(
+        display, name if isinstance(name, str) else None, tuple(processes), mapping, location
+    )
+    return manifest, not violations and policy_valid
+
+
+#: process fields whose absence a rule reads as "not given" (exactly one of table or query, merge
+#: keys, the backfill section, the audit schema's connection): a refused value there is not left
+#: out, or the rule would report a value that is written, only wrongly
+_ABSENCE_READ: tuple[tuple[str, ...], ...] = (
+    ("source", "table"),
+    ("source", "query"),
+    ("sink", "keys"),
+    ("backfill",),
+    ("state", "connection"),
+)
+
+
+def _checkable_processes(
+    data: dict[str, Any], violations: list[tuple[str | int, ...]]
+) -> dict[int, dict[str, Any]]:
+    """The processes of a manifest that breaks its schema whose rules can still run, by index,
+    each without its refused values (a refused list item takes its whole list: the others keep
+    their indexes, so their positions). A process waits for the next pass when leaving a value
+    out breaks its structure (a required field) or changes what a rule reads (_ABSENCE_READ)."""
+    processes = data.get("processes")
+    if not isinstance(processes, list):
+        return {}
+    cuts: dict[int, set[tuple[str | int, ...]]] = {}
+    whole: set[int] = set()  # refused as a whole (not a mapping, a required field missing)
+    for path in violations:
+        if len(path) < 2 or path[0] != "processes" or not isinstance(path[1], int):
+            if path[:1] == ("processes",):
+                return {}  # the list itself
+            continue
+        inner = path[2:]
+        last = max((i for i, part in enumerate(inner) if isinstance(part, str)), default=None)
+        if last is None:
+            whole.add(path[1])
+        else:
+            cuts.setdefault(path[1], set()).add(inner[: last + 1])
+    root = load_schema(MANIFEST_SCHEMA)
+    found: dict[int, dict[str, Any]] = {}
+    for index, written in enumerate(processes):
+        taken = cuts.get(index, set())
+        if index in whole or any(
+            read[: len(cut)] == cut for cut in taken for read in _ABSENCE_READ
+        ):
+            continue
+        kept = _without(written, taken) if taken else written
+        if taken and validate(kept, {"$ref": "#/$defs/process"}, root):
+            continue
+        found[index] = kept
+    return found
+
+
+def _without(raw: dict[str, Any], cuts: set[tuple[str | int, ...]]) -> dict[str, Any]:
+    """A copy of ``raw`` without the fields at ``cuts`` (paths ending at a mapping's key)."""
+    kept = copy.deepcopy(raw)
+    for cut in cuts:
+        node: Any = kept
+        for part in cut[:-1]:
+            if isinstance(node, dict):
+                node = node.get(part)
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                node = None
+        if isinstance(node, dict):
+            node.pop(cut[-1], None)
+    return kept
 
 
 def _system_path(path: str) -> bool:
@@ -436,14 +524,58 @@ def _merged_airflow(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, 
     return merged
 
 
+#: where a credential belongs instead of the catalog, by the flavour that would run it
+KEEP_OUT = {
+    "kubernetes": "project it from a Kubernetes secret with airflow.secrets instead",
+    "subprocess": (
+        "set it in the worker's environment instead (a connection: DPONE_CONN_<NAME>, an "
+        "Airflow Connection in airflow.airflow_connections or a file in airflow.secret_files)"
+    ),
+}
+
+
+def _keep_out(flavour: object) -> str:
+    """The way out a credential refusal names: the flavour's (a malformed flavour: kubernetes,
+    the default)."""
+    return KEEP_OUT["subprocess" if flavour == "subprocess" else "kubernetes"]
+
+
+def _clear_text_rules(
+    scope: str,
+    airflow: Any,
+    path: tuple[str | int, ...],
+    flavour: object,
+    doc: YamlDocument,
+    out: ErrorCollector,
+) -> None:
+    """Every value of an airflow entry (a workload's, or ``defaults``) that the DAG file writes in
+    clear, which is all of them: airflow.env by its names and values, every other string (pod
+    options, hook and task commands, the catalog path, tags, ...) by its text. Reads single
+    values only, so it runs on an entry that breaks the schema too."""
+    if not isinstance(airflow, dict):
+        return
+    keep_out = _keep_out(flavour)
+    _env_credentials(scope, airflow.get("env"), path, doc, out, keep_out)
+    for key, value in airflow.items():  # as written, so the refusals come in line order
+        if key != "env":
+            _string_credentials(
+                scope, value, (*path, "airflow", key), len(path), doc, out, keep_out
+            )
+
+
 def _env_credentials(
-    scope: str, env: Any, path: tuple[str | int, ...], doc: YamlDocument, out: ErrorCollector
+    scope: str,
+    env: Any,
+    path: tuple[str | int, ...],
+    doc: YamlDocument,
+    out: ErrorCollector,
+    keep_out: str,
 ) -> None:
     """airflow.env is written in clear into the DAG file: no DSN, no password, no variable whose
     name says it holds a secret may be in it."""
     if not isinstance(env, dict):
         return
-    for key in sorted(env):
+    for key in sorted(env, key=str):
         value = env[key]
         is_conn = str(key).upper().startswith("DPONE_CONN_")
         text = value if isinstance(value, str) else "" if value is None else str(value)
@@ -457,26 +589,31 @@ def _env_credentials(
             continue
         out.add(
             errors.ENV_CREDENTIAL,
-            f"{scope}: airflow.env.{key} {what}: the DAG file would carry it in clear; "
-            "project it from a Kubernetes secret with airflow.secrets instead",
+            f"{scope}: airflow.env.{key} {what}: the DAG file would carry it in clear; {keep_out}",
             doc.locate((*path, "airflow", "env", key), key=True),
         )
 
 
-def _pod_credentials(
-    scope: str, value: Any, path: tuple[str | int, ...], doc: YamlDocument, out: ErrorCollector
+def _string_credentials(
+    scope: str,
+    value: Any,
+    path: tuple[str | int, ...],
+    start: int,
+    doc: YamlDocument,
+    out: ErrorCollector,
+    keep_out: str,
 ) -> None:
-    """airflow.pod (labels, annotations, every nested value) and the hooks' commands are written
-    in clear into the DAG file too: no string in them may carry a connection string with a
-    password."""
+    """No string under ``path`` (shown from ``path[start]`` on) may carry a connection string
+    with a password or set a variable named as a secret: the DAG file writes each in clear. The
+    refusal names the field, never the value."""
     if isinstance(value, dict):
         for key in sorted(value, key=str):
-            _pod_credentials(scope, value[key], (*path, key), doc, out)
+            _string_credentials(scope, value[key], (*path, key), start, doc, out, keep_out)
     elif isinstance(value, list):
         for index, entry in enumerate(value):
-            _pod_credentials(scope, entry, (*path, index), doc, out)
+            _string_credentials(scope, entry, (*path, index), start, doc, out, keep_out)
     elif isinstance(value, str):
-        shown = ".".join(str(part) for part in path[path.index("airflow") :])
+        shown = ".".join(str(part) for part in path[start:])
         if has_credentials(value):
             what = "holds a connection string with a password"
         elif (name := secret_assignment(value)) is not None:
@@ -485,10 +622,43 @@ def _pod_credentials(
             return
         out.add(
             errors.ENV_CREDENTIAL,
-            f"{scope}: {shown} {what}: the DAG file would carry it in clear; project it from a "
-            "Kubernetes secret with airflow.secrets instead",
+            f"{scope}: {shown} {what}: the DAG file would carry it in clear; {keep_out}",
             doc.locate(path),
         )
+
+
+def _owned_env(
+    name: str, env: Any, doc: YamlDocument, wpath: tuple[str | int, ...], out: ErrorCollector
+) -> None:
+    """The variables dpone sets itself (DPONE_AIRFLOW_*) cannot come from the catalog; a key the
+    workload inherits is located in ``defaults``."""
+    if not isinstance(env, dict):
+        return
+    for key in sorted(k for k in env if isinstance(k, str)):
+        where = doc.locate((*wpath, "airflow", "env", key), key=True)
+        if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
+            where = doc.locate(("defaults", "airflow", "env", key), key=True)
+        if key in PROVIDER_OWNED_ENV or key.startswith("DPONE_AIRFLOW_"):
+            out.add(
+                errors.PROVIDER_OWNED_ENV,
+                f"workload {name!r}: airflow.env.{key} is owned by dpone and cannot be set",
+                where,
+            )
+
+
+def _entry_values(
+    name: str, own: Any, defaults: Any, doc: YamlDocument, out: ErrorCollector
+) -> None:
+    """The rules on single values of a workload's airflow entry (credentials in clear, dpone's
+    own variables) for an entry that breaks the schema: one pass reports them beside its
+    schema problems, although the entry is neither planned nor given the DAG rules."""
+    if not isinstance(own, dict):
+        return
+    inherited = defaults if isinstance(defaults, dict) else {}
+    wpath: tuple[str | int, ...] = ("workloads", name)
+    flavour = own.get("flavour", inherited.get("flavour", "kubernetes"))
+    _clear_text_rules(f"workload {name!r}", own, wpath, flavour, doc, out)
+    _owned_env(name, own.get("env", inherited.get("env")), doc, wpath, out)
 
 
 def _quantities(
@@ -526,19 +696,11 @@ def _airflow(
     out: ErrorCollector,
 ) -> AirflowConfig:
     env = raw.get("env", {})
-    for key in sorted(env):
-        where = doc.locate((*wpath, "airflow", "env", key), key=True)
-        if (*wpath, "airflow", "env", key, "__key__") not in doc.positions:
-            where = doc.locate(("defaults", "airflow", "env", key), key=True)
-        if key in PROVIDER_OWNED_ENV or key.startswith("DPONE_AIRFLOW_"):
-            out.add(
-                errors.PROVIDER_OWNED_ENV,
-                f"workload {name!r}: airflow.env.{key} is owned by dpone and cannot be set",
-                where,
-            )
+    _owned_env(name, env, doc, wpath, out)
     resources = raw.get("resources", {})
     flavour = raw.get("flavour", "kubernetes")
     pod = raw.get("pod", {})
+    secrets = raw.get("secrets", [])
     if flavour != "kubernetes":
         if (*wpath, "airflow", "pod", "__key__") in doc.positions:
             out.add(
@@ -548,6 +710,8 @@ def _airflow(
                 doc.locate((*wpath, "airflow", "pod"), key=True),
             )
         pod = {}  # defaults.airflow.pod applies to the kubernetes workloads of the catalog
+        if (*wpath, "airflow", "secrets", "__key__") not in doc.positions:
+            secrets = []  # so do defaults.airflow.secrets: Kubernetes secrets reach pods only
     return AirflowConfig(
         dag_id=raw.get("dag_id", name),
         schedule=raw.get("schedule"),
@@ -562,7 +726,7 @@ def _airflow(
         limits=_quantities(name, resources, "limits", doc, wpath, out),
         secrets=tuple(
             SecretRef(s["connection"], s["secret"], s["key"], s.get("field", "dsn"))
-            for s in raw.get("secrets", ())
+            for s in secrets
         ),
         secret_files=tuple(
             SecretFile(f["connection"], f.get("field", "dsn"), f["path"])
@@ -598,9 +762,24 @@ def load_catalog_partly(
     path: str | Path, only: str | None = None
 ) -> tuple[Catalog | None, list[ErrorRecord]]:
     """Every problem of the catalog and of every manifest it names, in one pass, with the
-    workloads whose own manifest is clean (``dpone check`` plans and checks those too, so one
-    run reports everything). A catalog that breaks its schema still has each manifest it names
-    read and checked; the catalog is then None. A manifest that cannot be parsed is one problem.
+    workloads whose own entry and manifest are clean (``dpone check`` plans and checks those
+    too, so one run reports everything); see load_catalog_checked."""
+    catalog, _, records = load_catalog_checked(path, only)
+    return catalog, records
+
+
+def load_catalog_checked(
+    path: str | Path, only: str | None = None
+) -> tuple[Catalog | None, tuple[Workload, ...], list[ErrorRecord]]:
+    """load_catalog_partly's catalog and problems, and the workloads the DAG rules can read.
+
+    Those are, in catalog order, the planned workloads and every other whose catalog entry
+    keeps the schema, whose mapping policy is valid and whose manifest could be parsed, problems
+    and all: its processes that the rules could check are kept (never planned). The rules on
+    single values of an entry (credentials written in clear, dpone's own env) run on every
+    entry, one that breaks the schema included. A catalog that breaks its schema in what every
+    workload shares still has each manifest it names read and checked; the catalog is then
+    None. A manifest that cannot be parsed is one problem.
     """
     display = str(path)
     catalog_path = Path(path)
@@ -608,14 +787,19 @@ def load_catalog_partly(
     doc, problems = load_yaml(catalog_path, display)
     out.extend(problems)
     if doc is None:
-        return None, out.records
+        return None, (), out.records
     violations = _schema_violations(doc, CATALOG_SCHEMA, errors.CATALOG_INVALID, out)
     data = doc.data
     if violations:
         broken = _broken_workloads(doc, violations)
         if broken is None:
+            defaults = data.get("defaults") if isinstance(data, dict) else None
+            shared = defaults.get("airflow") if isinstance(defaults, dict) else None
+            if isinstance(shared, dict):
+                flavour = shared.get("flavour", "kubernetes")
+                _clear_text_rules("defaults", shared, ("defaults",), flavour, doc, out)
             _named_manifests(doc, display, catalog_path.parent, only, out)
-            return None, out.records
+            return None, (), out.records
         # the other workloads are still planned and checked: one pass reports everything
         _named_manifests(doc, display, catalog_path.parent, only, out, broken)
         workload_entries = {k: v for k, v in data["workloads"].items() if k not in broken}
@@ -626,12 +810,10 @@ def load_catalog_partly(
         default_policy = _policy(
             defaults_airflow["mapping"], doc, ("defaults", "airflow", "mapping"), out
         )
-    _env_credentials("defaults", defaults_airflow.get("env"), ("defaults",), doc, out)
-    for field in ("pod", "pre_hooks", "post_hooks"):  # hook commands land in the DAG file too
-        _pod_credentials(
-            "defaults", defaults_airflow.get(field), ("defaults", "airflow", field), doc, out
-        )
+    default_flavour = defaults_airflow.get("flavour", "kubernetes")
+    _clear_text_rules("defaults", defaults_airflow, ("defaults",), default_flavour, doc, out)
     workloads: list[Workload] = []
+    checked: list[Workload] = []
     dag_ids: dict[str, str] = {}
     base = catalog_path.parent
     for name in data["workloads"]:
@@ -644,12 +826,9 @@ def load_catalog_partly(
         manifest = _workload_manifest(doc, display, base, name, manifest_rel, out)
         manifest_clean = len(out.records) == before
         own_airflow = wraw.get("airflow", {})
-        _env_credentials(f"workload {name!r}", own_airflow.get("env"), wpath, doc, out)
-        for field in ("pod", "pre_hooks", "post_hooks"):
-            _pod_credentials(
-                f"workload {name!r}", own_airflow.get(field), (*wpath, "airflow", field), doc, out
-            )
         airflow_raw = _merged_airflow(defaults_airflow, own_airflow)
+        flavour = airflow_raw.get("flavour", "kubernetes")
+        _clear_text_rules(f"workload {name!r}", own_airflow, wpath, flavour, doc, out)
         airflow = _airflow(name, airflow_raw, doc, wpath, out)
         if airflow.dag_id in dag_ids:
             out.add(
@@ -675,17 +854,22 @@ def load_catalog_partly(
         policy, source, location = _choose_policy(
             name, catalog_policy, manifest, default_policy, doc, wpath, out
         )
-        if policy is None or not manifest_clean:
+        if policy is None:
             continue
-        workloads.append(Workload(name, manifest, airflow, policy, source, location))
-    return Catalog(display, tuple(workloads), tuple(doc.data["workloads"])), out.records
+        workload = Workload(name, manifest, airflow, policy, source, location)
+        checked.append(workload)  # a manifest with problems is not planned, only checked
+        if manifest_clean:
+            workloads.append(workload)
+    catalog = Catalog(display, tuple(workloads), tuple(doc.data["workloads"]))
+    return catalog, tuple(checked), out.records
 
 
 def _workload_manifest(
     doc: YamlDocument, display: str, base: Path, name: str, relative: str, out: ErrorCollector
 ) -> Manifest | None:
-    """The manifest of workload ``name``; a missing file is reported at the catalog entry."""
-    manifest = load_manifest(base / relative, _join_display(display, relative), out)
+    """The manifest of workload ``name``, with only the processes its rules could check when it
+    breaks its schema (_read_manifest); a missing file is reported at the catalog entry."""
+    manifest, _ = _read_manifest(base / relative, _join_display(display, relative), out)
     if manifest is None and not (base / relative).exists():
         # load_yaml reported the file as missing; point at the catalog entry instead.
         last = out.records[-1]
@@ -707,17 +891,22 @@ def _named_manifests(
     names: set[str] | None = None,
 ) -> None:
     """Check every manifest a schema-invalid catalog still names readably (a workload entry
-    that is a mapping with a string ``manifest``), so one run reports both files' problems;
-    only those of ``names`` when given."""
+    that is a mapping with a string ``manifest``), and the single values of each entry
+    (_entry_values), so one run reports both files' problems; only those of ``names`` when
+    given."""
     workloads = doc.data.get("workloads") if isinstance(doc.data, dict) else None
     if not isinstance(workloads, dict):
         return
+    defaults = doc.data.get("defaults")
+    shared = defaults.get("airflow") if isinstance(defaults, dict) else None
     for name, entry in workloads.items():
         if (only is not None and name != only) or (names is not None and name not in names):
             continue
         relative = entry.get("manifest") if isinstance(entry, dict) else None
         if isinstance(name, str) and isinstance(relative, str) and relative:
             _workload_manifest(doc, display, base, name, relative, out)
+        if isinstance(name, str) and isinstance(entry, dict):
+            _entry_values(name, entry.get("airflow"), shared, doc, out)
 
 
 def _join_display(catalog_display: str, relative: str) -> str:
