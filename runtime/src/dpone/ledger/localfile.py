@@ -69,6 +69,7 @@ from dpone.ledger.sql import (
     validate_transition,
     verify_shape,
 )
+from dpone.lifecycle.interrupt import STOP
 from dpone.plan.chunks import Chunk
 
 FORMAT = "dpone.ledger.local_file.v1"
@@ -224,6 +225,13 @@ class LocalFileLedger(StoreBase):
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         raise self._busy(wait) from None
+                    if STOP.requested:  # a stop does not wait out the lock
+                        raise DponeError(
+                            errors.RUN_INTERRUPTED,
+                            STOP.record(
+                                f"waiting for the local ledger lock {self.lock_path}"
+                            ).message,
+                        ) from None
                     time.sleep(0.01)
             try:
                 self._sync()

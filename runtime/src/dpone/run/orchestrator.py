@@ -1002,11 +1002,17 @@ def _preflight(ctx: RunContext, mover: ChunkMover, outcome: RunOutcome) -> None:
 
     try:
         require_tables(ctx.plan, *connector_specs(ctx.plan), ctx.dsn)
-        for warning in mover.preflight():
+        with STOP.cancellable(mover.interrupt):  # a stop does not wait for a blocked query
+            warnings = mover.preflight()
+        for warning in warnings:
             ctx.settings.warn(warning)
     except DponeError:
         _refused_before_any_lease(outcome)
         raise
+
+
+def _no_interrupt() -> None:
+    """A store that cannot cancel its wait (it ends at its own timeout)."""
 
 
 def _refused_before_any_lease(outcome: RunOutcome) -> None:
@@ -1031,13 +1037,15 @@ def _open_campaign(ctx: RunContext, store: LedgerStore, owner: str) -> Ledger:
     """Initialize the campaign; a stored campaign of another plan is extended when this plan
     grows it on the same grid (ADR 0020), else the refusal says why and the way out."""
     shape, timeout = ctx.shape(), ctx.settings.lock_timeout_s
-    try:
-        return store.initialize(shape, owner, timeout, _scope(ctx.selection.chunks, shape))
-    except DponeError as exc:
-        if exc.code != errors.LEDGER_SHAPE_MISMATCH:
-            raise
-    config = ctx.plan.config
-    ledger = store.extend(shape, functools.partial(config_hash_at, config), owner, timeout)
+    interrupt: Callable[[], None] = getattr(store, "interrupt", _no_interrupt)
+    with STOP.cancellable(interrupt):  # a stop does not wait out the campaign lock
+        try:
+            return store.initialize(shape, owner, timeout, _scope(ctx.selection.chunks, shape))
+        except DponeError as exc:
+            if exc.code != errors.LEDGER_SHAPE_MISMATCH:
+                raise
+        config = ctx.plan.config
+        ledger = store.extend(shape, functools.partial(config_hash_at, config), owner, timeout)
     ctx.settings.warn(
         f"campaign {shape.run_key} ({ctx.plan.name}) extended to {shape.chunk_count} chunks; "
         "committed chunks stay committed (see `dpone ledger status`)"

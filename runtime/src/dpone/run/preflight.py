@@ -20,6 +20,7 @@ from dpone.connectors.base import SinkSpec, Source, SourceSpec
 from dpone.connectors.column_types import ColumnType, narrowing
 from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
+from dpone.lifecycle.interrupt import STOP
 from dpone.packing.pack import ProcessPlan
 
 OpenSource = Callable[[SourceSpec, str], Source]
@@ -43,11 +44,11 @@ def _describe(
     """The described columns (and their types when asked), or the reason they could not be
     read (a missing table or column); connection failures propagate."""
     try:
-        with open_source(spec, dsn).read_only() as side:
-            columns = side.columns()
+        with open_source(spec, dsn).read_only() as side, STOP.cancellable(side.interrupt):
+            columns = side.columns()  # a stop cancels a query blocked on the table's lock
             return columns, side.column_types() if types else {}
     except DponeError as exc:
-        if exc.code not in _UNREADABLE:
+        if exc.code not in _UNREADABLE or STOP.requested:
             raise
         return exc.message.removeprefix(f"{spec.display()}: ")
 

@@ -568,7 +568,12 @@ def run_plans(
     if stopped_between:
         # a process never started: the run was interrupted, whatever an earlier result said
         if outcome is None or outcome.error is None or outcome.error.code != errors.RUN_INTERRUPTED:
-            report_error(STOP.record(f"{plan.name} and any later process not started"))
+            record = STOP.record(f"{plan.name} and any later process not started")
+            # the result says so too (as the exit code does), also over an earlier process's
+            refusal.SCOPE.note(process=plan.name, run_key=plan.run_key)
+            refusal.SCOPE.entered = False
+            refusal.SCOPE.write(record)
+            report_error(record)
         return STOP.exit_code
     if first_failed is not None and first_failed[0] is not outcome:
         # a later process passed after this one failed: the result file and the last line on

@@ -1,0 +1,222 @@
+"""SIGTERM is acted on while a run waits, not only while a chunk moves.
+
+A run that waits for the campaign lock (another process holds it), for a table another session
+has locked (the preflight's catalog read), or for the local ledger's file lock exits 143 within
+seconds with its result written, instead of when the wait's own timeout ends (the kubelet's
+SIGKILL would come first). A stop that keeps a later process of the workload from starting
+says so in the result file as well as in the exit code. The real `dpone` executable, the real
+Postgres.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from dpone import errors
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+DPONE = ROOT / ".venv" / "bin" / "dpone"
+#: how soon a stopped run must be gone: well inside Kubernetes' 30 s grace period
+STOP_BOUND_S = 5.0
+
+CATALOG = """\
+schema: dpone.workload-catalog.v1
+workloads:
+  orders:
+    manifest: orders.yaml
+"""
+PROCESS = """\
+  - name: {name}
+    source: {{connection: wh, table: {{schema: {s}, name: raw_orders}}}}
+    sink:
+      connection: wh
+      table: {{schema: {s}, name: {target}}}
+      keys: [order_id]
+      strategy: {{mode: backfill}}
+    backfill:
+      chunk: {{column: order_date, type: date, start: 2024-01-01, end: 2024-01-04}}
+      inner_mode: replace
+    state: {{backend: audit_schema, connection: wh, schema: {s}_audit}}
+"""
+
+
+@pytest.fixture
+def project(pg_dsn: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    schema = "sw_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        for table in ("raw_orders", "orders", "orders2"):
+            conn.execute(
+                f"CREATE TABLE {schema}.{table} (order_id bigint PRIMARY KEY, "
+                "order_date date NOT NULL, note text NOT NULL)"
+            )
+        conn.execute(
+            f"INSERT INTO {schema}.raw_orders SELECT g, date '2024-01-01' + (g % 3), 'n' || g "
+            "FROM generate_series(1, 30) g"
+        )
+    processes = [PROCESS.format(name="orders", s=schema, target="orders")]
+    processes.append(PROCESS.format(name="orders2", s=schema, target="orders2"))
+    (tmp_path / "workloads.yaml").write_text(CATALOG, encoding="utf-8")
+    manifest = "schema: dpone.pipeline.v1\nprocesses:\n" + "".join(processes)
+    (tmp_path / "orders.yaml").write_text(manifest, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DPONE_", "OPENLINEAGE"))}
+    env.update(DPONE_CONN_WH=pg_dsn, DPONE_XCOM_PATH=str(tmp_path / "result.json"))
+    yield {"root": tmp_path, "schema": schema, "env": env}
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema}_audit CASCADE")
+
+
+def _start(root: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    argv = [str(DPONE), "run", "--no-progress", "--catalog", "workloads.yaml"]
+    return subprocess.Popen(
+        [*argv, "--workload", "orders", *extra],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stopped_within_bound(run: subprocess.Popen[str], root: Path) -> dict[str, Any]:
+    """SIGTERM ``run``; it must exit 143 within the bound, its result saying it was stopped."""
+    asked = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    took = time.monotonic() - asked
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert took < STOP_BOUND_S, f"exited {took:.1f} s after SIGTERM: {err}"
+    result: dict[str, Any] = json.loads((root / "result.json").read_text(encoding="utf-8"))
+    assert result["status"] == "failed", result
+    assert result["error"]["code"] == errors.RUN_INTERRUPTED, result
+    assert result["error"]["retryable"] is True
+    return result
+
+
+def _waiting(pg_dsn: str, query: str) -> None:
+    """Until a session of the run waits on a lock in ``query``'s form."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE %s",
+                (query,),
+            ).fetchone()
+        if found and found[0]:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no session waits on {query!r}")
+
+
+def test_a_stop_while_waiting_for_the_campaign_lock(project: dict[str, Any], pg_dsn: str) -> None:
+    root, env = project["root"], project["env"]
+    holder = _start(root, {**env, "DPONE_TEST_FAULT": "campaign_locked:1:stop"})
+    try:
+        _waiting_for_stop(holder)
+        waiter = _start(root, env, "--process", "orders", "--lock-timeout", "40")
+        time.sleep(1.5)
+        assert waiter.poll() is None, waiter.communicate()
+        _stopped_within_bound(waiter, root)
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)
+
+
+def _waiting_for_stop(run: subprocess.Popen[str]) -> None:
+    """Until ``run`` stopped itself (SIGSTOP at its fault point)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{run.pid}/stat").read_text().split(")")[-1].split()[0]
+        if state == "T":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the lock holder never stopped at its fault point")
+
+
+def test_a_stop_while_the_preflight_waits_for_a_locked_table(
+    project: dict[str, Any], pg_dsn: str
+) -> None:
+    root, env, schema = project["root"], project["env"], project["schema"]
+    with psycopg.connect(pg_dsn) as locker:  # another session holds the target's lock
+        locker.execute(f"LOCK TABLE {schema}.orders IN ACCESS EXCLUSIVE MODE")
+        run = _start(root, env, "--process", "orders")
+        _waiting(pg_dsn, f"%{schema}%orders%")
+        _stopped_within_bound(run, root)
+        locker.rollback()
+
+
+def test_a_stop_while_waiting_for_the_local_ledger_lock(tmp_path: Path) -> None:
+    golden = ROOT / "golden" / "internal_default"
+    for name in ("workloads.yaml", "orders_history.yaml"):
+        shutil.copy(golden / name, tmp_path / name)
+    seed = [sys.executable, str(ROOT / "scripts" / "demo_seed.py"), ".dpone-demo/demo.db"]
+    subprocess.run(seed, cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DPONE_", "OPENLINEAGE"))}
+    env.update(
+        DPONE_CONN_DEMO="sqlite:///.dpone-demo/demo.db",
+        DPONE_XCOM_PATH=str(tmp_path / "result.json"),
+    )
+    lock = tmp_path / ".dpone-demo" / "ledger.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process's read-decide-append, frozen
+        argv = [str(DPONE), "run", "--no-progress", "--catalog", "workloads.yaml"]
+        run = subprocess.Popen(
+            [*argv, "--workload", "orders_history", "--lock-timeout", "40"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2.0)
+        assert run.poll() is None, run.communicate()
+        _stopped_within_bound(run, tmp_path)
+
+
+def test_a_stop_that_keeps_the_next_process_from_starting_is_in_the_result(
+    project: dict[str, Any],
+) -> None:
+    """The first process passes and its result is written; the stop comes while the run waits
+    for an exporter that never answers: the second process never starts, and the result file
+    says the run was interrupted, as its exit code does (not the first process's 'passed')."""
+    root, env = project["root"], project["env"]
+    with socket.socket() as listener:  # accepts, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        run = _start(
+            root,
+            {
+                **env,
+                "OPENLINEAGE_URL": f"http://127.0.0.1:{port}",
+                "DPONE_EXPORT_BUDGET_S": "60",
+            },
+        )
+        deadline = time.monotonic() + 60
+        result = root / "result.json"
+        while not result.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert result.exists(), run.communicate()
+        time.sleep(0.3)
+        stopped = _stopped_within_bound(run, root)
+    assert stopped["process"] == "orders2", stopped
+    assert "orders2 and any later process not started" in stopped["error"]["message"]
