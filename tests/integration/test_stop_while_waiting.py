@@ -220,3 +220,24 @@ def test_a_stop_that_keeps_the_next_process_from_starting_is_in_the_result(
         stopped = _stopped_within_bound(run, root)
     assert stopped["process"] == "orders2", stopped
     assert "orders2 and any later process not started" in stopped["error"]["message"]
+
+
+def test_a_stopped_full_refresh_counts_as_interrupted(project: dict[str, Any], pg_dsn: str) -> None:
+    """A full refresh waiting for its table lock (another session's open insert) when the stop
+    comes: rolled back, and its result counts it interrupted, not failed."""
+    root, env, schema = project["root"], project["env"], project["schema"]
+    manifest = (
+        "schema: dpone.pipeline.v1\nprocesses:\n  - name: orders\n"
+        f"    source: {{connection: wh, table: {{schema: {schema}, name: raw_orders}}}}\n"
+        f"    sink: {{connection: wh, table: {{schema: {schema}, name: orders}}, "
+        "strategy: {mode: full_refresh}}\n"
+    )
+    (root / "orders.yaml").write_text(manifest, encoding="utf-8")
+    with psycopg.connect(pg_dsn) as writer:  # holds ROW EXCLUSIVE: the refresh's lock waits
+        writer.execute(f"INSERT INTO {schema}.orders VALUES (99, '2024-01-01', 'open')")
+        run = _start(root, env)
+        _waiting(pg_dsn, f"LOCK TABLE%{schema}%orders%")
+        result = _stopped_within_bound(run, root)
+        writer.rollback()
+    counts = result["backfill"]
+    assert (counts["chunks_interrupted"], counts["chunks_failed"]) == (1, 0), counts

@@ -1275,7 +1275,8 @@ def run_full_refresh(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
         except DponeError as exc:
             exc = interrupted_or(exc, "the refresh was rolled back, the target is unchanged")
             elapsed = int((time.monotonic() - moving) * 1000)
-            tally.record(ChunkTiming(1, "failed", 1, duration_ms=elapsed, error_code=exc.code))
+            status = "interrupted" if exc.code == errors.RUN_INTERRUPTED else "failed"
+            tally.record(ChunkTiming(1, status, 1, duration_ms=elapsed, error_code=exc.code))
             tally.fail(exc.records[0])
         else:
             elapsed = int((time.monotonic() - moving) * 1000)
