@@ -691,7 +691,7 @@ def test_a_row_over_max_allowed_packet_fails_its_chunk_alone(
             message = big.value.message
             assert f"max_allowed_packet of {small_packets} bytes" in message
             assert "packet limit" in message and "chunk id [1, 101)" in message
-            assert "ZZZZ" not in message and "5a5a" not in message.lower()
+            assert "ZZZZ" not in message and "5a5a" not in message.replace(db, "").lower()
         second = dst.write_chunk(src, ChunkWindow("id", "integer", 101, 201))
         third = dst.write_chunk(src, ChunkWindow("id", "integer", 201, 301))
     assert second.rows == third.rows == 1

@@ -497,7 +497,8 @@ def test_sqlite_bytes_into_a_postgres_text_column_fail_the_chunk(
         _kinds_write(src_dsn, pg, schema, mode)
     assert caught.value.code == errors.SINK_FAILED
     assert "column 'v'" in caught.value.message and "not bytea" in caught.value.message
-    assert "616263" not in caught.value.message and "abc" not in caught.value.message
+    shown = caught.value.message.replace(schema, "<schema>")  # the random name may hold "abc"
+    assert "616263" not in shown and "abc" not in shown
     assert _t_rows(pg, schema) == [_KEPT]
 
 
@@ -515,7 +516,7 @@ def test_sqlite_text_into_a_postgres_bytea_column_fails_the_chunk(
     assert "column 'v'" in caught.value.message and "str values for a bytea column" in (
         caught.value.message
     )
-    assert "4243" not in caught.value.message
+    assert "4243" not in caught.value.message.replace(schema, "<schema>")
     assert _t_rows(pg, schema) == []
 
 
