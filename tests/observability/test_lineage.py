@@ -21,7 +21,7 @@ import pytest
 from dpone.observability.lineage import DatasetName, dataset_name, lineage_requested, parent_of
 from dpone.packing.pack import load_and_compile
 from dpone.packing.verify import expected_identity
-from dpone.task.airflow_context import CONTEXT_SCHEMA, lineage_env, parse_airflow_context
+from dpone.task.airflow_context import CONTEXT_SCHEMA, parse_airflow_context
 
 from .receiver import receiver
 from .runproject import DPONE, PASSWORD, dpone_run
@@ -51,7 +51,7 @@ def events_of(bodies: list[bytes]) -> list[dict[str, Any]]:
     return events
 
 
-def _context(dag_id: str, task_id: str, run_id: str) -> str:
+def _context(dag_id: str, task_id: str, run_id: str, try_number: int = 1) -> str:
     """DPONE_AIRFLOW_CONTEXT as the generated operator builds it."""
     return json.dumps(
         {
@@ -59,7 +59,7 @@ def _context(dag_id: str, task_id: str, run_id: str) -> str:
             "dag_id": dag_id,
             "task_id": task_id,
             "run_id": run_id,
-            "try_number": 1,
+            "try_number": try_number,
             "map_index": -1,
             "logical_date": "2026-12-01T00:00:00+00:00",
             "data_interval_start": "2026-12-01T00:00:00+00:00",
@@ -75,15 +75,20 @@ def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]
     assert not problems
     identity = expected_identity(packs[0], "orders")  # what the generated DAG passes
     dag = identity.dag_id
-    context = _context(dag, "orders", "backfill__2026-12-01")  # and its operator, at execute time
+    # its operator at execute time; the task's retry is its try 2
+    tries = [_context(dag, "orders", "backfill__2026-12-01", n) for n in (1, 2)]
     # no AIRFLOW_CTX_* (as in a pod): the context names the task and the DAG run
-    env = {"DPONE_AIRFLOW_RUN_IDENTITY": identity.env_value(), "DPONE_AIRFLOW_CONTEXT": context}
+    env = {"DPONE_AIRFLOW_RUN_IDENTITY": identity.env_value()}
     with receiver() as (url, got):
-        failed = dpone_run(project, {"OPENLINEAGE_URL": url, **env})
+        failed = dpone_run(
+            project, {"OPENLINEAGE_URL": url, **env, "DPONE_AIRFLOW_CONTEXT": tries[0]}
+        )
         assert failed.returncode != 0 and "DPONE_SINK_FAILED" in failed.stderr
         with psycopg.connect(project["pg"], autocommit=True) as conn:
             conn.execute(f"UPDATE {project['schema']}.raw_orders SET amount = 1 WHERE amount < 0")
-        passed = dpone_run(project, {"OPENLINEAGE_URL": url, **env})
+        passed = dpone_run(
+            project, {"OPENLINEAGE_URL": url, **env, "DPONE_AIRFLOW_CONTEXT": tries[1]}
+        )
         assert passed.returncode == 0, passed.stderr
         bodies = got.bodies("/api/v1/lineage")
     raw = b"".join(bodies)
@@ -117,10 +122,28 @@ def test_run_events_with_datasets_chunk_range_and_parent(project: dict[str, Any]
         root = parent["root"]["job"]
         assert (root["namespace"], root["name"]) == ("default", dag)
         uuid.UUID(parent["run"]["runId"])
-    # both runs of the task share the parent run: the DAG run id drives it
-    assert {e["run"]["facets"]["parent"]["run"]["runId"] for e in events} == {
-        parent_of(lineage_env(parse_airflow_context(context)), dag, None)[0][2]  # type: ignore[index]
-    }
+    # each try of the task is a parent run of its own (as Airflow's provider counts them), and
+    # both tries are under the one DAG run
+    for pair, context in zip((first, second), tries, strict=True):
+        parent, root = parent_of({}, parse_airflow_context(context))
+        assert parent is not None and root is not None
+        assert {e["run"]["facets"]["parent"]["run"]["runId"] for e in pair} == {parent[2]}
+        assert {e["run"]["facets"]["parent"]["root"]["run"]["runId"] for e in pair} == {root[2]}
+        assert [e["run"]["facets"]["dpone_airflow"] for e in pair] == 2 * [
+            {
+                "_producer": "urn:dpone:runtime",
+                "_schemaURL": "urn:dpone:openlineage:DponeAirflowRunFacet:1",
+                "dagId": dag,
+                "taskId": "orders",
+                "runId": "backfill__2026-12-01",
+                "tryNumber": json.loads(context)["try_number"],
+                "mapIndex": -1,
+                "logicalDate": "2026-12-01T00:00:00+00:00",
+                "dataIntervalStart": "2026-12-01T00:00:00+00:00",
+                "dataIntervalEnd": "2026-12-02T00:00:00+00:00",
+            }
+        ]
+    assert first[0]["run"]["facets"]["parent"] != second[0]["run"]["facets"]["parent"]
     message = events[1]["run"]["facets"]["errorMessage"]["message"]
     assert message.startswith("DPONE_") and PASSWORD not in message
     assert events[3]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 100
@@ -183,6 +206,7 @@ def test_a_run_outside_airflow_has_no_airflow_parent(
     assert [e["eventType"] for e in events] == ["START", "COMPLETE", "START", "COMPLETE"]
     assert [e["run"]["facets"]["dpone_chunks"]["itemIndex"] for e in events] == [0, 0, 2, 2]
     assert all("parent" not in e["run"]["facets"] for e in events[:2]), events[0]["run"]
+    assert all("dpone_airflow" not in e["run"]["facets"] for e in events)
     assert b"orders_backfill" not in b"".join(bodies)  # no Airflow DAG named anywhere
     for event in events[2:]:
         parent = event["run"]["facets"]["parent"]

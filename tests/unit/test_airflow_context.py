@@ -9,13 +9,14 @@ import json
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dpone import errors
 from dpone.errors import DponeError
-from dpone.observability.lineage import parent_of
+from dpone.observability.lineage import airflow_facet, parent_of
 from dpone.packing.pack import load_workload_pack
 from dpone.run.orchestrator import new_owner
 from dpone.run.runner import environment, mapped_task_env, read_airflow_context, read_env_inputs
@@ -23,7 +24,6 @@ from dpone.task.airflow_context import (
     CONTEXT_SCHEMA,
     attribution,
     describe_attribution,
-    lineage_env,
     owner_prefix,
     parse_airflow_context,
 )
@@ -79,15 +79,44 @@ def test_a_context_parses_and_names_its_attempt_in_the_lease_owner() -> None:
     )  # MSSQL's lease_owner column
 
 
-def test_the_lineage_parent_is_the_airflow_task_of_the_dag_run() -> None:
+def test_the_lineage_parent_is_the_airflow_task_instance_try_under_its_dag_run() -> None:
     context = parse_airflow_context(json.dumps(_context()))
-    parent, root = parent_of(lineage_env(context), context.dag_id, "campaign-key")
-    other_run = parse_airflow_context(json.dumps(_context(run_id="scheduled__x")))
-    parent_other, _ = parent_of(lineage_env(other_run), context.dag_id, "campaign-key")
-    assert parent is not None and root is not None and parent_other is not None
+    parent, root = parent_of({}, context)
+    assert parent is not None and root is not None
     assert parent[1] == "dpone_orders_history.run_orders" and root[1] == "dpone_orders_history"
-    assert parent[2] != parent_other[2]  # one parent run per DAG run, not per campaign
-    assert parent_of({}, context.dag_id, "campaign-key")[0] != parent
+    assert (parent[0], root[0]) == ("default", "default")
+    assert parent_of({}, context) == (parent, root)  # derived, the same in every process
+    # as Airflow's OpenLineage provider counts task runs: one per DAG run, map index and try
+    for other in (
+        _context(run_id="scheduled__x"),
+        _context(try_number=3),
+        _context(map_index=4),
+        _context(task_id="run_other"),
+    ):
+        other_parent, other_root = parent_of({}, parse_airflow_context(json.dumps(other)))
+        assert other_parent is not None and other_parent[2] != parent[2]
+        assert (other_root == root) is (other["run_id"] == RUN_ID)  # the DAG run is the root
+    assert parent_of({}, None) == (None, None)  # outside Airflow, no parent of its own
+    assert parent_of({"OPENLINEAGE_NAMESPACE": "prod"}, context)[0][0] == "prod"  # type: ignore[index]
+    run_id = str(uuid.uuid4())
+    given, derived_root = parent_of({"OPENLINEAGE_PARENT_ID": f"ns/job.task/{run_id}"}, context)
+    assert given == ("ns", "job.task", run_id)
+    assert derived_root == root
+
+
+def test_the_lineage_airflow_facet_names_run_try_and_map_index() -> None:
+    context = parse_airflow_context(json.dumps(_context(map_index=7)))
+    assert airflow_facet(context) == {
+        "dagId": "dpone_orders_history",
+        "taskId": "run_orders",
+        "runId": RUN_ID,
+        "tryNumber": 2,
+        "mapIndex": 7,
+        "logicalDate": "2026-01-02T03:04:05+00:00",
+        "dataIntervalStart": "2026-01-01T03:04:05+00:00",
+        "dataIntervalEnd": None,
+    }
+    assert airflow_facet(None) is None
 
 
 SECRET = "postgresql://u:hunter2@db/x"

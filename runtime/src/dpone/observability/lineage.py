@@ -8,7 +8,8 @@ or FAIL. Inputs and outputs are the source and target tables, named as OpenLinea
 name, as a local file: ``file`` + ``/path/to/db.sqlite/table``). Only host, port, database and
 object names leave a DSN, never a user or password. The chunk range rides in the custom run facet
 ``dpone_chunks``; a run started by an Airflow task (DPONE_AIRFLOW_CONTEXT) carries the parent run
-facet (the task as the parent job, the DAG as the root), a run outside Airflow none. The
+facet (the task instance's try as the parent run, the DAG run as the root) and the Airflow run,
+try and map index in the custom facet ``dpone_airflow``; a run outside Airflow carries neither. The
 ``openlineage-python`` client (the ``lineage`` extra) is imported only when lineage is on. Events
 are sent on the export worker (dpone.observability.exporting), never on the data path; a bad
 setting or a failed send is one warning and never fails a backfill. Dataset names come from the
@@ -44,11 +45,13 @@ from dpone.observability.exporting import (
     register_exporter_secrets,
 )
 from dpone.records import record
-from dpone.task.item import ENV_CONTEXT
+from dpone.task.airflow_context import AirflowContext
 
 DEFAULT_JOB_NAMESPACE = "dpone"
 FACET_NAME = "dpone_chunks"
 FACET_SCHEMA_URL = "urn:dpone:openlineage:DponeChunksRunFacet:1"
+AIRFLOW_FACET_NAME = "dpone_airflow"
+AIRFLOW_FACET_SCHEMA_URL = "urn:dpone:openlineage:DponeAirflowRunFacet:1"
 PRODUCER = "urn:dpone:runtime"
 
 
@@ -107,6 +110,7 @@ class LineageRun:
     chunks: dict[str, Any]  # the dpone_chunks facet's fields
     parent: tuple[str, str, str] | None  # (namespace, name, runId) of the parent job run
     root: tuple[str, str, str] | None
+    airflow: dict[str, Any] | None  # the dpone_airflow facet's fields (airflow_facet)
 
 
 def _triple(value: str) -> tuple[str, str, str] | None:
@@ -141,29 +145,43 @@ def parent_problems(environ: Mapping[str, str]) -> list[str]:
 
 
 def parent_of(
-    environ: Mapping[str, str], dag_id: str | None, campaign: str | None
+    environ: Mapping[str, str], context: AirflowContext | None
 ) -> tuple[tuple[str, str, str] | None, tuple[str, str, str] | None]:
     """(parent, root) job runs: OPENLINEAGE_PARENT_ID / OPENLINEAGE_ROOT_PARENT_ID when given;
-    else, for a run started by an Airflow task, the DAG (its dag_id, plus the task id when Airflow
-    exports it) with a run id derived from the DAG run id or, failing that, the campaign."""
+    else, for a run started by an Airflow task, the task instance's try (as Airflow's own
+    OpenLineage provider counts runs: one per try and map index) under its DAG run."""
     parent = _triple(environ.get("OPENLINEAGE_PARENT_ID", ""))
     root = _triple(environ.get("OPENLINEAGE_ROOT_PARENT_ID", ""))
-    if parent is None and dag_id:
-        namespace = environ.get("OPENLINEAGE_NAMESPACE") or "default"
-        task = environ.get("AIRFLOW_CTX_TASK_ID")
-        name = f"{dag_id}.{task}" if task else dag_id
-        run_of = environ.get("AIRFLOW_CTX_DAG_RUN_ID") or campaign or ""
-        run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"airflow:{dag_id}:{run_of}:{task or ''}"))
-        parent = (namespace, name, run_id)
-    if parent is not None and root is None and dag_id:
-        namespace = environ.get("OPENLINEAGE_NAMESPACE") or "default"
-        run_of = environ.get("AIRFLOW_CTX_DAG_RUN_ID") or campaign or ""
-        root = (
+    if context is None:
+        return parent, root
+    namespace = environ.get("OPENLINEAGE_NAMESPACE") or "default"
+    dag_run = f"airflow:{context.dag_id}:{context.run_id}"
+    if parent is None:
+        task_try = f"{dag_run}:{context.task_id}:{context.map_index}:{context.try_number}"
+        parent = (
             namespace,
-            dag_id,
-            str(uuid.uuid5(uuid.NAMESPACE_URL, f"airflow:{dag_id}:{run_of}")),
+            f"{context.dag_id}.{context.task_id}",
+            str(uuid.uuid5(uuid.NAMESPACE_URL, task_try)),
         )
+    if root is None:
+        root = (namespace, context.dag_id, str(uuid.uuid5(uuid.NAMESPACE_URL, dag_run)))
     return parent, root
+
+
+def airflow_facet(context: AirflowContext | None) -> dict[str, Any] | None:
+    """The ``dpone_airflow`` facet's fields: which Airflow run, try and map index ran this."""
+    if context is None:
+        return None
+    return {
+        "dagId": context.dag_id,
+        "taskId": context.task_id,
+        "runId": context.run_id,
+        "tryNumber": context.try_number,
+        "mapIndex": context.map_index,
+        "logicalDate": context.logical_date,
+        "dataIntervalStart": context.data_interval_start,
+        "dataIntervalEnd": context.data_interval_end,
+    }
 
 
 #: transport types openlineage-python 1.x registers (a dotted class path is also accepted)
@@ -561,9 +579,27 @@ class OpenLineageRun(RunLineage):
             def _get_schema() -> str:
                 return FACET_SCHEMA_URL
 
+        @attr.define
+        class DponeAirflowRunFacet(RunFacet):
+            """The Airflow run, try and map index that ran this (custom facet ``dpone_airflow``)."""
+
+            dagId: str = attr.field(default="")
+            taskId: str = attr.field(default="")
+            runId: str = attr.field(default="")
+            tryNumber: int = attr.field(default=0)
+            mapIndex: int = attr.field(default=-1)
+            logicalDate: str | None = attr.field(default=None)
+            dataIntervalStart: str | None = attr.field(default=None)
+            dataIntervalEnd: str | None = attr.field(default=None)
+
+            @staticmethod
+            def _get_schema() -> str:
+                return AIRFLOW_FACET_SCHEMA_URL
+
         self._run = run
         self._exports = exports
         self._facet_type = DponeChunksRunFacet
+        self._airflow_facet_type = DponeAirflowRunFacet
         self._client = OpenLineageClient()
         self._run_id = str(generate_new_uuid())
         transport = self._client.transport
@@ -593,6 +629,8 @@ class OpenLineageRun(RunLineage):
 
         run = self._run
         facets: dict[str, Any] = {FACET_NAME: self._facet_type(producer=PRODUCER, **run.chunks)}
+        if run.airflow is not None:
+            facets[AIRFLOW_FACET_NAME] = self._airflow_facet_type(producer=PRODUCER, **run.airflow)
         if run.parent is not None:
             namespace, name, run_id = run.parent
             root = None
@@ -685,9 +723,14 @@ class OpenLineageRun(RunLineage):
 
 
 def describe_run(
-    pack: Any, plan: Any, selection: Any, dag_id: str | None, environ: Mapping[str, str]
+    pack: Any,
+    plan: Any,
+    selection: Any,
+    context: AirflowContext | None,
+    environ: Mapping[str, str],
 ) -> LineageRun:
-    """The LineageRun of one process run (a WorkloadPack, ProcessPlan and Selection)."""
+    """The LineageRun of one process run (a WorkloadPack, ProcessPlan and Selection) and the
+    Airflow run that started it (None outside Airflow)."""
     from dpone.credentials.connections import resolve_dsn
     from dpone.errors import DponeError
 
@@ -717,9 +760,9 @@ def describe_run(
     }
     # Only a run started by an Airflow task (its operator passed DPONE_AIRFLOW_CONTEXT, parsed by
     # the runner before this) has an Airflow parent; a run its result records as outside Airflow
-    # (a shell, `dpone run --item N`) has only an explicit OPENLINEAGE_PARENT_ID.
-    in_airflow = ENV_CONTEXT in environ
-    parent, root = parent_of(environ, dag_id if in_airflow else None, plan.run_key)
+    # (a shell, `dpone run --item N`) has only an explicit OPENLINEAGE_PARENT_ID, whatever
+    # AIRFLOW_CTX_* variables its shell holds.
+    parent, root = parent_of(environ, context)
     return LineageRun(
         job_namespace=environ.get("OPENLINEAGE_NAMESPACE") or DEFAULT_JOB_NAMESPACE,
         job_name=f"{pack.workload.name}.{plan.name}",
@@ -729,4 +772,5 @@ def describe_run(
         chunks=facet,
         parent=parent,
         root=root,
+        airflow=airflow_facet(context),
     )

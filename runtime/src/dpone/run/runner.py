@@ -64,7 +64,6 @@ from dpone.run.orchestrator import (
 from dpone.task.airflow_context import (
     AirflowContext,
     airflow_section,
-    lineage_env,
     owner_prefix,
     parse_airflow_context,
 )
@@ -511,9 +510,7 @@ def run_plans(
         ):  # dpone.observability.lineage and its client only when asked for
             from dpone.observability.lineage import describe_run, open_run_lineage
 
-            dag_id = identity.dag_id if identity else None
-            environ = {**os.environ, **lineage_env(airflow)}
-            described = describe_run(pack, plan, selection, dag_id, environ)
+            described = describe_run(pack, plan, selection, airflow, os.environ)
             lineage = open_run_lineage(described, os.environ, _warn, exports)
         refusal.SCOPE.entered = True  # from here on the run writes its own result
         observer.run_started(len(selection.chunks) if not full_refresh else 1)

@@ -78,14 +78,6 @@ def owner_prefix(context: AirflowContext | None) -> str:
     return context.owner_prefix() if context is not None else LOCAL_OWNER_PREFIX
 
 
-def lineage_env(context: AirflowContext | None) -> dict[str, str]:
-    """The Airflow task env names the lineage parent facet reads (dpone.observability.lineage.parent_of): a pod
-    gets no AIRFLOW_CTX_* variables, so the context supplies the task and DAG run."""
-    if context is None:
-        return {}
-    return {"AIRFLOW_CTX_TASK_ID": context.task_id, "AIRFLOW_CTX_DAG_RUN_ID": context.run_id}
-
-
 def attribution(owner: str | None) -> dict[str, Any] | None:
     """Who a lease owner says moved (or holds) a chunk: the Airflow run, try and map index, or
     outside Airflow; None for an owner written before dpone recorded it."""
