@@ -542,3 +542,27 @@ def test_sqlite_bytes_into_an_accepted_text_column_store_their_hex_text(
     src_dsn, schema = _kinds_case(sqlite_db, pg, "BLOB", "text", [b"abc"])
     assert _kinds_write(src_dsn, pg, schema, "replace", accept=("v",)).rows == 1
     assert _t_rows(pg, schema) == [(1, "\\x616263"), _KEPT]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("mode", [*MODES, "full_refresh"])
+@pytest.mark.parametrize(
+    ("target", "value", "named"),
+    [
+        ("text", "leak\x00zzsecret", "column 'v': a text value holds a NUL character"),
+        ("date", "2023-13-45zzsecret", 'column "v"'),  # the server's COPY context names it
+    ],
+)
+def test_a_value_postgres_cannot_store_fails_the_chunk_naming_its_column_not_the_value(
+    sqlite_db: MakeDb, pg: Pg, mode: str, target: str, value: str, named: str
+) -> None:
+    """A NUL character has no place in Postgres text (psycopg refuses it), and a date with
+    month 13 none in a date (the server's COPY does): either fails the chunk, naming the column,
+    never the value."""
+    src_dsn, schema = _kinds_case(sqlite_db, pg, "TEXT", target, ["2023-01-02", value])
+    with pytest.raises(DponeError) as caught:
+        _kinds_write(src_dsn, pg, schema, mode)
+    assert caught.value.code == errors.SINK_FAILED
+    assert named in caught.value.message, caught.value.message
+    assert "zzsecret" not in caught.value.message and "2023-13" not in caught.value.message
+    assert _t_rows(pg, schema) == ([_KEPT] if target == "text" else [])

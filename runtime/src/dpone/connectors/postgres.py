@@ -1467,15 +1467,35 @@ class PostgresSink(Sink):
             for batch in batches:
                 self._check_kinds(batch, guards, window)
                 for row in batch:
+                    values: Sequence[object] = row
                     if coercers:
-                        values = list(row)
+                        coerced = list(row)
                         for i, fn in coercers:
-                            values[i] = fn(values[i])
+                            coerced[i] = fn(coerced[i])
+                        values = coerced
+                    try:
                         copy.write_row(values)
-                    else:
-                        copy.write_row(row)
+                    except psycopg.DataError as exc:
+                        if exc.sqlstate is None:  # refused by psycopg, before the server
+                            raise self._unwritable(values, columns, window) from None
+                        raise
                 count += len(batch)
         return count
+
+    def _unwritable(
+        self, values: Sequence[object], columns: Sequence[str], window: ChunkWindow | None
+    ) -> DponeError:
+        """The row psycopg could not write, named by its column and never by its value: a NUL
+        character is the one text value Postgres cannot store."""
+        what = f"{self.spec.display()}: writing {scope_display(window)} (rolled back)"
+        for name, value in zip(columns, values, strict=True):
+            if isinstance(value, str) and "\x00" in value:
+                return DponeError(
+                    errors.SINK_FAILED,
+                    f"{what}: column {name!r}: a text value holds a NUL character (0x00), "
+                    "which Postgres text cannot store; remove it at the source or in a query",
+                )
+        return DponeError(errors.SINK_FAILED, f"{what}: the driver refused a value of a row")
 
     def _check_kinds(
         self,

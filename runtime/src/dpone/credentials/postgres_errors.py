@@ -9,12 +9,17 @@ names objects keep it. The connectors and the Postgres ledger describe errors th
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 #: SQLSTATE classes whose primary message names objects, never row values.
 SAFE_MESSAGE_CLASSES = frozenset(
     {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
 )
+
+#: The column of a COPY context line (``COPY t, line 3, column v: "<value>"``): the name stops at
+#: the first ": ", so the value that follows it is never taken.
+_COPY_COLUMN = re.compile(r"COPY .+?, line [0-9]+, column (.+?)(?:: |$)")
 
 
 def describe_postgres_error(exc: Any) -> str:
@@ -26,10 +31,18 @@ def describe_postgres_error(exc: Any) -> str:
     diag = exc.diag
     if diag.constraint_name:
         parts.append(f'constraint "{diag.constraint_name}"')
-    if diag.column_name:
-        parts.append(f'column "{diag.column_name}"')
+    column = diag.column_name or _copy_column(diag.context)
+    if column:
+        parts.append(f'column "{column}"')
     if diag.datatype_name:
         parts.append(f'type "{diag.datatype_name}"')
     if state and state[:2] in SAFE_MESSAGE_CLASSES and diag.message_primary:
         parts.append(diag.message_primary)
     return ", ".join(parts)
+
+
+def _copy_column(context: str | None) -> str | None:
+    """The column a COPY was reading when the server refused a value (its context's first
+    line), so a data error names where it is without quoting what it is."""
+    match = _COPY_COLUMN.match((context or "").split("\n", 1)[0])
+    return match.group(1) if match else None
