@@ -17,9 +17,10 @@ SAFE_MESSAGE_CLASSES = frozenset(
     {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
 )
 
-#: The column of a COPY context line (``COPY t, line 3, column v: "<value>"``): the name stops at
-#: the first ": ", so the value that follows it is never taken.
-_COPY_COLUMN = re.compile(r"COPY .+?, line [0-9]+, column (.+?)(?:: |$)")
+#: The column of a COPY context line (``COPY t, line 3, column v: "<value>"``): the line's first
+#: ", line N" is the row's (a row-level context, ``COPY t, line 3: "<row>"``, then has no
+#: column), and the name stops at the first ": ", so no part of the value is ever taken.
+_COPY_COLUMN = re.compile(r"COPY (?:(?!, line [0-9]+[,:]).)+, line [0-9]+, column (.+?)(?:: |$)")
 
 
 def describe_postgres_error(exc: Any) -> str:

@@ -1,0 +1,41 @@
+"""What a Postgres error may say outside dpone: the objects it names, never a row value."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from dpone.credentials.postgres_errors import describe_postgres_error
+
+
+class _Refused(Exception):
+    def __init__(self, sqlstate: str, context: str | None, primary: str = "x") -> None:
+        super().__init__(primary)
+        self.sqlstate = sqlstate
+        self.diag = SimpleNamespace(
+            constraint_name=None,
+            column_name=None,
+            datatype_name=None,
+            message_primary=primary,
+            context=context,
+        )
+
+
+@pytest.mark.parametrize(
+    ("context", "named"),
+    [
+        ('COPY t, line 2, column v: "2023-13-45 secret"', 'column "v"'),
+        ("COPY t, line 2, column v", 'column "v"'),  # binary COPY quotes no value
+        ('COPY t, line 7, column a: b: "secret"', 'column "a"'),  # cut short, never the value
+        ('COPY "x, line 1, column y", line 3, column v: "secret"', 'column "y", line 3'),
+        ('COPY t, line 2: "secret, line 3, column z: w"', None),  # a row, not a column
+        ("PL/pgSQL function f() line 3 at RAISE", None),
+        (None, None),
+    ],
+)
+def test_a_data_error_names_the_copy_column_but_never_the_value(
+    context: str | None, named: str | None
+) -> None:
+    text = describe_postgres_error(_Refused("22008", context, 'date/time "secret" out of range'))
+    assert text.startswith("_Refused (SQLSTATE 22008)") and "secret" not in text
+    assert (named in text) if named else ("column" not in text)
