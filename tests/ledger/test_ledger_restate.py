@@ -7,7 +7,9 @@ refuses the whole call and nothing is written.
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from dpone import errors
@@ -87,14 +89,48 @@ def test_an_expired_lease_does_not_block_and_its_pod_is_fenced(backend: Backend)
     stale = store.acquire_lease(shape, shape.chunks[0], "pod-slow", 0.3).lease
     assert stale is not None
     time.sleep(0.6)
-    # The lease expired: the chunk is not leased now, but it is not committed either.
-    assert backend.open().restate(shape, [1], "fix again", "ana") == []
-    taken = store.acquire_lease(shape, shape.chunks[0], "pod-2", 30).lease
-    assert taken is not None and taken.attempt == 3
-    with pytest.raises(DponeError) as caught:  # the slow pod's completion is fenced off
+    # The lease expired: no pod moves the chunk now, but the slow one may wake and complete it
+    # with rows read before the source was fixed: the restatement marks it, and fences that pod
+    # at once, before any other pod takes the chunk.
+    assert backend.open().restate(shape, [1], "fix again", "ana") == [1]
+    with pytest.raises(DponeError) as caught:
         store.complete(stale, shape.chunks[0], ChunkResult(True, rows=1))
     assert caught.value.code == errors.CHUNK_LEASE_LOST
+    ledger = store.load(shape.run_key)
+    assert ledger is not None and ledger.state_of(1) is ChunkState.PENDING
+    taken = store.acquire_lease(shape, shape.chunks[0], "pod-2", 30).lease
+    assert taken is not None and taken.attempt == 3
     store.complete(taken, shape.chunks[0], ChunkResult(True, rows=2))
+    first, second = store.restatements(shape.run_key)
+    assert (first.prior_rows, second.reason, second.prior_rows) == (1, "fix again", None)
+
+
+def test_overlapping_restatements_at_once_both_go_through(backend: Backend) -> None:
+    """Two operators restating overlapping chunks at once, no run moving any: each waits for
+    the other's transaction (the campaign lock), none is refused as if a run held a chunk."""
+    shape = make_shape(chunks=20)
+    store = backend.open()
+    store.initialize(shape, "a", 5)
+    for chunk in shape.chunks:
+        lease = store.acquire_lease(shape, chunk, "pod-1", 30).lease
+        assert lease is not None
+        store.complete(lease, chunk, ChunkResult(True, rows=1))
+    stores = [backend.open(), backend.open()]
+    start = threading.Barrier(2)
+
+    def restate(which: int) -> list[int]:
+        start.wait()
+        wanted = range(1, 13) if which == 0 else range(5, 21)
+        return stores[which].restate(shape, list(wanted), "fix", f"op{which}")
+
+    for _ in range(8):
+        with ThreadPoolExecutor(2) as pool:
+            done = [f.result() for f in [pool.submit(restate, 0), pool.submit(restate, 1)]]
+        assert sorted(set(done[0]) | set(done[1])) == list(range(1, 21))
+        for chunk in shape.chunks:  # everything moves again, and is committed again
+            lease = store.acquire_lease(shape, chunk, "pod-1", 30).lease
+            assert lease is not None
+            store.complete(lease, chunk, ChunkResult(True, rows=1))
 
 
 def test_restate_outside_the_campaign_is_a_usage_error(backend: Backend) -> None:

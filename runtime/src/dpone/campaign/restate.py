@@ -14,6 +14,7 @@ import functools
 import getpass
 import json
 import os
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -88,13 +89,18 @@ def select_by_time(plan: ProcessPlan, start: str, end: str) -> list[int]:
     return picked
 
 
+#: an integer bound as the manifest writes one: ASCII digits, an optional minus sign; int()
+#: alone would also take "+5", "1_000", " 5" and digits of other scripts ("٣")
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def _typed(type_: str, value: str) -> object:
-    if type_ != "integer":
-        return value
+    if type_ != "integer" or not _INTEGER.fullmatch(value):
+        return value  # canonical_bound names the problem
     try:
         return int(value)
-    except ValueError:
-        return value  # canonical_bound names the problem
+    except ValueError:  # more digits than Python converts
+        return value
 
 
 def _before(a: Bound, b: Bound) -> bool:
@@ -145,17 +151,16 @@ def preview(
     out: dict[str, list[int]] = {"restate": [], "leased_now": [], "not_committed": []}
     for index in sorted(set(indexes)):
         record = ledger.records.get(index)
-        if record is not None and record.state is ChunkState.COMMITTED:
+        if index in held:
+            out["leased_now"].append(index)
+        elif record is not None and record.state is ChunkState.COMMITTED:
             out["restate"].append(index)
-        elif index in held:
-            out["leased_now"].append(index)
-        elif (
-            record is not None
-            and record.state is ChunkState.RUNNING
-            and record.lease_expires_at is not None
-            and (now is None or record.lease_expires_at > now)
-        ):
-            out["leased_now"].append(index)
+        elif record is not None and record.state is ChunkState.RUNNING:
+            live = record.lease_expires_at is not None and (
+                now is None or record.lease_expires_at > now
+            )
+            # an expired lease is restated: its attempt may still wake and try to complete
+            out["leased_now" if live else "restate"].append(index)
         else:
             out["not_committed"].append(index)
     return out

@@ -10,6 +10,7 @@ Times come from the server's ``clock_timestamp()``.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Unpack
@@ -90,6 +91,9 @@ node is noticed in about a minute, not two hours."""
 CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03", "25P03")
 #: the states a connection is left in by a command the server never answered
 _UNUSABLE = (psycopg.pq.TransactionStatus.ACTIVE, psycopg.pq.TransactionStatus.UNKNOWN)
+#: the tries of chunks_held_elsewhere: at once, then after each pause (a committing session's
+#: locks are all gone within microseconds; a run's transaction holds them for its whole chunk)
+_RELEASE_PAUSES_S = (0.0, 0.02, 0.1)
 
 
 def refused_at_commit(exc: psycopg.Error) -> DponeError:
@@ -632,13 +636,24 @@ class PostgresTx:
     def chunks_held_elsewhere(self, run_key: str, indexes: Sequence[int]) -> list[int]:
         """Take each chunk's lock if it is free now, ascending, in one statement; the indexes
         whose lock another session holds (in the one-commit placement, ADR 0021, a chunk being
-        moved: its lock is the lease and its RUNNING record is not committed yet)."""
-        rows = self.connection.execute(
-            "SELECT i FROM unnest(%s::integer[]) WITH ORDINALITY AS c(i, n) "
-            "WHERE NOT pg_try_advisory_xact_lock(%s, i) ORDER BY n",
-            (sorted(indexes), chunk_lock_class(self.store.schema, run_key)),
-        ).fetchall()
-        return [int(row[0]) for row in rows]
+        moved: its lock is the lease and its RUNNING record is not committed yet).
+
+        A session that just committed releases its locks one at a time: a waiter woken by the
+        first (the campaign lock) can find some of the others still held for a moment, so the
+        held ones are tried again after short pauses before they are called held."""
+        held = sorted(indexes)
+        for pause in _RELEASE_PAUSES_S:
+            if pause:
+                time.sleep(pause)
+            rows = self.connection.execute(
+                "SELECT i FROM unnest(%s::integer[]) WITH ORDINALITY AS c(i, n) "
+                "WHERE NOT pg_try_advisory_xact_lock(%s, i) ORDER BY n",
+                (held, chunk_lock_class(self.store.schema, run_key)),
+            ).fetchall()
+            held = [int(row[0]) for row in rows]
+            if not held:
+                break
+        return held
 
     def _take_chunk_lock(self) -> None:
         if self.lock_wanted is None:

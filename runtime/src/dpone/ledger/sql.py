@@ -622,8 +622,10 @@ def restate_selection(shape: CampaignShape, indexes: Sequence[int]) -> list[Chun
 def restate_plan(
     run_key: str, seen: Sequence[tuple[Chunk, dt.datetime, ChunkRecord | None]]
 ) -> list[int]:
-    """The indexes a restatement marks (the committed ones), or DPONE_BACKFILL_CHUNK_BUSY
-    naming the chunks leased now: a pod is moving them, so nothing is restated."""
+    """The indexes a restatement marks, or DPONE_BACKFILL_CHUNK_BUSY naming the chunks leased
+    now: a pod is moving them, so nothing is restated. Marked: the committed chunks, and the
+    RUNNING ones whose lease expired, whose attempt (a frozen pod that may yet wake) must not
+    record its completion of rows read before the restatement: the PENDING record fences it."""
     busy = [
         (chunk.index, record)
         for chunk, now, record in seen
@@ -646,7 +648,7 @@ def restate_plan(
     return [
         chunk.index
         for chunk, _, record in seen
-        if record is not None and record.state is ChunkState.COMMITTED
+        if record is not None and record.state in (ChunkState.COMMITTED, ChunkState.RUNNING)
     ]
 
 
@@ -1346,10 +1348,12 @@ class SqlLedger(StoreBase):
     def restate(
         self, shape: CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
     ) -> list[int]:
-        """Mark committed chunks to be moved again (see the port): each chunk's lock in
-        ascending order, then every decision, then the writes, in one transaction."""
+        """Mark committed chunks to be moved again (see the port): the campaign lock (one
+        restatement at a time), each chunk's lock in ascending order, then every decision, then
+        the writes, in one transaction."""
         chunks = restate_selection(shape, indexes)
         with self._transaction("restate", TxMode.CAMPAIGN) as tx:
+            tx.lock_campaign(shape.run_key, self.lock_timeout_s)
             held = getattr(tx, "chunks_held_elsewhere", None)
             if held is not None:  # never wait for a run's transaction: refuse at once
                 busy = held(shape.run_key, [chunk.index for chunk in chunks])
