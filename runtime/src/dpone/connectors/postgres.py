@@ -1044,6 +1044,17 @@ class PostgresSink(Sink):
                 if found is None or found[0] is None:
                     return [f"target table {shown} does not exist: every chunk will fail"]
                 relid = int(found[0])
+                cur.execute("SELECT row_security_active(%s)", (relid,))
+                hiding = cur.fetchone()
+                if hiding is not None and hiding[0]:
+                    raise DponeError(
+                        errors.PREFLIGHT_FAILED,
+                        f"{self.spec.display()}: row-level security applies to the sink's role "
+                        "on the target: rows its policies hide would survive a chunk's delete "
+                        "and escape the read-back, so the target could differ from the source "
+                        "while the run says passed; write as the table's owner or a role with "
+                        "BYPASSRLS, or disable row security on the table; no chunk was started",
+                    )
                 cur.execute(
                     "SELECT attnum, attname FROM pg_attribute"
                     " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
