@@ -125,3 +125,31 @@ def test_messages_keep_what_helps() -> None:
 )
 def test_has_credentials(value: str, expected: bool) -> None:
     assert has_credentials(value) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"),
+    [
+        ('{"conn_type": "postgres", "login": "etl", "password": "pw1"}', ["password"]),
+        ('{"type": "http", "auth": {"type": "api_key", "apiKey": "k1"}}', ["apiKey"]),
+        ('{"Authorization": "Bearer t1", "X-Trace": "on"}', ["Authorization"]),
+        ('{"extra": {"uri": "postgresql://u:pw2@db/x"}}', ["uri"]),
+        ('[{"password": "pw3"}]', []),  # not an object: a value, not a configuration
+        ('{"login": "etl", "password": "", "partition_key": "day", "BYPASS": "on"}', []),
+        ('{"password": "pw4"', []),  # not JSON
+        ("password=pw5", []),  # a libpq string: has_credentials reads that form
+        ('{"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"token": "deep"}}}}}}}}}', []),
+    ],
+)
+def test_json_secrets_names_the_fields_that_hold_one(text: str, fields: list[str]) -> None:
+    assert [name for name, _ in redaction.json_secrets(text)] == fields
+
+
+def test_an_openlineage_auth_object_is_redacted_from_every_output() -> None:
+    from dpone.observability.exporting import register_exporter_secrets
+
+    key = f"ol-key-{uuid.uuid4().hex}"
+    register_exporter_secrets(
+        {"OPENLINEAGE__TRANSPORT__AUTH": json.dumps({"type": "api_key", "apiKey": key})}
+    )
+    assert key not in redact_text(f"the endpoint refused {key}")

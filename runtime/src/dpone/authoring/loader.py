@@ -36,7 +36,12 @@ from dpone.authoring.models import (
 )
 from dpone.authoring.schema import load_schema, validate
 from dpone.authoring.yamldoc import YamlDocument, load_yaml
-from dpone.credentials.redaction import has_credentials, secret_assignment, secret_env_name
+from dpone.credentials.redaction import (
+    has_credentials,
+    json_secrets,
+    secret_assignment,
+    secret_env_name,
+)
 from dpone.errors import ErrorCollector, ErrorRecord, Location
 from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
@@ -585,6 +590,8 @@ def _env_credentials(
             what = "holds a connection string with a password"
         elif secret_env_name(str(key), text):
             what = "names a secret (a password, token or key)"
+        elif secrets := json_secrets(text):
+            what = f"is JSON whose field {secrets[0][0]!r} holds a secret"
         else:
             continue
         out.add(
@@ -618,6 +625,8 @@ def _string_credentials(
             what = "holds a connection string with a password"
         elif (name := secret_assignment(value)) is not None:
             what = f"sets {name}, a variable named as a secret, to a value"
+        elif secrets := json_secrets(value):
+            what = f"is JSON whose field {secrets[0][0]!r} holds a secret"
         else:
             return
         out.add(

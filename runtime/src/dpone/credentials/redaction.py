@@ -240,6 +240,9 @@ _SECRET_NAME_ENDINGS = (
     ("ACCESS", "KEY"),
     ("PRIVATE", "KEY"),
     ("AUTH", "KEY"),
+    ("FERNET", "KEY"),
+    ("PASS",),
+    ("PASSPHRASE",),
 )
 #: a ``NAME=value`` assignment inside a command or a string (``PGPASSWORD=x psql``, ``env
 #: MYSQL_PWD=x``, ``export API_TOKEN=x``); a value taken from a variable (``$X``) is no secret
@@ -260,6 +263,55 @@ def secret_env_name(name: str, value: str) -> bool:
     if any(words[-len(ending) :] == ending for ending in _SECRET_NAME_ENDINGS):
         return True
     return words[-1:] == ("HEADERS",) and _SECRET_HEADER.search(value) is not None
+
+
+#: header names whose value is a credential (in a JSON headers object as in an OTLP list)
+_SECRET_HEADER_NAMES = frozenset(
+    {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-auth-token"}
+)
+#: how deep json_secrets looks into nested objects (an Airflow Connection's extra, a transport's
+#: auth); deeper ones are not read
+_JSON_DEPTH = 8
+
+
+def json_secrets(text: str) -> list[tuple[str, str]]:
+    """The (field, value) pairs of a JSON object in ``text``, at any depth, whose value is a
+    secret: a non-empty string under a field named as one (``password``, ``apiKey``,
+    ``client_secret``, an ``Authorization`` header), or a connection string with a password.
+    Airflow's JSON form of a Connection and an OpenLineage transport's ``auth`` read so; text
+    that is no JSON object has none."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return []
+    try:
+        document = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return []
+    found: list[tuple[str, str]] = []
+    _json_secrets(document, _JSON_DEPTH, found)
+    return found
+
+
+def _json_secrets(node: Any, depth: int, found: list[tuple[str, str]]) -> None:
+    if depth <= 0:
+        return
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node) if isinstance(node, list) else ()
+    )
+    for key, value in items:
+        name = str(key)
+        if isinstance(value, str):
+            if value.strip() and (
+                name.strip().lower() in SECRET_KEYS
+                or name.strip().lower() in _SECRET_HEADER_NAMES
+                or secret_env_name(name, value)
+                or has_credentials(value)
+            ):
+                found.append((name, value))
+        else:
+            _json_secrets(value, depth - 1, found)
 
 
 def secret_parameter(name: str) -> bool:

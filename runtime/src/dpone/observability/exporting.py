@@ -36,7 +36,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote
 
-from dpone.credentials.redaction import redact_text, register_secret, secret_env_name
+from dpone.credentials.redaction import (
+    json_secrets,
+    redact_text,
+    register_secret,
+    secret_env_name,
+)
 from dpone.lifecycle.interrupt import STOP
 
 if TYPE_CHECKING:
@@ -79,6 +84,8 @@ def register_exporter_secrets(environ: Mapping[str, str]) -> None:
         elif secret_env_name(name, value):
             register_secret(value)
             register_secret(value.strip())
+        for _, secret in json_secrets(value):  # a transport's auth object: {"apiKey": ...}
+            register_secret(secret)
 
 
 # --- the switches and the silent defaults ---------------------------------------------------------
