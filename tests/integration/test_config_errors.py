@@ -109,6 +109,7 @@ def with_query(url: str, query: str) -> str:
         ("options=-c%20statement_timeout%3Dabc", "'statement_timeout'"),
         ("options=bogus", "use -c name=value"),
         ("sslmode=verify-full&sslrootcert=/nonexistent/dpone/ca.pem", "sslrootcert"),
+        ("sslmode=require", "offers no TLS"),  # the test server runs without TLS (checked)
         ("connect_timeout=abc", "connect_timeout"),  # read by psycopg before libpq runs
     ],
 )
@@ -116,6 +117,9 @@ def with_query(url: str, query: str) -> str:
 def test_a_dsn_setting_that_can_never_connect_is_a_configuration_error(
     project: dict[str, Any], query: str, named: str, side: str
 ) -> None:
+    if query == "sslmode=require":
+        with psycopg.connect(project["url"]) as conn:
+            assert conn.execute("SHOW ssl").fetchone() == ("off",)
     dsn = with_query(project["url"], query)
     code, stderr = dpone("run", project, **{side: dsn})
     record = last_error(stderr)

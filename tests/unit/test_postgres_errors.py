@@ -39,3 +39,32 @@ def test_a_data_error_names_the_copy_column_but_never_the_value(
     text = describe_postgres_error(_Refused("22008", context, 'date/time "secret" out of range'))
     assert text.startswith("_Refused (SQLSTATE 22008)") and "secret" not in text
     assert (named in text) if named else ("column" not in text)
+
+
+@pytest.mark.parametrize(
+    ("message", "setting"),
+    [
+        (
+            'connection to server at "h", port 5432 failed: server does not support SSL, but SSL '
+            "was required",
+            "sslmode",
+        ),
+        (
+            'connection to server at "h", port 5432 failed: SSL error: certificate verify failed',
+            "sslrootcert",
+        ),
+        (
+            'connection to server at "h", port 5432 failed: server certificate for "db" does not '
+            'match host name "h"',
+            "host",
+        ),
+        ('connection to server at "h", port 5432 failed: Connection refused', None),
+    ],
+)
+def test_a_tls_setting_the_server_can_never_satisfy_is_a_setting_problem(
+    message: str, setting: str | None
+) -> None:
+    from dpone.credentials.dsn_settings import postgres_setting_problem
+
+    found = postgres_setting_problem(message)
+    assert (found.split(" ", 1)[0] if found else None) == setting

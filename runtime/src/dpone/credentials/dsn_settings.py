@@ -43,9 +43,30 @@ _PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _VERIFYING = ("verify-ca", "verify-full")
 
 
+#: libpq's words for a TLS setting the server can never satisfy as it is set up, and the setting
+#: to correct: another attempt cannot connect either
+_TLS_PROBLEMS = (
+    (
+        "server does not support ssl, but ssl was required",
+        "sslmode (the server offers no TLS, which this sslmode demands)",
+    ),
+    (
+        "certificate verify failed",
+        "sslrootcert (the server's certificate does not verify against it)",
+    ),
+    (
+        "does not match host name",
+        "host (the server's certificate names another host, which sslmode verify-full refuses)",
+    ),
+)
+
+
 def postgres_setting_problem(message: str) -> str | None:
     """The DSN setting a failed Postgres connect refused, from the driver's message; None when
     the failure is anything else (an outage, credentials, a missing database)."""
+    for needle, problem in _TLS_PROBLEMS:
+        if needle in message.lower():
+            return problem
     client = re.search(_CLIENT_OPTION, message)
     if client is not None:
         if client.group("port") or client.group("service"):
