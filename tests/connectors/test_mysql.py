@@ -779,3 +779,32 @@ def test_a_chunk_that_leaves_the_session_dead_does_not_fail_the_next(
         written = dst.write_chunk(src, window)
     assert written.rows == len(expected(window))
     assert my_rows(my, db, "target") == expected(window)
+
+
+@pytest.mark.parametrize("mode", [*MODES, "full_refresh"])
+def test_an_unsigned_bigint_beyond_sqlite_integers_fails_naming_its_column(
+    my: My, tmp_path: Any, mode: str
+) -> None:
+    """SQLite binds integers in 64 signed bits: a BIGINT UNSIGNED above that fails the chunk,
+    rolled back, naming the column (not a bare OverflowError) and never the value."""
+    import sqlite3
+
+    db = my.database()
+    my.run(f"CREATE TABLE `{db}`.`big` (id bigint PRIMARY KEY, v bigint unsigned)")
+    my.many(f"INSERT INTO `{db}`.`big` VALUES (%s, %s)", [(1, 7), (2, 2**64 - 1)])
+    path = tmp_path / "dst.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE target (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.execute("INSERT INTO target VALUES (50, 'kept')")
+    with source(my.dsn(db), "big") as src, sink(f"sqlite:///{path}", mode) as dst:
+        with pytest.raises(DponeError) as caught:
+            if mode == "full_refresh":
+                dst.write_all(src)
+            else:
+                dst.write_chunk(src, ChunkWindow("id", "integer", 1, 10))
+    message = caught.value.message
+    assert caught.value.code == errors.SINK_FAILED
+    assert "column 'v'" in message and "64-bit" in message, message
+    assert str(2**64 - 1) not in message and "OverflowError" not in message
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT id, v FROM target").fetchall() == [(50, "kept")]

@@ -68,3 +68,34 @@ def test_a_tls_setting_the_server_can_never_satisfy_is_a_setting_problem(
 
     found = postgres_setting_problem(message)
     assert (found.split(" ", 1)[0] if found else None) == setting
+
+
+class _Unloadable(Exception):
+    """psycopg's DataError for a value it cannot load: no SQLSTATE, the value quoted."""
+
+    sqlstate = None
+    diag = SimpleNamespace(
+        constraint_name=None,
+        column_name=None,
+        datatype_name=None,
+        message_primary=None,
+        context=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ("timestamp too large (after year 10K): 'infinity'", "timestamp too large"),
+        ("date too small (before year 1): '0044-03-15 BC'", "date too small"),
+        ("can't parse time '24:00:00': hour must be in 0..23", "24:00 or later"),
+        ("PostgreSQL text fields cannot contain NUL (0x00) bytes", None),
+    ],
+)
+def test_a_value_python_cannot_load_is_described_without_the_value(
+    message: str, kept: str | None
+) -> None:
+    text = describe_postgres_error(_Unloadable(message))
+    assert text.startswith("_Unloadable")
+    assert "'infinity'" not in text and "BC'" not in text and "'24:00:00'" not in text
+    assert (kept in text) if kept else (text == "_Unloadable")

@@ -38,6 +38,7 @@ from dpone.lifecycle.interrupt import STOP
 from dpone.lifecycle.session_limits import session_limits
 
 MAX_IDENTIFIER_CHARS = 1024
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what sqlite3 binds as an INTEGER
 _SAFE_MESSAGE = re.compile(
     r"^(?:(?:UNIQUE|NOT NULL|CHECK|FOREIGN KEY|PRIMARY KEY) constraint failed(?:: [^']*)?"
     r"|no such (?:table|column): [^']*"
@@ -376,11 +377,35 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
                 for batch in batches:
                     self.db.refuse_if_stopping("writing the chunk")
                     values = batch if convert is None else [tuple(map(convert, r)) for r in batch]
-                    conn.executemany(insert, values)
+                    try:
+                        conn.executemany(insert, values)
+                    except OverflowError:
+                        raise self._out_of_range(columns, values, window) from None
                     count += len(values)
             return count
 
         return self._modes(conn, window, columns, fill_rows, "executemany")
+
+    def _out_of_range(
+        self, columns: tuple[str, ...], rows: Sequence[Sequence[object]], window: base.Scope
+    ) -> DponeError:
+        """An integer SQLite cannot bind (beyond its signed 64 bits: a MySQL BIGINT UNSIGNED
+        above 2**63 - 1), named by its column, never by its value."""
+        wide = sorted(
+            {
+                name
+                for row in rows
+                for name, value in zip(columns, row, strict=True)
+                if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX
+            }
+        )
+        where = f"column {wide[0]!r}" if wide else "a column"
+        return DponeError(
+            errors.SINK_FAILED,
+            f"{self.spec.display()}: writing {base.scope_display(window)} (rolled back): "
+            f"{where}: an integer beyond SQLite's signed 64-bit range, which SQLite cannot "
+            "store as an integer; change the source query (CAST it to text) or the target",
+        )
 
     # inner modes: merge without a checksum upserts straight into the target -------------------
     def _query(self, handle: sqlite3.Connection, query: str, params: Any) -> sqlite3.Cursor:

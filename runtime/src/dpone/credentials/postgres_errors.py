@@ -23,6 +23,13 @@ SAFE_MESSAGE_CLASSES = frozenset(
 _COPY_COLUMN = re.compile(r"COPY (?:(?!, line [0-9]+[,:]).)+, line [0-9]+, column (.+?)(?:: |$)")
 
 
+#: psycopg's own refusal of a value Python's datetime cannot hold (its message quotes the value
+#: after this prefix, which is all that is kept)
+_UNLOADABLE = re.compile(
+    r"(?:date|timestamp|time|interval) too (?:large|small) \((?:after year 10K|before year 1)\)"
+)
+
+
 def describe_postgres_error(exc: Any) -> str:
     """Error class, SQLSTATE and object names of a psycopg error; never DETAIL, and no message
     outside SAFE_MESSAGE_CLASSES."""
@@ -39,6 +46,8 @@ def describe_postgres_error(exc: Any) -> str:
         parts.append(f'type "{diag.datatype_name}"')
     if state and state[:2] in SAFE_MESSAGE_CLASSES and diag.message_primary:
         parts.append(diag.message_primary)
+    if state is None:  # psycopg's, not the server's: a value it cannot load into Python
+        parts.extend(_unloadable(str(exc)))
     return ", ".join(parts)
 
 
@@ -47,3 +56,18 @@ def _copy_column(context: str | None) -> str | None:
     line), so a data error names where it is without quoting what it is."""
     match = _COPY_COLUMN.match((context or "").split("\n", 1)[0])
     return match.group(1) if match else None
+
+
+def _unloadable(message: str) -> list[str]:
+    """What psycopg could not load, without the value it quotes: ``infinity``, a BC date, a year
+    past 9999 or a time of 24:00 have no Python datetime form."""
+    found = _UNLOADABLE.match(message)
+    if found is not None:
+        kind = found.group(0)
+        return [
+            f"{kind}: a value Python cannot hold (an infinity, a date before year 1 or after "
+            "9999); filter or cast it in a source query"
+        ]
+    if message.startswith("can't parse time"):
+        return ["a time of day of 24:00 or later, which Python cannot hold; cast it in a query"]
+    return []
