@@ -6,6 +6,9 @@ them (the settings are read again for each), and a listener that never answers."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from .endpoints import hanging_listener
 from .receiver import Received, receiver
+from .runproject import DPONE
 from .sqliteproject import sqlite_project, sqlite_run, warning_lines
 
 PARENT = f"my_ns/my_job/{uuid.uuid4()}"
@@ -73,6 +77,41 @@ def test_the_export_budget_warning_is_printed_once_per_process(tmp_path: Path) -
     assert len(unfinished) == 1, done.stderr
     assert "OpenLineage" in unfinished[0] and "OpenTelemetry metrics" in unfinished[0]
     assert len(set(warnings)) == len(warnings), done.stderr
+
+
+def test_a_later_process_does_not_wait_for_an_earlier_ones_sends(tmp_path: Path) -> None:
+    """Regression: the export budget was waited for at the end of each process, so a hanging
+    endpoint held the second process's data back by the whole budget. The run waits once,
+    after its last process: the first process's summary comes at once, the budget later."""
+    project = sqlite_project(tmp_path, ("orders", "orders_copy"))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DPONE_", "OTEL_", "OPENLINEAGE"))
+    }
+    budget = 5.0
+    with hanging_listener() as (url, accepted):
+        env.update(
+            DPONE_CONN_DEMO=project["dsn"],
+            OPENLINEAGE_URL=url,
+            DPONE_EXPORT_BUDGET_S=str(budget),
+        )
+        argv = [str(DPONE), "run", "--catalog", project["catalog"], "--workload", "orders"]
+        started = time.monotonic()
+        with subprocess.Popen(
+            [*argv, "--no-progress"],
+            env=env,
+            cwd=project["folder"],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        ) as proc:
+            assert proc.stderr is not None
+            passed_at = [time.monotonic() - started for line in proc.stderr if ": passed" in line]
+            assert proc.wait(timeout=60) == 0
+        assert accepted, "the exporters never reached the listener"
+    assert len(passed_at) == 2, passed_at
+    first, last = passed_at
+    assert last - first >= budget - 2.0, passed_at  # the one wait comes after the last process
+    assert last <= first + budget + 3.0, passed_at  # and only once
 
 
 #: (extra env, what the one warning says, what it must not say, whether lineage / metrics flow)

@@ -529,8 +529,9 @@ def run_plans(
             observer.run_finished()
             exports.drain()
             raise
-        # The result first, then the exit-time exports (within a budget). From here on the exit
-        # code is the result's: a stop during the exporters' wait only shortens it.
+        # The result first, then the exit-time exports (within a budget, waited for once, after
+        # the last process: a later process's data never waits for this one's sends). From here
+        # on the exit code is the result's: a stop during the exporters' wait only shortens it.
         try:
             _emit(outcome, owner)
         except DponeError as exc:
@@ -543,7 +544,8 @@ def run_plans(
         else:
             assert outcome.error is not None
             lineage.fail(f"{outcome.error.code}: {outcome.error.message}")
-        exports.drain()
+        if raised is not None or plan is plans[-1]:
+            exports.drain()  # then the summary and the error line, the last ones on stderr
         if raised is not None:
             raise raised
         if outcome.status == "passed":
@@ -570,6 +572,7 @@ def run_plans(
             refusal.SCOPE.note(process=plan.name, run_key=plan.run_key)
             refusal.SCOPE.entered = False
             refusal.SCOPE.write(record)
+            exports.drain()
             report_error(record)
         return STOP.exit_code
     if first_failed is not None and first_failed[0] is not outcome:
