@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -195,29 +194,25 @@ def test_a_stop_while_waiting_for_the_local_ledger_lock(tmp_path: Path) -> None:
 def test_a_stop_that_keeps_the_next_process_from_starting_is_in_the_result(
     project: dict[str, Any],
 ) -> None:
-    """The first process passes and its result is written; the stop comes while the run waits
-    for an exporter that never answers: the second process never starts, and the result file
-    says the run was interrupted, as its exit code does (not the first process's 'passed')."""
+    """The first process passes and its result is written; the stop comes before the second
+    process starts (the run is held there, frozen, by a test fault): the second process never
+    starts, and the result file says the run was interrupted, as its exit code does (not the
+    first process's 'passed')."""
     root, env = project["root"], project["env"]
-    with socket.socket() as listener:  # accepts, never answers
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        port = listener.getsockname()[1]
-        run = _start(
-            root,
-            {
-                **env,
-                "OPENLINEAGE_URL": f"http://127.0.0.1:{port}",
-                "DPONE_EXPORT_BUDGET_S": "60",
-            },
-        )
-        deadline = time.monotonic() + 60
-        result = root / "result.json"
-        while not result.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert result.exists(), run.communicate()
-        time.sleep(0.3)
-        stopped = _stopped_within_bound(run, root)
+    run = _start(root, {**env, "DPONE_TEST_FAULT": "result_written:1:stop"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the run has frozen itself after the first result
+        with open(f"/proc/{run.pid}/stat", encoding="ascii") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "T":
+                break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(run.communicate())
+    first = json.loads((root / "result.json").read_text(encoding="utf-8"))
+    assert (first["process"], first["status"]) == ("orders", "passed"), first
+    run.send_signal(signal.SIGTERM)  # taken when the run goes on
+    run.send_signal(signal.SIGCONT)
+    stopped = _stopped_within_bound(run, root)
     assert stopped["process"] == "orders2", stopped
     assert "orders2 and any later process not started" in stopped["error"]["message"]
 

@@ -18,6 +18,7 @@ Points:
                    sink's open transaction, not committed
   data_committed   separate ledger: the sink committed the chunk, no completion record yet
   close_locked     inside complete, the completion appended, chunk lock held, not committed
+  result_written   a process's result (and evidence) written, before the next process starts
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import random
 import signal
 import sys
+import time
 
 from dpone import errors
 from dpone.errors import DponeError
@@ -40,8 +42,10 @@ POINTS = (
     "sink_written",
     "data_committed",
     "close_locked",
+    "result_written",
 )
 ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+RESUME_PAUSE_S = 0.2
 _CACHE: dict[str, dict[str, tuple[float, str]]] = {}
 
 
@@ -79,3 +83,5 @@ def fault_point(name: str) -> None:
         signum = ACTIONS[action]
         print(f"dpone: test fault: {signum.name} at {name}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signum)
+        if signum == signal.SIGSTOP:  # continued: a signal sent while stopped is taken first
+            time.sleep(RESUME_PAUSE_S)  # (the signal watcher thread reads it)

@@ -22,6 +22,7 @@ from dpone.credentials.connections import check_dsns, env_key, require_connectio
 from dpone.credentials.credential_parts import dsn_file_env
 from dpone.credentials.redaction import redact_text
 from dpone.errors import DponeError, ErrorRecord, error_json_line
+from dpone.lifecycle.faults import fault_point
 from dpone.lifecycle.interrupt import STOP, install_handlers
 from dpone.lifecycle.read_ahead import read_ahead_budget
 from dpone.lifecycle.session_limits import session_limits
@@ -534,6 +535,7 @@ def run_plans(
         # on the exit code is the result's: a stop during the exporters' wait only shortens it.
         try:
             _emit(outcome, owner)
+            fault_point("result_written")
         except DponeError as exc:
             raised = exc  # the run ends with it, after its FAIL event and its final metrics
         observer.run_finished()
