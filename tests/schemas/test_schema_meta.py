@@ -84,3 +84,15 @@ def test_repository_schemas_are_the_packaged_schemas() -> None:
     assert names == IDS
     for name in names:
         assert load_schema(name) == schema_json(name)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_number_that_is_not_finite_is_refused_whatever_its_bounds(value: float) -> None:
+    """YAML's .nan passes every minimum and maximum (no comparison with it is true) and JSON
+    has no such number: `backfill.coalesce.max_seconds: .nan` once reached the planner."""
+    from dpone.authoring.schema import validate
+
+    schema = {"type": "number", "minimum": 0.1, "maximum": 3600}
+    (violation,) = validate(value, schema)
+    assert "not a finite number" in violation.message
+    assert validate(1.5, schema) == [] and validate(2, {"type": ["number", "null"]}) == []

@@ -8,6 +8,7 @@ never disagree, and reports every violation with its document path.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from functools import cache
@@ -66,8 +67,9 @@ def _type_ok(value: Any, expected: str) -> bool:
         return isinstance(value, bool)
     if expected == "null":
         return value is None
-    if expected == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
+    if expected == "number":  # YAML's .nan and .inf are not: JSON has none, no bound holds them
+        finite = not isinstance(value, float) or math.isfinite(value)
+        return isinstance(value, int | float) and not isinstance(value, bool) and finite
     raise ValueError(f"unsupported schema type {expected!r}")
 
 
@@ -88,6 +90,8 @@ _KINDS: tuple[tuple[type, str], ...] = (
 
 
 def _describe(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number (.nan or .inf)"
     return next((text for kind, text in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
