@@ -1,4 +1,5 @@
-"""SIGTERM is acted on while a run waits, not only while a chunk moves.
+"""SIGTERM is acted on while a run waits, not only while a chunk moves; and a chunk's wait for a
+row another session locked ends at DPONE_FENCE_LOCK_TIMEOUT as a busy (retryable) chunk.
 
 A run that waits for the campaign lock (another process holds it), for a table another session
 has locked (the preflight's catalog read), or for the local ledger's file lock exits 143 within
@@ -236,3 +237,40 @@ def test_a_stopped_full_refresh_counts_as_interrupted(project: dict[str, Any], p
         writer.rollback()
     counts = result["backfill"]
     assert (counts["chunks_interrupted"], counts["chunks_failed"]) == (1, 0), counts
+
+
+@pytest.mark.parametrize("placement", ["ledger-in-the-sink", "split"])
+def test_a_row_lock_held_past_the_fence_timeout_leaves_the_chunk_busy_and_retryable(
+    project: dict[str, Any], pg_dsn: str, placement: str
+) -> None:
+    """Another session holds a row of the first chunk's range: the chunk's delete waits at most
+    DPONE_FENCE_LOCK_TIMEOUT, then the chunk is busy (retryable, not a failure Airflow gives up
+    on), whichever transaction the write shares; once the lock is gone the chunk moves."""
+    root, env, schema = project["root"], project["env"], project["schema"]
+    if placement == "split":  # the ledger apart from the sink: the write claims the fence row
+        manifest = (root / "orders.yaml").read_text(encoding="utf-8")
+        manifest = manifest.replace(
+            f"state: {{backend: audit_schema, connection: wh, schema: {schema}_audit}}",
+            "state: {backend: local_file, path: ledger}",
+        )
+        (root / "orders.yaml").write_text(manifest, encoding="utf-8")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {schema}.orders VALUES (1000, '2024-01-01', 'stale')")
+    with psycopg.connect(pg_dsn) as locker:
+        locker.execute(f"SELECT 1 FROM {schema}.orders WHERE order_id = 1000 FOR UPDATE")
+        started = time.monotonic()
+        run = _start(root, {**env, "DPONE_FENCE_LOCK_TIMEOUT": "1"}, "--process", "orders")
+        _, err = run.communicate(timeout=60)
+        took = time.monotonic() - started
+        locker.rollback()
+    assert run.returncode == 4, err  # retryable: Airflow tries the task again
+    assert took < 20, f"the lock wait took {took:.1f} s: {err}"
+    result = json.loads((root / "result.json").read_text(encoding="utf-8"))
+    assert result["error"]["code"] == errors.CHUNK_BUSY and result["error"]["retryable"], result
+    assert "DPONE_FENCE_LOCK_TIMEOUT" in result["error"]["message"]
+    assert result["backfill"]["chunks_busy"] >= 1 and result["backfill"]["chunks_failed"] == 0
+    again = _start(root, env, "--process", "orders")
+    _, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {schema}.orders").fetchone() == (30,)

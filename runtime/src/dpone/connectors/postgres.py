@@ -177,6 +177,13 @@ def translate_error(
                 errors.CONNECTION_FAILED,
                 f"{what}: lost the connection to the database ({type(exc).__name__})",
             )
+        if code == errors.SINK_FAILED and isinstance(exc, psycopg.errors.LockNotAvailable):
+            return DponeError(
+                errors.CHUNK_BUSY,
+                f"{what}: another transaction held rows or the table the chunk writes past "
+                f"{session_limits().fence_lock_s:g}s (DPONE_FENCE_LOCK_TIMEOUT); the chunk is "
+                "busy, a later attempt moves it",
+            )
         return DponeError(code, f"{what} failed: {describe_error(exc)}")
     return DponeError(code, f"{what} failed: {type(exc).__name__}")
 
@@ -1001,11 +1008,10 @@ class PostgresSink(Sink):
                 saved = None
                 if external is not None and isolated:
                     saved = self._enter_settings(conn)
-                elif external is not None and not has_text_forms(conn):
+                elif external is not None:
                     # SET LOCAL ends with the caller's transaction; dpone's own ledger session
-                    # set these at connect (mark_text_forms), which saves a round trip a chunk
-                    with conn.cursor() as cur:
-                        _set_local(cur, [value for _, value in TEXT_FORM_SETTINGS])
+                    # set the text forms at connect (mark_text_forms)
+                    _bound_lock_waits(conn, text_forms=not has_text_forms(conn))
                 self._record = self._record_form(conn, source, columns)
                 with self._read_back(source, window) as gate:
                     if fence is not None:
@@ -1109,9 +1115,7 @@ class PostgresSink(Sink):
         span = span_of(windows)
         try:
             columns = self._moved_columns(source, span)
-            if not has_text_forms(conn):
-                with conn.cursor() as cur:
-                    _set_local(cur, [value for _, value in TEXT_FORM_SETTINGS])
+            _bound_lock_waits(conn, text_forms=not has_text_forms(conn))
             self._record = self._record_form(conn, source, columns)
             with self._read_back_group(source, windows) as gate:
                 options, self.options = self.options, replace(
@@ -1614,6 +1618,23 @@ class PostgresSink(Sink):
     def _restore_settings(conn: Connection, saved: Sequence[object]) -> None:
         with conn.cursor() as cur:
             _set_local(cur, saved)
+
+
+def _bound_lock_waits(conn: Connection, text_forms: bool) -> None:
+    """In the caller's (the ledger's) transaction, before the chunk's rows move: lock waits
+    end at DPONE_FENCE_LOCK_TIMEOUT (a row of the range locked by another session: the chunk
+    is busy, translate_error), not at the ledger's chunk-lock wait; and the text forms, when
+    the session does not hold them. One round trip."""
+    settings = [("lock_timeout", session_limits().fence_lock_ms)]
+    if text_forms:
+        settings += list(TEXT_FORM_SETTINGS)
+    with conn.cursor() as cur:
+        cur.execute(
+            sql.SQL("SELECT {}").format(
+                sql.SQL(", ").join(sql.SQL("set_config(%s, %s, true)") for _ in settings)
+            ),
+            [v for pair in settings for v in pair],
+        )
 
 
 def _set_local(cur: Cursor, values: Sequence[object]) -> None:
