@@ -274,3 +274,27 @@ def test_a_row_lock_held_past_the_fence_timeout_leaves_the_chunk_busy_and_retrya
     assert again.returncode == 0, err
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute(f"SELECT count(*) FROM {schema}.orders").fetchone() == (30,)
+
+
+def test_a_deadlock_with_another_session_leaves_the_chunk_busy_and_retryable(
+    project: dict[str, Any], pg_dsn: str
+) -> None:
+    """The chunk's delete holds one stale row of its range and waits for another that a
+    session holds; that session then asks for the first: the server rolls the chunk back
+    (its deadlock check runs first), and the chunk is busy (retryable), not failed for good."""
+    root, env, schema = project["root"], project["env"], project["schema"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {schema}.orders VALUES (1001, '2024-01-01', 'first')")
+        conn.execute(f"INSERT INTO {schema}.orders VALUES (1002, '2024-01-01', 'second')")
+    with psycopg.connect(pg_dsn) as other:
+        other.execute(f"SELECT 1 FROM {schema}.orders WHERE order_id = 1002 FOR UPDATE")
+        run = _start(root, env, "--process", "orders")
+        _waiting(pg_dsn, f"%DELETE%{schema}%")
+        other.execute("SET LOCAL deadlock_timeout = '30s'")  # the chunk's session checks first
+        other.execute(f"SELECT 1 FROM {schema}.orders WHERE order_id = 1001 FOR UPDATE")
+        _, err = run.communicate(timeout=60)
+        other.rollback()
+    assert run.returncode == 4, err
+    result = json.loads((root / "result.json").read_text(encoding="utf-8"))
+    assert result["error"]["code"] == errors.CHUNK_BUSY and result["error"]["retryable"], result
+    assert "deadlock" in result["error"]["message"]

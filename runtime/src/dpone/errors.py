@@ -214,9 +214,13 @@ APPEND_ALREADY_WRITTEN = _register(
 )
 CHUNK_BUSY = _register(
     "DPONE_BACKFILL_CHUNK_BUSY",
-    "A chunk of this item holds an active, unexpired lease of another attempt.",
-    "Another task is running the same chunk, or a crashed attempt's lease has not expired yet.",
-    "Wait for the lease to expire (see `dpone ledger status`) and retry the task.",
+    "A chunk of this item holds an active, unexpired lease of another attempt, or another "
+    "transaction held what its write needs.",
+    "Another task is running the same chunk, a crashed attempt's lease has not expired yet, or "
+    "another session held rows of the chunk's range past DPONE_FENCE_LOCK_TIMEOUT (or "
+    "deadlocked with its write).",
+    "Wait for the lease to expire or the other transaction to end (see `dpone ledger status`) "
+    "and retry the task.",
     retryable=True,
 )
 MAPPING_UNSUPPORTED = _register(

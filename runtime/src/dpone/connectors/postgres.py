@@ -184,6 +184,12 @@ def translate_error(
                 f"{session_limits().fence_lock_s:g}s (DPONE_FENCE_LOCK_TIMEOUT); the chunk is "
                 "busy, a later attempt moves it",
             )
+        if code == errors.SINK_FAILED and isinstance(exc, psycopg.errors.DeadlockDetected):
+            return DponeError(
+                errors.CHUNK_BUSY,
+                f"{what}: the server ended a deadlock with another transaction by rolling this "
+                "chunk back; the chunk is busy, a later attempt moves it",
+            )
         return DponeError(code, f"{what} failed: {describe_error(exc)}")
     return DponeError(code, f"{what} failed: {type(exc).__name__}")
 
