@@ -232,7 +232,7 @@ def test_empty_chunk(route: Route) -> None:
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("replace") as sink:
         result = sink.write_chunk(source, window)
-    assert (result.rows, result.checksum) == (0, "rowsum-pgrecord-v1:0:0000000000000000")
+    assert (result.rows, result.checksum) == (0, "rowsum-pgrecord-v2:0:0000000000000000")
 
 
 def test_constraint_violation_rolls_back_the_whole_chunk(route: Route) -> None:
@@ -596,7 +596,7 @@ def test_python_checksum_fallback_agrees_with_sql(
         monkeypatch.setattr(postgres, "sql_checksum_supported", lambda cur: False)
         in_python = sink.write_chunk(source, window)
         assert source.checksum(window) == in_sql
-    assert in_records.checksum is not None and in_records.checksum.startswith("rowsum-pgrecord-v1:")
+    assert in_records.checksum is not None and in_records.checksum.startswith("rowsum-pgrecord-v2:")
     assert in_python.checksum == in_python.source_checksum == in_sql
     assert in_python.checksum.startswith("rowsum-pghash64-v1:")
     assert in_python.rows == in_records.rows

@@ -27,7 +27,7 @@ from dpone.errors import DponeError
 from .support import Pg
 
 pytestmark = pytest.mark.postgres
-RECORD, TEXT = "rowsum-pgrecord-v1:", "rowsum-pghash64-v1:"
+RECORD, TEXT = "rowsum-pgrecord-v2:", "rowsum-pghash64-v1:"
 CI = "COLLATE {schema}.dpone_ci"  # a nondeterministic (case-insensitive) ICU collation
 
 
@@ -182,3 +182,30 @@ def test_the_gate_in_the_record_form_refuses_a_value_the_sink_changed(pg: Pg, pg
         written = sink.write_chunk(source, window)
     assert written.checksum is not None and written.checksum.startswith(RECORD)
     assert written.checksum == written.source_checksum
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ("integer", "integer"),  # two hash families
+        ("integer", "text"),
+        ("numeric(12,2)", "jsonb"),  # one column as its canonical text
+    ],
+)
+def test_values_swapped_between_rows_change_the_record_form(
+    pg: Pg, columns: tuple[str, str]
+) -> None:
+    """The record hash is linear in its columns' hashes: summed bare, rows (1, 10, 100) and
+    (2, 20, 200) hash the same as (1, 10, 200) and (2, 20, 100). Each row's hash is mixed
+    before the sum, so a swap between rows is a difference, as in the canonical text."""
+    schema = pg.schema()
+    first, second = columns
+    rows = {"a": ("(1, 10, '100')", "(2, 20, '200')"), "b": ("(1, 10, '200')", "(2, 20, '100')")}
+    for name, values in rows.items():
+        pg.run(f'CREATE TABLE "{schema}".{name} (id int NOT NULL, x {first}, y {second})')
+        pg.run(f'INSERT INTO "{schema}".{name} VALUES {", ".join(values)}')
+    a, b = TableRef(schema, "a"), TableRef(schema, "b")
+    agreed = pair_checksums((pg.dsn, a), (pg.dsn, b))
+    assert agreed[0].startswith(RECORD) and agreed[1].startswith(RECORD)
+    assert agreed[0] != agreed[1]
+    assert table_checksum(pg.dsn, a) != table_checksum(pg.dsn, b)

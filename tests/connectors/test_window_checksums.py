@@ -99,7 +99,7 @@ def test_each_window_gets_what_the_per_chunk_gate_computes(
         source.record_checksum = record
         alone = [source.checksum(window) for window in windows]
         assert all(
-            a.startswith("rowsum-pgrecord-v1:" if record else "rowsum-pghash64-v1:") for a in alone
+            a.startswith("rowsum-pgrecord-v2:" if record else "rowsum-pghash64-v1:") for a in alone
         )
         assert len(set(alone)) == 6  # distinct windows, one of them empty
         with psycopg.connect(pg.dsn) as conn, conn.cursor() as cur:

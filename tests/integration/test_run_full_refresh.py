@@ -184,7 +184,7 @@ def _refresh_twice(
     assert unit["status"] == "committed" and unit["rows"] == 40
     # the record form between two Postgres databases (ADR 0023), else canonical text
     scheme = (
-        "rowsum-pgrecord-v1" if method in ("copy-binary", "insert-select") else "rowsum-pghash64-v1"
+        "rowsum-pgrecord-v2" if method in ("copy-binary", "insert-select") else "rowsum-pghash64-v1"
     )
     assert unit["checksum"].startswith(f"{scheme}:40:")
 

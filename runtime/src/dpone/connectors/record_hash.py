@@ -3,8 +3,9 @@
 The checksum of the read-back gate and of ``dpone verify`` sums a 64-bit hash of each row. Its
 portable form hashes the row's canonical text (``rowsum-pghash64-v1``, the same value in every
 dialect and in Python); building that text is most of what the checksum costs. When both sides
-are Postgres, a cheaper form exists (``rowsum-pgrecord-v1``, ADR 0023): Postgres's
-``hash_record_extended`` over the row, a column of a type below hashed by its type's own
+are Postgres, a cheaper form exists (``rowsum-pgrecord-v2``, ADR 0023): Postgres's
+``hash_record_extended`` over the row, mixed by ``hashint8extended`` (the record hash alone is
+linear in its columns' hashes, so its sum could not tell values swapped between rows), a column of a type below hashed by its type's own
 extended hash function, any other column as its canonical text. Each side computes it from its
 own types alone, so two sides agree on it when every column they share hashes in the same
 family on both: the same type, or types Postgres itself hashes alike (``int2``/``int4``/``int8``;
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 #: checksum scheme of the record form (the canonical-text form is base.CHECKSUM_SCHEME)
-RECORD_CHECKSUM_SCHEME = "rowsum-pgrecord-v1"
+RECORD_CHECKSUM_SCHEME = "rowsum-pgrecord-v2"
 
 #: type OID -> hash family: two columns hash alike when their families are equal. Each type's
 #: equality here is no looser than its canonical text (numeric and its trailing zeros: trim_scale;
