@@ -136,6 +136,41 @@ def test_ledger_list_shows_the_cancel_reason(
     assert returns["cancelled"] is False and returns["cancel_reason"] is None
 
 
+@pytest.mark.postgres
+def test_a_cancel_reason_stored_by_other_means_is_shown_escaped_and_redacted(
+    project: tuple[str, str],
+    pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A reason written into the ledger by hand (not through `ledger cancel`, which checks it)
+    holding ESC, a newline, a bidi override and a DSN with the connection's password: listed
+    as `ledger status` shows it, escaped on one line, the password masked."""
+    catalog, schema = project
+    password = "List-Secret-9x"
+    monkeypatch.setenv("DPONE_CONN_WH", pg_dsn.replace("postgres@", f"postgres:{password}@", 1))
+    assert main(["run", "--catalog", catalog, "--no-progress", "--workload", "returns"]) == 0
+    cancel = ["ledger", "cancel", "--catalog", catalog, "--workload", "returns"]
+    assert main([*cancel, "--reason", "placeholder"]) == 0
+    reason = f"evil\x1b[2J\nforged line \u202e postgresql://u:{password}@db/x"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {schema}_audit.campaign SET cancel_reason = %s WHERE cancel_reason IS NOT NULL",
+            (reason,),
+        )
+    capsys.readouterr()
+    base = ["ledger", "list", "--connection", "wh", "--schema", f"{schema}_audit"]
+    assert main(base) == 0
+    text = capsys.readouterr().out
+    assert password not in text and "\x1b" not in text and "\u202e" not in text
+    assert not any(line.startswith("forged") for line in text.splitlines())
+    assert "evil\\x1b[2J\\nforged line \\u202e" in text
+    assert main([*base, "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    (returns,) = json.loads(out)["campaigns"]
+    assert password not in out and password not in returns["cancel_reason"]
+
+
 def test_ledger_list_needs_one_ledger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,7 +12,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dpone.credentials.redaction import redact_document
 from dpone.ledger.port import ChunkState, Ledger, LedgerStore
+from dpone.observability.exporting import escape_controls
 
 LIST_SCHEMA = "dpone.ledger-list.v1"
 STATES = ("committed", "running", "failed", "pending")
@@ -56,7 +58,11 @@ def list_document(
         if ledger is not None:
             campaigns.append(campaign_summary(ledger, modes.get(run_key)))
     campaigns.sort(key=lambda c: (c["last_activity"] or "", c["run_key"]), reverse=True)
-    return {"schema": LIST_SCHEMA, "ledger": where, "campaigns": campaigns}
+    # a cancel reason is text a ledger row holds: redacted as `ledger status` shows it
+    document: dict[str, Any] = redact_document(
+        {"schema": LIST_SCHEMA, "ledger": where, "campaigns": campaigns}
+    )
+    return document
 
 
 def render_text(doc: dict[str, Any]) -> str:
@@ -72,15 +78,22 @@ def render_text(doc: dict[str, Any]) -> str:
             flags.append("complete")
         if c["expired_leases"]:
             flags.append(f"{c['expired_leases']} lease(s) expired")
+        # each cell one printable line: text a ledger row holds (a cancel reason, a name) cannot
+        # forge a row with a newline or drive the terminal with ESC
         rows.append(
-            (
-                c["run_key"],
-                f"{c['workload']}/{c['process']}",
-                c["mode"] or "?",
-                str(c["chunks_total"]),
-                *(str(c["counts"][s]) for s in STATES),
-                c["last_activity"] or "never",
-                ", ".join(flags),
+            tuple(
+                map(
+                    escape_controls,
+                    (
+                        c["run_key"],
+                        f"{c['workload']}/{c['process']}",
+                        c["mode"] or "?",
+                        str(c["chunks_total"]),
+                        *(str(c["counts"][s]) for s in STATES),
+                        c["last_activity"] or "never",
+                        ", ".join(flags),
+                    ),
+                )
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
