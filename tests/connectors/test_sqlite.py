@@ -566,3 +566,48 @@ def test_a_value_postgres_cannot_store_fails_the_chunk_naming_its_column_not_the
     assert named in caught.value.message, caught.value.message
     assert "zzsecret" not in caught.value.message and "2023-13" not in caught.value.message
     assert _t_rows(pg, schema) == ([_KEPT] if target == "text" else [])
+
+
+@pytest.mark.parametrize("same_file", [False, True], ids=["two-files", "same-file"])
+@pytest.mark.parametrize("mode", [*MODES, "full_refresh"])
+def test_floats_of_an_untyped_column_into_a_text_column_fail_the_chunk(
+    sqlite_db: MakeDb, mode: str, same_file: bool
+) -> None:
+    """SQLite keeps a float in a TEXT column as its text of 15 significant digits: 0.1 + 0.2
+    would be stored as '0.3' and hash as the float's own 15 digits do, so the gate cannot see
+    it. An untyped source column (no preflight rule applies) is looked at by value: the chunk
+    fails, rolled back, naming the column; integers and text move, and an accepted column
+    stores SQLite's text. Compared with sqlite3, outside dpone."""
+    src_dsn, src = sqlite_db("src")
+    dst_dsn, dst = (src_dsn, src) if same_file else sqlite_db("dst")
+    src.execute("CREATE TABLE s (id INTEGER PRIMARY KEY, v)")
+    dst.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+    dst.execute("INSERT INTO t VALUES (500, 'kept')")
+    src.executemany("INSERT INTO s VALUES (?, ?)", [(1, "text"), (2, 7), (3, 0.1 + 0.2)])
+
+    def write(options: SinkOptions) -> None:
+        with (
+            open_source(SourceSpec("src", TableRef(None, "s")), src_dsn) as source,
+            _sink(dst_dsn, mode, table="t", options=options) as sink,
+        ):
+            if mode == "full_refresh":
+                sink.write_all(source)
+            else:
+                sink.write_chunk(source, ChunkWindow("id", "integer", 1, 100))
+
+    with pytest.raises(DponeError) as caught:
+        write(SinkOptions())
+    assert caught.value.code == errors.SINK_FAILED
+    assert "column 'v'" in caught.value.message and "15 significant digits" in caught.value.message
+    assert dst.execute("SELECT id, v FROM t ORDER BY id").fetchall() == [(500, "kept")]
+    src.execute("UPDATE s SET v = 2.5 WHERE id = 3")  # exact in 15 digits: still a float
+    with pytest.raises(DponeError):
+        write(SinkOptions())
+    src.execute("DELETE FROM s WHERE id = 3")
+    write(SinkOptions())
+    moved = dst.execute("SELECT id, v, typeof(v) FROM t WHERE id < 100 ORDER BY id").fetchall()
+    assert moved == [(1, "text", "text"), (2, "7", "text")]
+    src.execute("INSERT INTO s VALUES (3, 0.1 + 0.2)")
+    dst.execute("DELETE FROM t WHERE id < 100")  # append would add the moved rows again
+    write(SinkOptions(accept_narrowing=("v",)))
+    assert dst.execute("SELECT v FROM t WHERE id = 3").fetchone() == ("0.3",)

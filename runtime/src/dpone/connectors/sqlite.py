@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, Self, TypeGuard
 
 from dpone import errors
@@ -56,6 +57,12 @@ _SAFE_MESSAGE = re.compile(
 _LOCK_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 #: The busy wait of one BEGIN IMMEDIATE try: the stop request is looked at between tries.
 _BUSY_STEP_MS = 50
+
+
+def _text_affinity(declared: str) -> bool:
+    """SQLite's affinity rule 2: a declared type holding CHAR, CLOB or TEXT (and not INT, rule
+    1) gives a column TEXT affinity."""
+    return "INT" not in declared and any(word in declared for word in ("CHAR", "CLOB", "TEXT"))
 
 
 class SqliteDialect(sql_base.SqlDialect):
@@ -354,8 +361,13 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
         window: base.Scope,
         columns: tuple[str, ...],
     ) -> base.ChunkWrite:
+        texts = self._float_to_text(conn, columns)
         if isinstance(source, SqliteSource) and source.same_file(self.db.path):
             select = source.select_sql(window, columns)
+            for name in texts:  # the rows never leave SQLite: ask it whether a float is there
+                probe = f"SELECT 1 FROM ({select}) WHERE typeof({quote(name, 'column')}) = 'real'"
+                if conn.execute(probe + " LIMIT 1", SqliteDialect.params(window) or ()).fetchone():
+                    raise self._floats_into_text(name, window)
 
             def fill_select(rel: str) -> int:
                 insert = f"INSERT INTO {rel} ({_columns_sql(columns)}) {select}"
@@ -377,6 +389,9 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
                 for batch in batches:
                     self.db.refuse_if_stopping("writing the chunk")
                     values = batch if convert is None else [tuple(map(convert, r)) for r in batch]
+                    for name, i in texts.items():
+                        if float in set(map(type, map(itemgetter(i), values))):
+                            raise self._floats_into_text(name, window)
                     try:
                         conn.executemany(insert, values)
                     except OverflowError:
@@ -385,6 +400,37 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
             return count
 
         return self._modes(conn, window, columns, fill_rows, "executemany")
+
+    def _float_to_text(self, conn: sqlite3.Connection, columns: tuple[str, ...]) -> dict[str, int]:
+        """The moved columns (name: position) of TEXT affinity in the target, not accepted as
+        narrowing: SQLite stores a float there as its text of 15 significant digits, which can
+        drop digits (0.30000000000000004 is kept as '0.3') and hashes as the float's own 15
+        digits do, so the read-back gate cannot see it. A typed float is refused before any
+        lease (dpone.run.preflight); an untyped source column's values are looked at here."""
+        schema = (
+            "" if self.spec.table.schema is None else quote(self.spec.table.schema, "schema") + "."
+        )
+        name = quote(self.spec.table.name, "table")
+        declared = {
+            str(row[1]): str(row[2] or "").upper()
+            for row in conn.execute(f"PRAGMA {schema}table_info({name})").fetchall()
+        }
+        accepted = set(self.options.accept_narrowing)
+        return {
+            column: i
+            for i, column in enumerate(columns)
+            if column not in accepted and _text_affinity(declared.get(column, ""))
+        }
+
+    def _floats_into_text(self, name: str, window: base.Scope) -> DponeError:
+        return DponeError(
+            errors.SINK_FAILED,
+            f"{self.spec.display()}: writing {base.scope_display(window)} (rolled back): column "
+            f"{name!r}: the source sent binary floats for a column of TEXT affinity, where "
+            "SQLite keeps their text of 15 significant digits (0.30000000000000004 becomes "
+            "'0.3'), which the read-back checksum cannot tell from the float; declare the "
+            f"column REAL, or list {name!r} in sink.accept_narrowing to store that text",
+        )
 
     def _out_of_range(
         self, columns: tuple[str, ...], rows: Sequence[Sequence[object]], window: base.Scope
