@@ -176,3 +176,64 @@ def test_a_run_gives_up_on_a_held_lock_as_busy(tmp_path: Path, step: str) -> Non
     assert errors.REGISTRY[failure.code].retryable
     calls[step]()  # the holder is gone: the same call goes through
     store.close()
+
+
+def _compacted(path: Path) -> None:
+    """A ledger whose records all sit in its snapshot (no journal line left)."""
+    _written(path)
+    store = LocalFileLedger(path, compact_every=1)
+    store.compact()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "code"),
+    [
+        ("snapshot-a-list", errors.LEDGER_CORRUPT),
+        ("snapshot-no-campaigns", errors.LEDGER_CORRUPT),
+        ("journal-seq-too-large", errors.LEDGER_CORRUPT),
+        ("journal-index-a-string", errors.LEDGER_CORRUPT),
+        ("snapshot-a-folder", errors.LEDGER_UNAVAILABLE),
+        ("journal-a-folder", errors.LEDGER_UNAVAILABLE),
+    ],
+)
+@pytest.mark.parametrize("read_only", [True, False], ids=["reader", "writer"])
+def test_a_malformed_ledger_is_refused_as_such_never_as_an_internal_error(
+    tmp_path: Path, damage: str, code: str, read_only: bool
+) -> None:
+    path = tmp_path / "ledger"
+    journal = path.with_name("ledger.journal")
+    if damage.startswith("snapshot"):
+        _compacted(path)
+    else:
+        _written(path)
+    if damage == "snapshot-a-list":
+        path.write_text("[]")
+    elif damage == "snapshot-no-campaigns":
+        path.write_text('{"format": "dpone-local-ledger", "format_version": 1}')
+    elif damage == "journal-seq-too-large":
+        lines = journal.read_text().splitlines()
+        journal.write_text(
+            "\n".join([lines[0].replace('"seq":1', '"seq":1e400', 1), *lines[1:]]) + "\n"
+        )
+    elif damage == "journal-index-a-string":
+        lines = journal.read_text().splitlines()
+        journal.write_text(
+            "\n".join(
+                [*lines[:-1], lines[-1].replace('"chunk_index":', '"chunk_index":"x",  "was":', 1)]
+            )
+            + "\n"
+        )
+    elif damage == "snapshot-a-folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        journal.unlink()
+        journal.mkdir()
+    with pytest.raises(DponeError) as caught:
+        store = LocalFileLedger(path, read_only=read_only)
+        try:
+            store.load("bf-reader")
+        finally:
+            store.close()
+    assert caught.value.code == code, caught.value

@@ -162,6 +162,37 @@ def test_cancel_and_undo(campaign: tuple[Path, dict[str, str]]) -> None:
     assert doc["cancelled"] is False and doc["cancel_reason"] is None
 
 
+@pytest.mark.parametrize("damage", ["chunk_count", "chunk_row"])
+def test_cancel_refuses_a_ledger_status_and_run_refuse(
+    campaign: tuple[Path, dict[str, str]], pg_dsn: str, damage: str
+) -> None:
+    """A campaign whose stored rows are damaged is read whole before a cancellation, as status
+    and run read it: refused (exit 3), and nothing is written to it."""
+    import psycopg
+
+    cwd, env = campaign
+    schema = re.search(r"schema: (dpone_status_\w+)", (cwd / "payments.yaml").read_text())
+    assert schema is not None
+    audit = schema.group(1)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        if damage == "chunk_count":
+            conn.execute(f"UPDATE {audit}.campaign SET chunk_count = 99")  # type: ignore[call-overload]
+        else:
+            conn.execute(  # type: ignore[call-overload]
+                f"DELETE FROM {audit}.campaign_chunk WHERE chunk_index = 3"
+            )
+        before = conn.execute(f"SELECT count(*) FROM {audit}.campaign").fetchone()  # type: ignore[call-overload]
+    refused = ledger(env, cwd, "status", "--process", "payments")
+    assert refused.returncode == 3, refused.stderr
+    for args in (("--reason", "wrong source"), ("--undo",)):
+        done = ledger(env, cwd, "cancel", "--process", "payments", *args)
+        assert done.returncode == 3, done.stderr
+        assert json.loads(done.stderr.strip().splitlines()[-1])["code"].startswith("DPONE_LEDGER_")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        after = conn.execute(f"SELECT count(*) FROM {audit}.campaign").fetchone()  # type: ignore[call-overload]
+    assert after == before
+
+
 def test_cancel_of_a_campaign_that_never_ran_is_a_usage_error(
     campaign: tuple[Path, dict[str, str]],
 ) -> None:

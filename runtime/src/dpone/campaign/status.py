@@ -951,6 +951,11 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
                 )
             try:
                 assert plan.run_key is not None
+                # the campaign read whole first, as status and run read it: a ledger they refuse
+                # (corrupt, another plan's) is not written to either
+                ledger = store.load(plan.run_key)
+                if ledger is not None:
+                    _require_same_campaign(pack, plan, ledger)
                 store.cancel(plan.run_key, args.reason, undo=args.undo)
             finally:
                 store.close()

@@ -177,11 +177,14 @@ class LocalFileLedger(StoreBase):
             self._lockless = self._lock_fd < 0
         else:
             self._lockless = False
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            self._journal_fd = os.open(
-                self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
-            )
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._journal_fd = os.open(
+                    self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
+                )
+            except OSError as exc:  # a folder where a file belongs, no permission, no room
+                raise self._unreadable(exc) from None
         self._campaigns: dict[str, CampaignEntry] = {}
         self._last_seq = 0
         self._snapshot_identity: tuple[int, int, int] | None = None
@@ -249,7 +252,31 @@ class LocalFileLedger(StoreBase):
             "process holds it (a run, a cancel, or one that is stuck); retry, or stop that process",
         )
 
+    def _unreadable(self, exc: OSError) -> DponeError:
+        return DponeError(
+            errors.LEDGER_UNAVAILABLE,
+            f"local ledger {self.path}: cannot be used ({exc.strerror or type(exc).__name__}"
+            + (f": {exc.filename}" if exc.filename else "")
+            + ")",
+        )
+
     def _sync(self) -> None:
+        """:meth:`_sync_files`, a file that cannot be read (a folder where a file belongs) or a
+        record of the wrong shape (a snapshot that is a list, a number too large for an index)
+        said as such, never as an internal error."""
+        try:
+            self._sync_files()
+        except DponeError:
+            raise
+        except OSError as exc:
+            raise self._unreadable(exc) from None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise self._file_corrupt(
+                f"local ledger {self.path}: a record of its snapshot or journal is malformed "
+                f"({type(exc).__name__})"
+            ) from None
+
+    def _sync_files(self) -> None:
         """Reload the snapshot if another process compacted, then apply new journal lines."""
         try:
             info = os.stat(self.path)
