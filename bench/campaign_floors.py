@@ -109,7 +109,7 @@ def relay_statements(table: str, columns: str) -> dict[str, str]:
         "copy_in": f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)",
         "delete": f"DELETE FROM {table} WHERE order_date >= %s AND order_date < %s",
         "checksum": checksum_select(
-            sql.SQL(f"({rows}) AS s"), CHECKSUM_COLUMNS, NOT_NULL, record=True
+            sql.SQL(f"({rows}) AS s"), CHECKSUM_COLUMNS, NOT_NULL
         ).as_string(None),
     }
 
@@ -135,7 +135,6 @@ def target_work(dst: str, table: str, columns: str, chunks: list[bytes], connect
         sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
         CHECKSUM_COLUMNS,
         NOT_NULL,
-        record=True,  # the form dpone's gate takes between two Postgres sides (ADR 0023)
     )
     failures: list[BaseException] = []
 
@@ -250,7 +249,6 @@ def _chunk_writer(
         sql.SQL(f"(SELECT {columns} FROM {table} WHERE order_date >= %s AND order_date < %s) AS s"),
         CHECKSUM_COLUMNS,
         NOT_NULL,
-        record=True,  # the form dpone's gate takes between two Postgres sides (ADR 0023)
     )
 
     def write(i: int) -> Callable[[Any], ChunkResult]:

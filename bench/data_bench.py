@@ -169,7 +169,6 @@ def main() -> None:
     src_dsn = args.dsn or os.environ.get("DPONE_TEST_POSTGRES_DSN") or DEFAULT_DSN
     dst_dsn = database_dsn(src_dsn, BENCH_DB)
     prepare(src_dsn, dst_dsn, args.rows)
-    # every run here is Postgres to Postgres: the sink checksums in the record form (ADR 0023)
     source = (src_dsn, TableRef(SCHEMA, "orders"))
     expected = pair_checksums(source, source, WINDOW.column, WINDOW.lower, WINDOW.upper)[0]
 

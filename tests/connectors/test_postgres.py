@@ -89,13 +89,6 @@ class Route:
         return self.checksums(window)[0]
 
 
-def in_records(source: Any) -> Any:
-    """``source`` checksumming in the record form, as a Postgres sink's gate has its sibling
-    do for a Postgres source (ADR 0023); a source alone checksums in canonical text."""
-    source.record_checksum = True
-    return source
-
-
 @pytest.fixture(params=PATHS)
 def route(request: pytest.FixtureRequest, pg: Pg, pg_other: Pg) -> Route:
     src_schema = pg.schema()
@@ -232,7 +225,7 @@ def test_empty_chunk(route: Route) -> None:
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("replace") as sink:
         result = sink.write_chunk(source, window)
-    assert (result.rows, result.checksum) == (0, "rowsum-pgrecord-v2:0:0000000000000000")
+    assert (result.rows, result.checksum) == (0, "rowsum-pghash64-v1:0:0000000000000000")
 
 
 def test_constraint_violation_rolls_back_the_whole_chunk(route: Route) -> None:
@@ -446,7 +439,7 @@ def test_query_source_with_percent_and_semicolon(route: Route) -> None:
         route.open_sink("replace") as sink,
     ):
         result = sink.write_chunk(source, window)
-        assert result.checksum == in_records(source).checksum(window)
+        assert result.checksum == source.checksum(window)
     assert pg_rows(route.sink, route.sink_schema) == expected(window, subset)
 
 
@@ -585,21 +578,21 @@ def test_python_checksum_fallback_agrees_with_sql(
     route: Route, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A non-UTF-8 database or a big-endian server hashes in Python: the canonical text, read
-    back, the value SQL computes in that form (the record form needs both servers to hash)."""
+    back, the value SQL computes."""
     from dpone.connectors import postgres
 
     window = WINDOWS["timestamp"]
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("merge") as sink:
-        in_records = sink.write_chunk(source, window)
+        in_server = sink.write_chunk(source, window)
         in_sql = source.checksum(window)
         monkeypatch.setattr(postgres, "sql_checksum_supported", lambda cur: False)
         in_python = sink.write_chunk(source, window)
         assert source.checksum(window) == in_sql
-    assert in_records.checksum is not None and in_records.checksum.startswith("rowsum-pgrecord-v2:")
+    assert in_server.checksum == in_sql
     assert in_python.checksum == in_python.source_checksum == in_sql
     assert in_python.checksum.startswith("rowsum-pghash64-v1:")
-    assert in_python.rows == in_records.rows
+    assert in_python.rows == in_server.rows
 
 
 # --- the whole table: Sink.write_all and inner mode full_refresh ----------------------------------
@@ -626,7 +619,7 @@ def test_full_refresh_replaces_the_whole_target(route: Route) -> None:
     with route.source() as source, route.open_sink("full_refresh") as sink:
         result = sink.write_all(source)
         again = sink.write_all(source)
-        assert in_records(source).checksum(None) == result.checksum
+        assert source.checksum(None) == result.checksum
     assert result == again  # a full refresh is idempotent
     assert result.rows == len(ROWS)
     assert result.method == route.method
@@ -677,7 +670,7 @@ def test_full_refresh_of_a_query_keeps_its_percent_signs(route: Route) -> None:
         route.open_sink("full_refresh") as sink,
     ):
         result = sink.write_all(source)
-        assert result.checksum == in_records(source).checksum(None)
+        assert result.checksum == source.checksum(None)
     assert pg_rows(route.sink, route.sink_schema) == canon(subset)
 
 
@@ -687,7 +680,7 @@ def test_write_all_merges_or_appends_every_row(route: Route, mode: str) -> None:
     create_pg(route.sink, route.sink_schema, rows=keep)
     with route.source() as source, route.open_sink(mode) as sink:
         result = sink.write_all(source)
-        assert result.checksum == in_records(source).checksum(None)
+        assert result.checksum == source.checksum(None)
     assert result.rows == len(ROWS)
     assert pg_rows(route.sink, route.sink_schema) == canon([*ROWS, *keep])
 

@@ -84,23 +84,17 @@ def _statements(conn: psycopg.Connection[Any]) -> list[str]:
         "CREATE INDEX ON {table} (c) WHERE n IS NOT NULL",  # partial
     ],
 )
-@pytest.mark.parametrize("record", [False, True], ids=["canonical-text", "record-form"])
 def test_each_window_gets_what_the_per_chunk_gate_computes(
-    pg: Pg, shape: str, index: str | None, record: bool
+    pg: Pg, shape: str, index: str | None
 ) -> None:
-    """In either form of the checksum (a Postgres sink's gate takes the record form for a
-    Postgres source, ADR 0023; a source alone canonical text)."""
     kind, column_type, bounds, value = SHAPES[shape]
     schema = _tables(pg, column_type, value, index)
     windows = [ChunkWindow("c", kind, bounds[i], bounds[i + 1]) for i in range(6)]
     per_window = index is not None and "(c" in index and "WHERE" not in index
     spec = SourceSpec(connection="wh", table=TableRef(schema, "src"))
     with PostgresSource(spec, pg.dsn) as source:
-        source.record_checksum = record
         alone = [source.checksum(window) for window in windows]
-        assert all(
-            a.startswith("rowsum-pgrecord-v2:" if record else "rowsum-pghash64-v1:") for a in alone
-        )
+        assert all(a.startswith("rowsum-pghash64-v1:") for a in alone)
         assert len(set(alone)) == 6  # distinct windows, one of them empty
         with psycopg.connect(pg.dsn) as conn, conn.cursor() as cur:
             element = indexed_bound_type(cur, sql.Identifier(schema, "src"), "c")
@@ -111,8 +105,6 @@ def test_each_window_gets_what_the_per_chunk_gate_computes(
         assert source.window_checksums(windows[:1]) == alone[:1]
         lateral = [s for s in statements if "LATERAL" in s]
         assert len(lateral) == (3 if per_window else 0), statements
-    if not record:
-        return  # a Postgres sink writing from a Postgres source checksums in the record form
     sink_spec = SinkSpec("wh", TableRef(schema, "dst"), "replace")
     with (
         PostgresSource(spec, pg.dsn) as source,

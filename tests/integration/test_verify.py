@@ -128,7 +128,7 @@ def test_postgres_backfill_proven_and_tampered_chunks_found(
     assert doc["matches"] is True and doc["chunks_checked"] == doc["chunks_matching"] == 30
     assert doc["source_rows"] == doc["target_rows"] == 3000 and doc["mismatches"] == []
     assert all(c["source_rows"] == 100 for c in doc["chunks"])
-    # two Postgres sides compare in the record form (ADR 0023), the one the run's gate recorded
+    # verify compares in the form the run's gate recorded
     with psycopg.connect(pg_dsn) as conn:
         recorded = dict(
             conn.execute(
@@ -138,7 +138,7 @@ def test_postgres_backfill_proven_and_tampered_chunks_found(
         )
     assert len(recorded) == 30
     for chunk in doc["chunks"]:
-        assert chunk["source_checksum"].startswith("rowsum-pgrecord-v2:100:")
+        assert chunk["source_checksum"].startswith("rowsum-pghash64-v1:100:")
         assert chunk["source_checksum"] == chunk["target_checksum"] == recorded[chunk["index"]]
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from dpone import errors
 from dpone.errors import DponeError
+from dpone.ledger.factory import open_store
 from dpone.ledger.localfile import LocalFileLedger
 from dpone.ledger.port import ChunkResult, ChunkState
 from ledger_backends import make_shape
@@ -231,7 +232,7 @@ def test_a_malformed_ledger_is_refused_as_such_never_as_an_internal_error(
         journal.unlink()
         journal.mkdir()
     with pytest.raises(DponeError) as caught:
-        store = LocalFileLedger(path, read_only=read_only)
+        store = open_store("local_file", None, None, str(path), read_only=read_only)
         try:
             store.load("bf-reader")
         finally:

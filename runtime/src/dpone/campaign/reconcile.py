@@ -160,12 +160,6 @@ def _sides(plan: ProcessPlan, open_source: OpenSource) -> tuple[Source, Source]:
     except BaseException:
         source.close()
         raise
-    try:
-        Source.agree_both(source, target)  # the gate's form (two Postgres sides: records)
-    except BaseException:
-        source.close()
-        target.close()
-        raise
     return source, target
 
 

@@ -342,19 +342,6 @@ class Source(Closeable):
         """The checksum of the chunk's rows (every row when ``window`` is None) as the source
         holds them."""
 
-    def agree_checksum(self, other: Source | None) -> None:
-        """Agree with ``other``, the side this one is compared with checksum by checksum (None:
-        a side of another kind, such as a sink's read-back), on the row hash both compute:
-        two Postgres sides may take a cheaper one (ADR 0023). Default: nothing changes, the
-        canonical-text form every dialect computes alike."""
-
-    @staticmethod
-    def agree_both(one: Source, other: Source) -> None:
-        """``one`` and ``other``, compared checksum by checksum, each agree with the other
-        (either side's kind may be the one that knows a cheaper form)."""
-        one.agree_checksum(other)
-        other.agree_checksum(one)
-
     def expect(self, window: Expected) -> None:  # optional hint
         """The window this worker reads next (None: none; a function: named from the rows the
         current read copied, once it has ended): a source may read it ahead while the current
@@ -373,7 +360,6 @@ class Source(Closeable):
         with its target in any two dialects."""
         spec = SourceSpec("checksum", table=table, columns=tuple(columns) if columns else None)
         with cls(spec, dsn) as source:
-            source.agree_checksum(None)  # the portable form: canonical text, in every dialect
             return source.checksum(window)
 
     def sibling(self, columns: tuple[str, ...] | None = None) -> Source:
@@ -529,7 +515,6 @@ class Sink(Closeable):
                 only = None if hashed == columns else hashed
                 self._twin = (source, source.sibling(only).read_only())
             sibling = self._twin[1]
-            sibling.agree_checksum(None)  # canonical text unless a dialect's sink says else
         return level, sibling
 
     @contextmanager

@@ -53,12 +53,6 @@ from dpone.connectors.base import (
 )
 from dpone.connectors.column_types import ColumnType
 from dpone.connectors.dialect_types import pg_column_type
-from dpone.connectors.record_hash import (
-    RECORD_CHECKSUM_SCHEME,
-    TEXT_FAMILIES,
-    hash_family,
-    same_hash_families,
-)
 from dpone.credentials.connections import current_dsn
 from dpone.credentials.dsn_settings import (
     invalid_setting,
@@ -372,50 +366,16 @@ def _row_text_sql(
     return sql.SQL(" || ").join(merged)
 
 
-def _record_hash_sql(columns: Sequence[tuple[str, int]]) -> sql.Composed:
-    """``hash_record_extended`` of the row in column-name order (the record form, ADR 0023):
-    a column with a hash family (dpone.connectors.record_hash) as its value (text under
-    ``COLLATE "C"``: its bytes), any other as its canonical text. No text is built for the
-    former and none is joined: measured over the benchmark's million rows, 0.24 s against
-    0.62 s for the canonical-text form.
-
-    The record hash combines its columns' hashes linearly (``h * 31 + column hash``), so its
-    sum over rows depends only on each column's values, not on which row holds them: values
-    swapped between rows would sum the same. ``hashint8extended`` mixes each row's hash
-    (Jenkins' hash of its 8 bytes) before the sum, so a row is hashed as a whole."""
-    items: list[sql.Composable] = []
-    for name, oid in sorted(columns, key=lambda c: c[0]):
-        col = sql.Identifier(name)
-        family = hash_family(oid)
-        if family is None:
-            items.append(sql.SQL('({} COLLATE "C")').format(_canonical_sql(col, oid)))
-        elif family in TEXT_FAMILIES:
-            cast = sql.SQL("{}::text") if family == "text" else sql.SQL("{}")
-            items.append(sql.SQL('({} COLLATE "C")').format(cast.format(col)))
-        else:
-            items.append(col)
-    return sql.SQL("hashint8extended(hash_record_extended(ROW({}), 0), 0)").format(
-        sql.SQL(", ").join(items)
-    )
-
-
-def checksum_scheme(record: bool) -> str:
-    return RECORD_CHECKSUM_SCHEME if record else CHECKSUM_SCHEME
-
-
 def row_hash_sql(
-    columns: Sequence[tuple[str, int]], not_null: Collection[str] = (), record: bool = False
+    columns: Sequence[tuple[str, int]], not_null: Collection[str] = ()
 ) -> sql.Composable:
-    """``hashtextextended`` of a row's canonical text (signed bigint; summed mod 2^64 in Python),
-    or with ``record`` the record form (see _record_hash_sql).
+    """``hashtextextended`` of a row's canonical text (signed bigint; summed mod 2^64 in Python).
 
     ``COLLATE "C"`` keeps the hash on the bytes whatever the columns' collations. Columns the
     catalog says are NOT NULL take the short form; should one hold a NULL all the same (a NOT
     NULL constraint not yet validated), the row falls back to the full form, so the value never
     depends on the catalog being right.
     """
-    if record:
-        return _record_hash_sql(columns)
     full = _row_text_sql(columns)
     short = set(not_null) & {name for name, _ in columns}
     row = sql.SQL("coalesce({}, {})").format(_row_text_sql(columns, short), full) if short else full
@@ -426,17 +386,16 @@ def checksum_select(
     relation: sql.Composable,
     columns: Sequence[tuple[str, int]],
     not_null: Collection[str] = (),
-    record: bool = False,
 ) -> sql.Composed:
     return sql.SQL("SELECT count(*), sum({}) FROM {}").format(
-        row_hash_sql(columns, not_null, record), relation
+        row_hash_sql(columns, not_null), relation
     )
 
 
-def checksum_value(row: tuple[Any, ...] | None, record: bool = False) -> tuple[int, str]:
+def checksum_value(row: tuple[Any, ...] | None) -> tuple[int, str]:
     count = int(row[0]) if row else 0
     total = int(row[1]) if row and row[1] is not None else 0
-    return count, format_checksum(count, total, checksum_scheme(record))
+    return count, format_checksum(count, total, CHECKSUM_SCHEME)
 
 
 def not_null_columns(cur: Cursor, table: sql.Composable) -> frozenset[str]:
@@ -510,15 +469,13 @@ def relation_checksum(
     memo: tuple[StatementCache, Hashable] | None = None,
     not_null: Collection[str] = (),
     with_query: sql.Composable | None = None,
-    record: bool = False,
 ) -> str:
     """The checksum of every row of ``relation`` (a FROM item, or a function that builds it):
     in SQL when the server hashes like dpone, else by reading the rows (non-native types as
     their text) into RowChecksum. ``memo`` keeps the SQL statement's text for the next call;
     ``not_null`` names the columns that cannot hold NULL (a cheaper expression, same value);
     ``with_query`` is a ``WITH`` clause the statement starts with (a data-modifying one runs
-    once, in the same statement); ``record`` asks for the record form (always in SQL: it is
-    chosen only between two servers that hash like dpone, see PostgresSource.hashes_in_sql)."""
+    once, in the same statement)."""
 
     def built() -> sql.Composable:
         return relation() if callable(relation) else relation
@@ -526,19 +483,16 @@ def relation_checksum(
     def led(statement: sql.Composed) -> sql.Composed:
         return statement if with_query is None else sql.SQL("{} {}").format(with_query, statement)
 
-    if record or sql_checksum_supported(cur):
+    if sql_checksum_supported(cur):
         if memo is None:
-            cur.execute(led(checksum_select(built(), columns, not_null, record)), params)
+            cur.execute(led(checksum_select(built(), columns, not_null)), params)
         else:
             cache, key = memo
             select = cached_statement(
-                cache,
-                (key, record),
-                cur.connection,
-                lambda: checksum_select(built(), columns, not_null, record),
+                cache, key, cur.connection, lambda: checksum_select(built(), columns, not_null)
             )
             cur.execute(select, params)
-        return checksum_value(cur.fetchone(), record)[1]
+        return checksum_value(cur.fetchone())[1]
     relation = built()
     items = sql.SQL(", ").join(
         sql.SQL("{}::text").format(sql.Identifier(n)) if oid not in _NATIVE else sql.Identifier(n)
@@ -610,10 +564,6 @@ class PostgresSource(Source):
         self._conn = PgConnection(dsn, spec.display())
         self._described: tuple[tuple[str, int], ...] | None = None
         self._not_null: frozenset[str] | None = None
-        self._in_sql: bool | None = None
-        #: True once the side this one is compared with agreed on the record form (ADR 0023,
-        #: agree_checksum); by default the checksum is the portable canonical text
-        self.record_checksum = False
         self._statements: StatementCache = {}
         self._read_ahead_budget = read_ahead_budget()
         self._next: Expected = None
@@ -718,37 +668,6 @@ class PostgresSource(Source):
         self._conn.read_only = True
         return self
 
-    def hashes_in_sql(self) -> bool:
-        """True when this server computes dpone's row hash in SQL (sql_checksum_supported: a
-        UTF-8 database on a little-endian server), asked once: only such servers checksum in
-        the record form, whose values no Python port checks."""
-        if self._in_sql is None:
-            self._settle()
-            conn = self._conn.get()
-            try:
-                with conn.cursor() as cur:
-                    self._in_sql = sql_checksum_supported(cur)
-            except psycopg.Error as exc:
-                raise self._fail(exc, "probing the server's row hash") from None
-        return self._in_sql
-
-    def in_records(self) -> bool:
-        """True when this side's checksum takes the record form (ADR 0023)."""
-        return self.record_checksum and self.hashes_in_sql()
-
-    def agree_checksum(self, other: Source | None) -> None:
-        """The record form when ``other`` is a Postgres side that computes it too, over columns
-        of the same hash families (same_hash_families); canonical text otherwise, on both."""
-        agreed = (
-            isinstance(other, PostgresSource)
-            and self.hashes_in_sql()
-            and other.hashes_in_sql()
-            and same_hash_families(self.describe(), other.describe())
-        )
-        self.record_checksum = agreed
-        if isinstance(other, PostgresSource):
-            other.record_checksum = agreed
-
     def select_sql(
         self,
         window: ChunkWindow | None,
@@ -796,13 +715,10 @@ class PostgresSource(Source):
         conn = self._conn.get()
         inner = self.select_sql(window, [name for name, _ in described])
         relation = sql.SQL("({}) AS s").format(inner)
-        record = self.in_records()
         try:
             with conn.cursor() as cur:
                 not_null = self._not_null_columns(cur)
-                return relation_checksum(
-                    cur, relation, described, _params(window), None, not_null, record=record
-                )
+                return relation_checksum(cur, relation, described, _params(window), None, not_null)
         except psycopg.Error as exc:
             raise self._fail(exc, f"checksumming {scope_display(window)}") from None
 
@@ -884,7 +800,6 @@ class PostgresSource(Source):
         self._settle()
         conn = self._conn.get()
         names = [name for name, _ in described]
-        record = self.in_records()
         try:
             with conn.cursor() as cur:
                 not_null = self._not_null_columns(cur)
@@ -895,7 +810,7 @@ class PostgresSource(Source):
 
                 table = None if self.spec.table is None else table_sql(self.spec.table)
                 return window_checksums(
-                    cur, self.relation(True), described, windows, each, not_null, table, record
+                    cur, self.relation(True), described, windows, each, not_null, table
                 )
         except psycopg.Error as exc:
             raise self._fail(exc, f"checksumming {scope_display(span_of(windows))}") from None
@@ -996,8 +911,6 @@ class PostgresSink(Sink):
         self._deferrable: bool | None = None
         self._fence_ready = False
         self._statements: StatementCache = {}
-        #: the checksum's form for the current write's source (_record_form)
-        self._record: bool = False
 
     # public -------------------------------------------------------------------------------------
     def _transfer(
@@ -1025,7 +938,6 @@ class PostgresSink(Sink):
                     # SET LOCAL ends with the caller's transaction; dpone's own ledger session
                     # set the text forms at connect (mark_text_forms)
                     _bound_lock_waits(conn, text_forms=not has_text_forms(conn))
-                self._record = self._record_form(conn, source, columns)
                 with self._read_back(source, window) as gate:
                     if fence is not None:
                         claimed_before = self._claim_fence(conn, fence)
@@ -1129,7 +1041,6 @@ class PostgresSink(Sink):
         try:
             columns = self._moved_columns(source, span)
             _bound_lock_waits(conn, text_forms=not has_text_forms(conn))
-            self._record = self._record_form(conn, source, columns)
             with self._read_back_group(source, windows) as gate:
                 options, self.options = self.options, replace(
                     self.options, checksum=False, read_back="off"
@@ -1150,25 +1061,6 @@ class PostgresSink(Sink):
                 f"{self.spec.display()}: writing {scope_display(span)} (rolled back)",
                 conn,
             ) from None
-
-    def _record_form(self, conn: Connection, source: Source, columns: tuple[str, ...]) -> bool:
-        """True when a write from ``source`` checksums in the record form (ADR 0023): a
-        Postgres source, both servers hash in SQL and every moved column hashes in the same
-        family on both sides; else canonical text. The gate's sibling source is given the same
-        form (_gate_side), so both sides of the gate compute the same one."""
-        if not isinstance(source, PostgresSource) or not self.options.checksum:
-            return False
-        with conn.cursor() as cur:
-            if not sql_checksum_supported(cur) or not source.hashes_in_sql():
-                return False
-            types = self._target_types(cur, columns)
-        return same_hash_families(source.describe(), tuple(types.items()))
-
-    def _gate_side(self, source: Source) -> tuple[str, Source | None]:
-        level, sibling = super()._gate_side(source)
-        if isinstance(sibling, PostgresSource):
-            sibling.record_checksum = self._record
-        return level, sibling
 
     def _window_read_back(
         self,
@@ -1192,9 +1084,7 @@ class PostgresSink(Sink):
                 )
                 return relation_checksum(cur, inner, typed, _params(window), None, not_null)
 
-            sums = window_checksums(
-                cur, relation, typed, windows, each, not_null, self._table, self._record
-            )
+            sums = window_checksums(cur, relation, typed, windows, each, not_null, self._table)
         held = sum(checksum_rows(value) for value in sums)
         if held != copied.rows:
             raise DponeError(
@@ -1374,7 +1264,6 @@ class PostgresSink(Sink):
                     _params(replaced),
                     (self._statements, key),
                     not_null,
-                    record=self._record,
                 )
             return ChunkWrite(rows, checksum, method)
         direct_upsert = method == "insert-select"
@@ -1406,7 +1295,7 @@ class PostgresSink(Sink):
                 "AND tableoid::text || ':' || ctid::text = ANY(%s::text[])) AS dpone_added"
             ).format(_columns_sql(hashed), self._table)
             params = [[v[0] for v in versions], [f"{v[1]}:{v[0]}" for v in versions]]
-            checksum = relation_checksum(cur, added, typed, params, record=self._record)
+            checksum = relation_checksum(cur, added, typed, params)
             rows = checksum_rows(checksum)
             cur.execute(sql.SQL("DROP TABLE {}").format(stage))
             return ChunkWrite(rows, checksum, method)
@@ -1416,9 +1305,7 @@ class PostgresSink(Sink):
         rows = cur.rowcount
         self._check_deferred(cur)
         if self.options.checksum and mode == "merge":
-            checksum = relation_checksum(
-                cur, self._merged(stage, hashed), typed, record=self._record
-            )
+            checksum = relation_checksum(cur, self._merged(stage, hashed), typed)
         cur.execute(sql.SQL("DROP TABLE {}").format(stage))
         return ChunkWrite(rows, checksum, method)
 
@@ -1731,7 +1618,6 @@ def _per_window_sums(
     windows: Sequence[ChunkWindow],
     element: str,
     not_null: Collection[str],
-    record: bool,
 ) -> list[tuple[Any, ...]] | None:
     """(slot, count, sum) of each window, each from its own range predicate over the chunk
     column's index inside one statement: no per-row slot and no hash aggregate (measured on
@@ -1751,7 +1637,7 @@ def _per_window_sums(
             "SELECT dpone_windows.i - 1, c.n, c.s FROM unnest({}, {}) WITH ORDINALITY AS"
             " dpone_windows(lo, hi, i) CROSS JOIN LATERAL (SELECT count(*) AS n, sum({}) AS s"
             " FROM {}) AS c"
-        ).format(array, array, row_hash_sql(columns, not_null, record), inner),
+        ).format(array, array, row_hash_sql(columns, not_null), inner),
         [[str(b) for b in lowers], [str(b) for b in uppers]],
     )
     return cur.fetchall()
@@ -1763,7 +1649,6 @@ def _grouped_sums(
     columns: Sequence[tuple[str, int]],
     windows: Sequence[ChunkWindow],
     not_null: Collection[str],
-    record: bool,
 ) -> list[tuple[Any, ...]]:
     """(slot, count, sum) of each window holding rows, from one scan of the span whose rows
     are put in their window by a per-row slot expression (see _slot_sql)."""
@@ -1776,7 +1661,7 @@ def _grouped_sums(
     )
     cur.execute(
         sql.SQL("SELECT dpone_window_slot, count(*), sum({}) FROM {} GROUP BY 1").format(
-            row_hash_sql(columns, not_null, record), inner
+            row_hash_sql(columns, not_null), inner
         ),
         [*slot_params, span.lower, span.upper],
     )
@@ -1791,7 +1676,6 @@ def window_checksums(
     each: Callable[[ChunkWindow], str],
     not_null: Collection[str] = (),
     table: sql.Composable | None = None,
-    record: bool = False,
 ) -> list[str]:
     """The checksum of each of the contiguous ``windows`` over ``relation`` (a FROM item aliased
     dpone_src), in ONE statement: each value is what relation_checksum gives for that window
@@ -1799,14 +1683,14 @@ def window_checksums(
     for a query) has an index on the chunk column, each window sums its own range; else one
     scan of the span groups its rows by window. Without the server-side hash, ``each``
     computes them one window at a time."""
-    if not record and not sql_checksum_supported(cur):
+    if not sql_checksum_supported(cur):
         return [each(window) for window in windows]
     element = None if table is None else indexed_bound_type(cur, table, windows[0].column)
     rows = None
     if element is not None:
-        rows = _per_window_sums(cur, relation, columns, windows, element, not_null, record)
+        rows = _per_window_sums(cur, relation, columns, windows, element, not_null)
     if rows is None:
-        rows = _grouped_sums(cur, relation, columns, windows, not_null, record)
-    found = {int(row[0]): checksum_value(row[1:], record)[1] for row in rows}
-    empty = format_checksum(0, 0, checksum_scheme(record))
+        rows = _grouped_sums(cur, relation, columns, windows, not_null)
+    found = {int(row[0]): checksum_value(row[1:])[1] for row in rows}
+    empty = format_checksum(0, 0, CHECKSUM_SCHEME)
     return [found.get(i, empty) for i in range(len(windows))]

@@ -177,14 +177,11 @@ class LocalFileLedger(StoreBase):
             self._lockless = self._lock_fd < 0
         else:
             self._lockless = False
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-                self._journal_fd = os.open(
-                    self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
-                )
-            except OSError as exc:  # a folder where a file belongs, no permission, no room
-                raise self._unreadable(exc) from None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._journal_fd = os.open(
+                self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
+            )
         self._campaigns: dict[str, CampaignEntry] = {}
         self._last_seq = 0
         self._snapshot_identity: tuple[int, int, int] | None = None
