@@ -166,11 +166,14 @@ def count(server: str, database: str, table: str) -> int:
         return int(cur.fetchone()[0])
 
 
-def connector(src: str, dst: str, table: str, checksum: bool) -> tuple[int, str | None, str]:
+def connector(
+    src: str, dst: str, table: str, checksum: bool, gate: bool = False
+) -> tuple[int, str | None, str]:
+    """One chunk; ``checksum``: the sink's read-back checksum; ``gate``: the default read-back
+    gate besides (the source's checksum of the chunk, compared)."""
+    options = SinkOptions(checksum=checksum, read_back="checksum" if gate else "off")
     source = open_source(SourceSpec("bench_src", TableRef(SRC_DB, "orders")), src)
-    sink = open_sink(
-        SinkSpec("bench_dst", TableRef(None, table), "replace"), dst, SinkOptions(checksum=checksum)
-    )
+    sink = open_sink(SinkSpec("bench_dst", TableRef(None, table), "replace"), dst, options)
     with source, sink:
         result = sink.write_chunk(source, WINDOW)
     return result.rows, result.checksum, result.method
@@ -218,6 +221,11 @@ def main() -> None:
             DST_DB,
             "orders",
             lambda: connector(streamed, dst, "orders", checksum=True),
+        ),
+        "connector streamed, LOAD DATA LOCAL, default gate": (
+            DST_DB,
+            "orders",
+            lambda: connector(streamed, dst, "orders", checksum=True, gate=True),
         ),
         "connector streamed, executemany (forced), no checksum": (
             DST_DB,
