@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -148,17 +149,28 @@ def test_a_bad_port_is_a_configuration_error(
     assert "port" in record["message"] and url not in stderr
 
 
-def test_a_raw_slash_in_the_password_is_a_configuration_error_not_an_outage(
-    project: dict[str, Any],
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "p/s@w:rd",  # libpq: host "postgres", port "p" (no userinfo read)
+        "p@ss/w:rd",  # libpq: password "p", host "ss", the rest a database name
+        "p@ss@w:rd",  # libpq: password "p", host "ss@w:rd@127.0.0.1"
+    ],
+)
+@pytest.mark.parametrize("side", ["src", "led"])
+def test_a_raw_slash_or_at_in_the_password_is_a_configuration_error_not_an_outage(
+    project: dict[str, Any], shape: str, side: str
 ) -> None:
-    """libpq reads ``u:p/s@w@host`` as host ``u``, port ``p``: it can never connect."""
-    password = "p/s@w:rd" + uuid.uuid4().hex[:6]
+    """libpq splits the password at a raw ``/`` or a second ``@`` and tries another host or
+    database than the one written: no retry can connect, so it is final, and says so."""
+    password = shape + uuid.uuid4().hex[:6]
     url = f"postgresql://postgres:{password}@" + project["url"].split("@", 1)[1]
-    code, stderr = dpone("run", project, src=url)
+    code, stderr = dpone("run", project, **{side: url})
     record = last_error(stderr)
     assert record["code"] == errors.CONFIG_INVALID and code == 3, stderr
-    for piece in (password, password.split("/")[1], "p/s"):
-        assert piece not in stderr
+    assert "percent-encode" in record["message"] or "port" in record["message"], stderr
+    for piece in (password, *re.split("[/@]", password)[1:], shape[:3]):
+        assert len(piece) < 3 or piece not in stderr, piece
 
 
 def test_an_unknown_host_stays_retryable_and_says_so(project: dict[str, Any]) -> None:

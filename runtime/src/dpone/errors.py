@@ -427,8 +427,9 @@ CONFIG_INVALID = _register(
     "A setting in the environment or on the command line has an invalid value.",
     "A malformed DPONE_* variable or option, or a connection's DSN (DPONE_CONN_<NAME>) with a "
     "setting that can never connect: an unknown sslmode, a port or a connect_timeout that is not "
-    "a number (by address or by host name; a raw / or @ in a password makes libpq read a port "
-    "from it), options the server refuses, a certificate file that is not there.",
+    "a number (by address or by host name), a raw / or @ in a URL DSN's password (libpq reads "
+    "part of it as the port, the host or the database: percent-encode it), options the server "
+    "refuses, a certificate file that is not there.",
     "Correct the setting named in the message (in a pod: the secret the DSN comes from); another "
     "attempt with the same value cannot succeed, so the task is not retried.",
 )

@@ -57,10 +57,10 @@ from dpone.credentials.connections import current_dsn
 from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
+    postgres_connect_problem,
     postgres_connect_reason,
     postgres_missing_file,
     postgres_parse_problem,
-    postgres_setting_problem,
 )
 from dpone.credentials.postgres_errors import describe_postgres_error as describe_error
 from dpone.errors import DponeError
@@ -237,7 +237,7 @@ class PgConnection:
                 [v for pair in settings for v in pair],
             )
         except psycopg.Error as exc:
-            setting = postgres_setting_problem(str(exc))
+            setting = postgres_connect_problem(dsn, str(exc))
             if setting is not None:
                 raise invalid_setting(self._label, setting) from None
             reason = postgres_connect_reason(str(exc))

@@ -106,6 +106,19 @@ def driver_secrets(dsn: str) -> frozenset[str]:
     return frozenset(form for form in found if form)
 
 
+def unencoded_userinfo(dsn: str) -> bool:
+    """True when libpq reads a Postgres URL DSN's user or password into its host or database:
+    the password holds a raw ``@`` (libpq ends the userinfo at the first one) or a raw ``/``
+    (libpq then reads no userinfo at all), so ``postgresql://u:p/w@host/db`` tries the host
+    ``u`` and the database ``w@host/db``: the connection can never work as written. Read as
+    an ``@`` in the host or the database libpq parsed; a percent-encoded password (``%40``,
+    ``%2F``) is read whole, and a raw ``?`` or ``#`` is read right."""
+    if "://" not in dsn:
+        return False
+    view = libpq_view(dsn.strip())
+    return view is not None and any("@" in view.get(key, "") for key in ("host", "dbname"))
+
+
 def register_driver_secrets(dsn: str) -> None:
     """Register what :func:`driver_secrets` finds (besides ``redaction.register_dsn``)."""
     for secret in driver_secrets(dsn):

@@ -3,7 +3,7 @@
 libpq refuses an unknown ``sslmode``, a port that is not a number and a missing root certificate
 before it sends a byte; the server refuses a bad ``options`` (``-c name=value``) at startup. None of
 these heals by itself, so they are DPONE_CONFIG_INVALID (not retryable) instead of the retryable
-DPONE_CONNECTION_FAILED. Messages name the setting, never its value or the DSN. Any other failed
+DPONE_CONNECTION_FAILED; nor does a URL DSN whose password holds a raw ``@`` or ``/``. Messages name the setting, never its value or the DSN. Any other failed
 connect is described by a coarse reason shared by the connectors and the ledger, never by libpq's
 text (it names the user and the database).
 """
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from dpone import errors
 from dpone.credentials import redaction
+from dpone.credentials.dsn_parts import unencoded_userinfo
 from dpone.errors import DponeError
 
 # The patterns are texts, compiled by ``re`` on first use (only a refused connection needs them).
@@ -85,6 +86,20 @@ def postgres_setting_problem(message: str) -> str | None:
     if server.group("invalid"):
         return f"options (gives {shown} a value the server refuses)"
     return f"options (sets {shown}, which cannot be set at connect)"
+
+
+def postgres_connect_problem(dsn: str, message: str) -> str | None:
+    """The setting a failed Postgres connect shows to be wrong: one the driver's message names
+    (postgres_setting_problem), or a URL DSN's user or password holding a character libpq
+    splits it at (dsn_parts.unencoded_userinfo): libpq then tried another host or database
+    than the one written, which no retry changes."""
+    setting = postgres_setting_problem(message)
+    if setting is None and unencoded_userinfo(dsn):
+        setting = (
+            "user or password (it holds '@' or '/', which a URL DSN must percent-encode:"
+            " %40, %2F)"
+        )
+    return setting
 
 
 def postgres_parse_problem(exc: BaseException) -> str:

@@ -20,10 +20,10 @@ from dpone.credentials.connections import current_dsn
 from dpone.credentials.dsn_settings import (
     invalid_setting,
     missing_file,
+    postgres_connect_problem,
     postgres_connect_reason,
     postgres_missing_file,
     postgres_parse_problem,
-    postgres_setting_problem,
 )
 from dpone.credentials.postgres_errors import describe_postgres_error
 from dpone.errors import DponeError
@@ -973,7 +973,7 @@ class PostgresLedger(SqlLedger):
             mark_text_forms(conn)
             self._conn = conn
         except psycopg.Error as exc:
-            setting = postgres_setting_problem(str(exc))
+            setting = postgres_connect_problem(self._dsn, str(exc))
             if setting is not None:
                 raise invalid_setting("the ledger database", setting) from None
             if not connected:  # libpq's text names the host, the user and the database
