@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dpone import errors
@@ -102,6 +103,60 @@ def test_a_full_file_system_fails_the_record_and_leaves_none_of_it(
     reopened = LocalFileLedger(path)
     ledger = reopened.load("bf-full")
     assert ledger is not None and ledger.state_of(1) is ChunkState.RUNNING, "not committed"
+    reopened.close()
+
+
+def _committed(path: Path, shape: Any) -> LocalFileLedger:
+    path.parent.mkdir()
+    store = LocalFileLedger(path)
+    store.initialize(shape, "a", 5)
+    for chunk in shape.chunks:
+        lease = store.acquire_lease(shape, chunk, "a", 30).lease
+        assert lease is not None
+        store.complete(lease, chunk, ChunkResult(committed=True, rows=1))
+    return store
+
+
+def test_a_restatement_the_disk_cannot_hold_records_none_of_its_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a restatement wrote one journal line per chunk, so a disk that filled up
+    part way left the first chunks restated while the error said nothing was recorded. The
+    call is one line now: all of its chunks are recorded, or none."""
+    shape = make_shape("bf-restate-full", 6)
+    measured = _committed(tmp_path / "measured" / "ledger.json", shape)
+    journal = tmp_path / "measured" / "ledger.json.journal"
+    before = journal.stat().st_size
+    assert measured.restate(shape, [2, 3, 4, 5, 6], "fix", "ana") == [2, 3, 4, 5, 6]
+    room = [(journal.stat().st_size - before) // 2]  # half of what the restatement writes
+    measured.close()
+
+    path = tmp_path / "full" / "ledger.json"
+    store = _committed(path, shape)
+    journal = path.with_name("ledger.json.journal")
+    before = journal.stat().st_size
+    real_write = os.write
+
+    def full_disk(fd: int, data: bytes) -> int:
+        if room[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        count = real_write(fd, data[: room[0]])
+        room[0] -= count
+        return count
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(DponeError) as caught:
+        store.restate(shape, [2, 3, 4, 5, 6], "fix", "ana")
+    monkeypatch.setattr(os, "write", real_write)
+    assert caught.value.code == errors.LEDGER_UNAVAILABLE
+    assert journal.stat().st_size == before
+    store.close()
+    reopened = LocalFileLedger(path)
+    ledger = reopened.load(shape.run_key)
+    assert ledger is not None
+    assert [ledger.state_of(c.index) for c in shape.chunks] == [ChunkState.COMMITTED] * 6
+    assert reopened.restatements(shape.run_key) == []
+    assert reopened.restate(shape, [2, 3], "fix", "ana") == [2, 3]  # and it can go on
     reopened.close()
 
 

@@ -335,7 +335,12 @@ class LocalFileLedger(StoreBase):
         self._last_seq = int(document["last_seq"])
 
     def _apply(self, entry: dict[str, Any], replay: bool = True) -> None:
-        """Apply one entry; a journal replay skips entries the snapshot already holds."""
+        """Apply one entry; a journal replay skips entries the snapshot already holds. A
+        ``batch`` line holds the entries of one operation (_append_all), applied in order."""
+        if entry["kind"] == "batch":
+            for part in entry["entries"]:
+                self._apply(part, replay)
+            return
         seq = int(entry["seq"])
         if replay and seq <= self._last_seq:
             return
@@ -383,9 +388,17 @@ class LocalFileLedger(StoreBase):
 
     def _append(self, entry: dict[str, Any]) -> None:
         """Append one journal line (fdatasync when durable), apply it, compact when due."""
+        self._append_all([entry])
+
+    def _append_all(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Append the entries of one operation as ONE journal line (a ``batch`` of them when
+        there are several), apply them, compact when due: a line is written whole or not at
+        all (a torn one is never applied), so a full disk or a crash never leaves part of an
+        operation recorded."""
         size = os.fstat(self._journal_fd).st_size
         if size > self._journal_offset:  # a torn line from a crashed writer: cut it off
             os.ftruncate(self._journal_fd, self._journal_offset)
+        entry = entries[0] if len(entries) == 1 else {"kind": "batch", "entries": list(entries)}
         line = (json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         self._write_line(line)
         self._journal_offset += len(line)
@@ -515,7 +528,8 @@ class LocalFileLedger(StoreBase):
         self, shape: port.CampaignShape, indexes: Sequence[int], reason: str, requested_by: str
     ) -> list[int]:
         """Mark committed chunks to be moved again (see the port), under the file lock: one
-        journal line per restated chunk, its PENDING transition carrying the restatement."""
+        journal line for the call, a PENDING transition per restated chunk carrying its
+        restatement (all of them are recorded, or none)."""
         chunks = restate_selection(shape, indexes)
         self._check_writable()
         with self._locked(self.lock_timeout_s):
@@ -525,6 +539,7 @@ class LocalFileLedger(StoreBase):
                 _, latest, transition = self._view(shape.run_key, chunk)
                 seen.append((chunk, latest, transition))
             todo = restate_plan(shape.run_key, [(c, now, r) for c, r, _ in seen])
+            entries: list[dict[str, Any]] = []
             for chunk, latest, transition in seen:
                 if chunk.index not in todo:
                     continue
@@ -534,9 +549,12 @@ class LocalFileLedger(StoreBase):
                     restatement_of(shape.run_key, record, latest, reason, requested_by),
                     requested_at=now,
                 )
-                entry = _transition_json(self._last_seq + 1, shape.run_key, record, now)
+                seq = self._last_seq + 1 + len(entries)
+                entry = _transition_json(seq, shape.run_key, record, now)
                 entry["restated"] = RESTATEMENTS.to_json(restatement, omit="run_key")
-                self._append(entry)
+                entries.append(entry)
+            if entries:
+                self._append_all(entries)
         return todo
 
     def restatements(self, run_key: str) -> list[port.Restatement]:
