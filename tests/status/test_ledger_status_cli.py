@@ -366,3 +366,41 @@ def test_restate_and_cancel_of_a_local_file_ledger_that_does_not_exist_create_no
     shown = ledger(env, tmp_path, "status", "--format", "json")
     assert shown.returncode == 0, shown.stderr
     assert not (tmp_path / "state").exists(), "a refused command created the ledger"
+
+
+SNAPSHOT_ONLY = ("--catalog", "cat/workloads.yaml", "--workload", "customers_snapshot")
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        ("status",),
+        ("status", "--format", "json"),
+        ("cancel",),
+        ("restate", "--chunks", "1", "--reason", "x"),
+    ],
+    ids=["status", "status-json", "cancel", "restate"],
+)
+def test_a_workload_without_a_chunked_process_is_a_usage_error(
+    tmp_path: Path, pg_dsn: str, action: tuple[str, ...]
+) -> None:
+    """Regression: a workload whose every process is a full_refresh (no campaign in the ledger)
+    printed nothing and exited 0 for status, and for cancel, which cancelled nothing."""
+    import shutil
+
+    shutil.copytree(ROOT / "golden" / "multi_workload", tmp_path / "cat")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
+    env["DPONE_CONN_WAREHOUSE"] = pg_dsn
+    done = subprocess.run(
+        [str(DPONE), "ledger", *action, *SNAPSHOT_ONLY],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    record = _last_error(done)
+    assert record["code"] == "DPONE_USAGE" and "no chunked process" in record["message"]
+    assert done.stdout == "" and "Traceback" not in done.stderr

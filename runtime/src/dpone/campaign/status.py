@@ -713,7 +713,18 @@ def _write_html(path: str, page: str) -> None:
 
 
 def _plans(pack: WorkloadPack, process: str | None) -> list[ProcessPlan]:
+    """The workload's chunked processes (--process: that one): only they keep a campaign in
+    the ledger. A workload with none (every process a full_refresh) is a usage error, never a
+    silent exit 0 with nothing shown, cancelled or restated."""
     plans = [p for p in pack.processes if p.run_key is not None]
+    if not plans:
+        names = ", ".join(repr(p.name) for p in pack.processes)
+        raise DponeError(
+            errors.USAGE,
+            f"workload {pack.workload.name!r} has no chunked process ({names}: full_refresh, "
+            "moved whole by each run): it keeps no campaign in the ledger, so there is nothing "
+            "to show, cancel or restate",
+        )
     if process is not None:
         chunked = [p.name for p in plans]
         plans = [p for p in plans if p.name == process]
