@@ -91,6 +91,11 @@ def load_priors(path: str) -> list[PriorCampaign]:
     root = Path(path)
     if not root.exists():
         raise DponeError(errors.USAGE, f"--previous {path!r}: no such file or folder")
+    if not root.is_dir() and not root.is_file():  # a FIFO would block, /dev/zero never end
+        raise DponeError(
+            errors.USAGE,
+            f"--previous {path!r}: not a regular file or a folder (a pipe, a device or a socket)",
+        )
     files = sorted(p for p in root.glob("*.py") if p.is_file()) if root.is_dir() else [root]
     priors: list[PriorCampaign] = []
     for file in files:

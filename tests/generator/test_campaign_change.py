@@ -113,3 +113,19 @@ def test_preview_without_previous_names_the_campaign_only(
     empty.mkdir()
     campaign = preview(capsys, catalog, empty)
     assert campaign["change"] == "new" and campaign["previous"] is None
+
+
+@pytest.mark.parametrize("special", ["fifo", "device"])
+def test_preview_refuses_a_previous_that_is_no_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], special: str
+) -> None:
+    """Regression: a FIFO as --previous blocked for ever, /dev/zero read until memory ran out."""
+    import os
+
+    catalog = write(tmp_path, "2024-01-09")
+    path = "/dev/zero"
+    if special == "fifo":
+        path = str(tmp_path / "old_dag.py")
+        os.mkfifo(path)
+    assert main(["preview", catalog, "--previous", path]) == 2
+    assert "not a regular file or a folder" in capsys.readouterr().err

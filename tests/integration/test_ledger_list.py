@@ -199,3 +199,21 @@ def test_ledger_list_reads_a_local_file_ledger(
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[1:8] == ["orders_history/orders", "internal", "9", "9", "0", "0", "0"]
     assert out[1].endswith("complete")
+
+
+@pytest.mark.parametrize("special", ["fifo", "device", "fifo-journal"])
+def test_ledger_list_refuses_a_path_that_is_no_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], special: str
+) -> None:
+    """Regression: a FIFO as the ledger (or its journal) blocked for ever, /dev/zero read until
+    memory ran out."""
+    import os
+
+    path = "/dev/zero"
+    if special.startswith("fifo"):
+        path = str(tmp_path / "ledger")
+        os.mkfifo(path + (".journal" if special == "fifo-journal" else ""))
+        if special == "fifo-journal":
+            Path(path).write_text("{}", encoding="utf-8")
+    assert main(["ledger", "list", "--path", path]) == 3
+    assert "not a regular file" in capsys.readouterr().err

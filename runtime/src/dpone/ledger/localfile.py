@@ -29,6 +29,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -170,6 +171,8 @@ class LocalFileLedger(StoreBase):
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._thread_lock = threading.RLock()
         self.read_only = read_only
+        for file in (self.path, self.journal_path, self.lock_path):
+            self._require_regular(file)
         if read_only:
             self._lock_fd = self._open_for_reading(self.lock_path)
             self._journal_fd = self._open_for_reading(self.journal_path)
@@ -187,6 +190,21 @@ class LocalFileLedger(StoreBase):
         self._snapshot_identity: tuple[int, int, int] | None = None
         self._journal_offset = 0
         self._journal_lines = 0
+
+    @staticmethod
+    def _require_regular(path: Path) -> None:
+        """A ledger file that is there must be a regular file: opening a FIFO blocks for ever
+        and reading /dev/zero never ends. A folder is refused where it is opened."""
+        try:
+            mode = path.stat().st_mode
+        except OSError:  # not there (created or skipped later), or refused where it is opened
+            return
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise DponeError(
+                errors.LEDGER_UNAVAILABLE,
+                f"local ledger {path}: cannot be used (not a regular file: a pipe, a device or "
+                "a socket)",
+            )
 
     def _open_for_reading(self, path: Path) -> int:
         """A reader's descriptor, or -1 for a file that is not there: a reader creates nothing."""
