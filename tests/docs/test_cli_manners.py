@@ -171,6 +171,29 @@ def test_unknown_workload_is_a_usage_error() -> None:
     assert json.loads(done.stderr.strip().splitlines()[-1])["code"] == "DPONE_USAGE"
 
 
+DEMO = ("--catalog", str(DEMO_CATALOG), "--workload", "orders_history")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--catalog", str(DEMO_CATALOG), "--workload", "a", "--workload=orders_history"],
+        ["ledger", "restate", *DEMO, "--chunks", "4", "--chunks", "5", "--reason", "r"],
+        ["ledger", "status", *DEMO, "--format", "json", "--format", "text"],
+        ["verify", "--catalog", str(DEMO_CATALOG), "--catalog", str(DEMO_CATALOG)],
+        ["check", str(DEMO_CATALOG), "--format", "json", "--format=json"],
+    ],
+    ids=["run", "restate", "status", "verify", "check"],
+)
+def test_an_option_of_one_value_given_twice_is_a_usage_error(args: list[str]) -> None:
+    """Regression: the last one was kept silently (`--chunks 4 --chunks 5` restated chunk 5
+    only), as if the first had not been typed."""
+    done = dpone_cli(*args)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    last = json.loads(done.stderr.strip().splitlines()[-1])
+    assert last["code"] == "DPONE_USAGE" and "is given twice" in last["message"], last
+
+
 # --- colour -------------------------------------------------------------------------------------
 
 

@@ -118,6 +118,24 @@ class CommandParser(argparse.ArgumentParser):
         report_error(record)
         raise SystemExit(EXIT_USAGE)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, refusing an option that takes one value given twice (``--chunks 4
+        --chunks 5`` kept the last silently, as if the first had not been typed)."""
+        given = list(sys.argv[1:] if args is None else args)
+        seen: dict[argparse.Action, str] = {}
+        for token in given:
+            if token == "--":
+                break
+            action = self._option_string_actions.get(token.split("=", 1)[0])
+            if not isinstance(action, argparse._StoreAction):
+                continue
+            if action in seen:
+                self.error(f"{token.split('=', 1)[0]} is given twice: give it once")
+            seen[action] = token
+        return super().parse_known_args(given, namespace)
+
     def add_catalog(self, help_text: str) -> None:
         """The catalog as a positional argument or as ``--catalog`` (the form of `run`,
         `ledger` and `verify`); read it back with :meth:`catalog_of`."""
