@@ -12,6 +12,7 @@ from dpone.connectors.base import (
     canonical_decimal,
     canonical_float,
     canonical_text,
+    chained_row_hash,
     format_checksum,
     pg_hash64,
 )
@@ -77,6 +78,35 @@ def test_checksum_scheme_is_frozen() -> None:
     assert pg_hash64(b"dpone") == 0x04F0519AEAE8132D
 
 
+def test_the_chained_form_is_frozen_and_depends_on_where_each_field_stands() -> None:
+    """Two Postgres sides chain a row's fields (ADR 0027): each hashed alone, seeded with the
+    hash of the fields before it, ``N`` for NULL, ``"`` + text otherwise. No two field lists
+    share a hash for being joined alike (a separator in a value, NULL against 'N' or '')."""
+    check = RowChecksum(["id", "name"], chained=True)
+    check.add_many([(1, 'a "b", c'), (2, None)])
+    first = pg_hash64(b'"a "b", c', pg_hash64(b'"1'))
+    second = pg_hash64(b"N", pg_hash64(b'"2'))
+    assert check.value() == format_checksum(2, first + second, "rowsum-pgchain64-v1")
+    # fixed vectors of Postgres 15's hashtextextended(text, seed) on x86_64
+    assert pg_hash64(b"abc", (-5) % 2**64) == 6598607941938570015
+    assert pg_hash64(b"abc", 1234567890123) == (-7559745029679409952) % 2**64
+    rows = [
+        ["a", "b"],
+        ["b", "a"],
+        ["a,b", ""],
+        ["a", "b,"],
+        ['a"', "b"],
+        ["a", '"b'],
+        [None, "N"],
+        ["N", None],
+        [None, ""],
+        ["", None],
+        [None, None],
+        ["", ""],
+    ]
+    assert len({chained_row_hash(row) for row in rows}) == len(rows)
+
+
 @pytest.mark.postgres
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -85,15 +115,19 @@ def test_checksum_scheme_is_frozen() -> None:
     texts=st.lists(
         st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=70),
         max_size=60,
-    )
+    ),
+    seed=st.integers(-(2**63), 2**63 - 1),
 )
-def test_pg_hash64_is_hashtextextended(pg: Pg, texts: list[str]) -> None:
+def test_pg_hash64_is_hashtextextended(pg: Pg, texts: list[str], seed: int) -> None:
     found = pg.rows(
-        'SELECT hashtextextended(s COLLATE "C", 0) FROM unnest(%s::text[]) WITH ORDINALITY'
-        " AS t(s, i) ORDER BY i",
-        (texts,),
+        'SELECT hashtextextended(s COLLATE "C", 0), hashtextextended(s COLLATE "C", %s)'
+        " FROM unnest(%s::text[]) WITH ORDINALITY AS t(s, i) ORDER BY i",
+        (seed, texts),
     )
-    assert [int(v) % 2**64 for (v,) in found] == [pg_hash64(t.encode()) for t in texts]
+    assert [int(v) % 2**64 for v, _ in found] == [pg_hash64(t.encode()) for t in texts]
+    assert [int(v) % 2**64 for _, v in found] == [
+        pg_hash64(t.encode(), seed % 2**64) for t in texts
+    ]
 
 
 # --- Python == Postgres SQL, for generated values -------------------------------------------------
@@ -151,6 +185,8 @@ def test_python_and_postgres_agree(pg: Pg, rows: list[tuple[Any, ...]], not_null
             in_sql = checksum_value(cur.fetchone())[1]
             cur.execute(checksum_select(sql.SQL("gen"), typed, not_null))
             short_form = checksum_value(cur.fetchone())[1]
+            cur.execute(checksum_select(sql.SQL("gen"), typed, chained=True))
+            chained_sql = checksum_value(cur.fetchone(), chained=True)[1]
             cur.execute("SELECT * FROM gen")
             loaded = cur.fetchall()
     finally:
@@ -159,3 +195,6 @@ def test_python_and_postgres_agree(pg: Pg, rows: list[tuple[Any, ...]], not_null
     written.add_many(rows)
     read.add_many(loaded)
     assert in_sql == short_form == read.value() == written.value()
+    chained = RowChecksum(_NAMES, chained=True)
+    chained.add_many(loaded)
+    assert chained_sql == chained.value()

@@ -1,8 +1,10 @@
-"""Between two Postgres sides the checksum hashes each row's canonical text, never the row as
-Postgres's own hash functions combine it: those fold a bigint, time or timestamp to 32 bits,
-hash NaN and both infinities of numeric alike, hash a float 0 as a NULL, and combine a row's
-column hashes linearly (values swapped between rows sum the same). Each pair below held equal
-sums in that record form; the checksum tells every one apart, as plain SQL does."""
+"""Between two Postgres sides the checksum chains each row's fields' canonical texts (ADR 0027),
+never the row as Postgres's own hash functions combine it: those fold a bigint, time or
+timestamp to 32 bits, hash NaN and both infinities of numeric alike, hash a float 0 as a NULL,
+and combine a row's column hashes linearly (values swapped between rows sum the same). Each pair
+below held equal sums in that record form; both the chained form and the joined text every
+dialect computes tell every one apart, as plain SQL does, and so they do for rows whose fields
+a careless chain or join could confuse (a value moved across a field boundary, NULL and 'N')."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ PAIRS = [
     ("timestamp", "(1, '2024-06-01 12:00:00')", "(1, '2024-06-01 10:48:25.032705')"),
     ("timestamptz", "(1, '2024-06-01 12:00:00+00')", "(1, '2024-06-01 10:48:25.032705+00')"),
     ("text", "(1, 'k119510')", "(1, 'k174879')"),
+    ("text, y text", "(1, 'a,b', '')", "(1, 'a', 'b,')"),
+    ("text, y text", "(1, 'a\"', 'b')", "(1, 'a', '\"b')"),
+    ("text, y text", "(1, NULL, 'N')", "(1, 'N', NULL)"),
+    ("text, y text", "(1, NULL, '')", "(1, '', NULL)"),
 ]
 
 
@@ -47,5 +53,7 @@ def test_rows_postgres_hashes_alike_have_different_checksums(
     one, other = TableRef(schema, "a"), TableRef(schema, "b")
     compared = pair_checksums((pg.dsn, one), (pg.dsn, other))
     assert compared[0] != compared[1]
-    assert all(c.startswith("rowsum-pghash64-v1:") for c in compared)
-    assert compared == (table_checksum(pg.dsn, one), table_checksum(pg.dsn, other))
+    assert all(c.startswith("rowsum-pgchain64-v1:") for c in compared)
+    joined = (table_checksum(pg.dsn, one), table_checksum(pg.dsn, other))
+    assert joined[0] != joined[1]
+    assert all(c.startswith("rowsum-pghash64-v1:") for c in joined)

@@ -29,6 +29,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connector]:
 def target_checksum(db: Connector, source: Source | None = None) -> str:
     """The target's checksum: what the gate and ``dpone verify`` compare with the source's."""
     with db.source("dst") as target:
+        if source is not None:
+            Source.agree_both(target, source)  # two Postgres sides: the chained form
         return target.checksum(None)
 
 

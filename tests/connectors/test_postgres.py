@@ -73,7 +73,7 @@ class Route:
 
     def checksums(self, window: ChunkWindow, table: str = "orders") -> tuple[str, str]:
         """The source's and the sink table's checksums of ``window`` in the form the two agree
-        on (the record form: both are Postgres), as the gate and ``dpone verify`` compare."""
+        on (chained: both are Postgres), as the gate and ``dpone verify`` compare."""
         return pair_checksums(
             (self.src.dsn, TableRef(self.src_schema, "orders")),
             (self.sink.dsn, TableRef(self.sink_schema, table)),
@@ -203,17 +203,18 @@ def test_checksum_can_be_switched_off(route: Route, mode: str) -> None:
 
 def test_replace_checksum_short_form_for_not_null_columns(route: Route) -> None:
     """A table's NOT NULL columns (read from the catalog) take the cheaper SQL form of the
-    canonical text; the value is the one the source's full form and Python compute over the
-    same rows."""
+    joined canonical text; the value is the one the source's full form and Python compute over
+    the same rows."""
     window = WINDOWS["date"]
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("replace") as sink:
         result = sink.write_chunk(source, window)
-        assert result.checksum == route.source_checksum(window)  # the record form
+        assert result.checksum == route.source_checksum(window)  # chained: both are Postgres
         table = SourceSpec("dst", TableRef(route.sink_schema, "orders"))
         with open_source(table, route.sink.dsn) as target:
-            text = target.checksum(window)
+            text = target.checksum(window)  # alone: the joined text
             assert target._not_null == {"id", "order_date", "created_at", "seq"}
+        source.agree_checksum(None)  # compared with a side of another kind: the joined text
         assert text == source.checksum(window)  # the query form has no NOT NULL columns
     check = RowChecksum(list(COLUMNS))
     check.add_many(pg_rows(route.sink, route.sink_schema))
@@ -225,7 +226,7 @@ def test_empty_chunk(route: Route) -> None:
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("replace") as sink:
         result = sink.write_chunk(source, window)
-    assert (result.rows, result.checksum) == (0, "rowsum-pghash64-v1:0:0000000000000000")
+    assert (result.rows, result.checksum) == (0, "rowsum-pgchain64-v1:0:0000000000000000")
 
 
 def test_constraint_violation_rolls_back_the_whole_chunk(route: Route) -> None:
@@ -577,13 +578,14 @@ def test_preflight_warnings(route: Route) -> None:
 def test_python_checksum_fallback_agrees_with_sql(
     route: Route, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A non-UTF-8 database or a big-endian server hashes in Python: the canonical text, read
-    back, the value SQL computes."""
+    """A non-UTF-8 database or a big-endian server hashes in Python: the rows read back, the
+    value SQL computes (in the chained form two Postgres sides compare in)."""
     from dpone.connectors import postgres
 
     window = WINDOWS["timestamp"]
     create_pg(route.sink, route.sink_schema, rows=[])
     with route.source() as source, route.open_sink("merge") as sink:
+        source.chained_checksum = True  # as the gate's sibling computes it for this sink
         in_server = sink.write_chunk(source, window)
         in_sql = source.checksum(window)
         monkeypatch.setattr(postgres, "sql_checksum_supported", lambda cur: False)
@@ -591,7 +593,7 @@ def test_python_checksum_fallback_agrees_with_sql(
         assert source.checksum(window) == in_sql
     assert in_server.checksum == in_sql
     assert in_python.checksum == in_python.source_checksum == in_sql
-    assert in_python.checksum.startswith("rowsum-pghash64-v1:")
+    assert in_python.checksum.startswith("rowsum-pgchain64-v1:")
     assert in_python.rows == in_server.rows
 
 

@@ -92,19 +92,21 @@ def test_each_window_gets_what_the_per_chunk_gate_computes(
     windows = [ChunkWindow("c", kind, bounds[i], bounds[i + 1]) for i in range(6)]
     per_window = index is not None and "(c" in index and "WHERE" not in index
     spec = SourceSpec(connection="wh", table=TableRef(schema, "src"))
-    with PostgresSource(spec, pg.dsn) as source:
-        alone = [source.checksum(window) for window in windows]
-        assert all(a.startswith("rowsum-pghash64-v1:") for a in alone)
-        assert len(set(alone)) == 6  # distinct windows, one of them empty
-        with psycopg.connect(pg.dsn) as conn, conn.cursor() as cur:
-            element = indexed_bound_type(cur, sql.Identifier(schema, "src"), "c")
-            assert (element is not None) == per_window
-        statements = _statements(source._conn.get())
-        assert source.window_checksums(windows) == alone
-        assert source.window_checksums(windows[2:5]) == alone[2:5]
-        assert source.window_checksums(windows[:1]) == alone[:1]
-        lateral = [s for s in statements if "LATERAL" in s]
-        assert len(lateral) == (3 if per_window else 0), statements
+    for chained, scheme in ((False, "rowsum-pghash64-v1:"), (True, "rowsum-pgchain64-v1:")):
+        with PostgresSource(spec, pg.dsn) as source:
+            source.chained_checksum = chained  # the form of a Postgres sink's gate: chained
+            alone = [source.checksum(window) for window in windows]
+            assert all(a.startswith(scheme) for a in alone)
+            assert len(set(alone)) == 6  # distinct windows, one of them empty
+            with psycopg.connect(pg.dsn) as conn, conn.cursor() as cur:
+                element = indexed_bound_type(cur, sql.Identifier(schema, "src"), "c")
+                assert (element is not None) == per_window
+            statements = _statements(source._conn.get())
+            assert source.window_checksums(windows) == alone
+            assert source.window_checksums(windows[2:5]) == alone[2:5]
+            assert source.window_checksums(windows[:1]) == alone[:1]
+            lateral = [s for s in statements if "LATERAL" in s]
+            assert len(lateral) == (3 if per_window else 0), statements
     sink_spec = SinkSpec("wh", TableRef(schema, "dst"), "replace")
     with (
         PostgresSource(spec, pg.dsn) as source,

@@ -334,7 +334,7 @@ def test_set_based_checksums_are_the_single_chunk_ones(project: Any) -> None:
     windows = [ChunkWindow("d", "date", days[i], days[i + 1]) for i in range(DAYS)]
     spec = SourceSpec(connection="wh", table=TableRef(project.s, "src"))
     with PostgresSource(spec, project.dsn) as source:
-        source.record_checksum = True  # the form a Postgres sink's gate agrees on (ADR 0023)
+        source.chained_checksum = True  # the form a Postgres sink's gate agrees on (ADR 0027)
         alone = [source.checksum(window) for window in windows]
         assert source.window_checksums(windows) == alone
         assert source.window_checksums(windows[2:5]) == alone[2:5]

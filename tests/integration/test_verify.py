@@ -138,7 +138,7 @@ def test_postgres_backfill_proven_and_tampered_chunks_found(
         )
     assert len(recorded) == 30
     for chunk in doc["chunks"]:
-        assert chunk["source_checksum"].startswith("rowsum-pghash64-v1:100:")
+        assert chunk["source_checksum"].startswith("rowsum-pgchain64-v1:100:")
         assert chunk["source_checksum"] == chunk["target_checksum"] == recorded[chunk["index"]]
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

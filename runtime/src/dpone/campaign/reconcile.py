@@ -1,7 +1,8 @@
 """`dpone verify`: prove a backfill by comparing every chunk's source rows with its target rows.
 
 Per chunk, both sides are summarised by the connectors' order-independent checksum (row count and
-the sum of a 64-bit hash of each row, ``rowsum-pghash64-v1``), over the source's columns, so a
+the sum of a 64-bit hash of each row, ``rowsum-pgchain64-v1`` between two Postgres sides and
+``rowsum-pghash64-v1`` otherwise), over the source's columns, so a
 target that has extra columns (a ``loaded_at``) still compares. Postgres computes it in SQL; SQLite
 and MSSQL stream the chunk's rows into the same hash. Both sides are read only: Postgres sessions
 run read-only transactions, SQLite files are opened read-only, and MSSQL (no read-only session) is
@@ -160,6 +161,7 @@ def _sides(plan: ProcessPlan, open_source: OpenSource) -> tuple[Source, Source]:
     except BaseException:
         source.close()
         raise
+    Source.agree_both(source, target)  # the gate's form (two Postgres sides: chained)
     return source, target
 
 

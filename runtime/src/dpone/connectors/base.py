@@ -30,6 +30,7 @@ from dpone.records import record
 
 #: The contract :mod:`dpone.connectors` re-exports: what callers build specs, sources and sinks with.
 __all__ = [
+    "CHAINED_SCHEME",
     "CHECKSUM_SCHEME",
     "ChunkFence",
     "ChunkWindow",
@@ -53,6 +54,8 @@ READ_BACK_LEVELS: tuple[str, ...] = ("checksum", "count", "off")
 
 #: Name and version of the checksum scheme; part of every checksum string.
 CHECKSUM_SCHEME = "rowsum-pghash64-v1"
+#: The scheme two Postgres sides compare in (ADR 0027): each row's fields chained, not joined.
+CHAINED_SCHEME = "rowsum-pgchain64-v1"
 _MASK64 = (1 << 64) - 1
 _MASK32 = 0xFFFFFFFF
 _TIMESTAMP_BOUND = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})Z$")
@@ -342,6 +345,18 @@ class Source(Closeable):
         """The checksum of the chunk's rows (every row when ``window`` is None) as the source
         holds them."""
 
+    def agree_checksum(self, other: Source | None) -> None:
+        """Agree with ``other``, the side this one is compared with checksum by checksum (None:
+        a side of another kind), on the row hash both compute: two Postgres sides chain each
+        row's fields (ADR 0027). Default: nothing changes, the joined canonical text every
+        dialect computes alike."""
+
+    @staticmethod
+    def agree_both(one: Source, other: Source) -> None:
+        """``one`` and ``other``, compared checksum by checksum, each agree with the other."""
+        one.agree_checksum(other)
+        other.agree_checksum(one)
+
     def expect(self, window: Expected) -> None:  # optional hint
         """The window this worker reads next (None: none; a function: named from the rows the
         current read copied, once it has ended): a source may read it ahead while the current
@@ -360,6 +375,7 @@ class Source(Closeable):
         with its target in any two dialects."""
         spec = SourceSpec("checksum", table=table, columns=tuple(columns) if columns else None)
         with cls(spec, dsn) as source:
+            source.agree_checksum(None)
             return source.checksum(window)
 
     def sibling(self, columns: tuple[str, ...] | None = None) -> Source:
@@ -892,17 +908,27 @@ _MIX_ROTATIONS = (4, 6, 8, 16, 19, 4)
 _FINAL_ROTATIONS = (14, 11, 25, 16, 4, 14, 24)
 
 
-def pg_hash64(data: bytes) -> int:
-    """Postgres's ``hashtextextended(text, 0)`` of UTF-8 ``data``, as an unsigned 64-bit int.
+def pg_hash64(data: bytes, seed: int = 0) -> int:
+    """Postgres's ``hashtextextended(text, seed)`` of UTF-8 ``data``, as an unsigned 64-bit int
+    (``seed`` unsigned too: a signed bigint's bits).
 
     A port of ``hash_bytes_extended`` (src/common/hashfn.c: Bob Jenkins' lookup3, words read
-    little-endian, the result ``b << 32 | c``). Postgres keeps it stable across releases because
-    hash partitions and hash indexes survive pg_upgrade; a big-endian server computes another value,
-    which the Postgres connector detects with a probe (and then hashes in Python instead).
+    little-endian, a non-zero seed mixed in first, the result ``b << 32 | c``). Postgres keeps it
+    stable across releases because hash partitions and hash indexes survive pg_upgrade; a
+    big-endian server computes another value, which the Postgres connector detects with a probe
+    (and then hashes in Python instead).
     """
     m = _MASK32
     n = len(data)
     a = b = c = (0x9E3779B9 + n + 3923095) & m
+    if seed:
+        a = (a + (seed >> 32)) & m
+        b = (b + (seed & m)) & m
+        for k in _MIX_ROTATIONS:  # mix(a, b, c)
+            a = (a - c) & m
+            a ^= ((c << k) | (c >> (32 - k))) & m
+            c = (c + b) & m
+            a, b, c = b, c, a
     full = n // 12
     if full:
         words = struct.unpack_from(f"<{full * 3}I", data)
@@ -931,27 +957,44 @@ def pg_hash64(data: bytes) -> int:
     return (a << 32) | b
 
 
+def chained_row_hash(fields: Sequence[str | None]) -> int:
+    """The 64-bit hash of one row in the chained form (ADR 0027), given its fields' canonical
+    texts in column-name order: each field hashed alone, seeded with the hash of the fields
+    before it, ``N`` for NULL, else ``"`` + its canonical text. No row text is built or quoted:
+    Postgres computes it as nested ``hashtextextended`` calls."""
+    value = 0
+    for text in fields:
+        value = pg_hash64(b"N" if text is None else ('"' + text).encode("utf-8"), value)
+    return value
+
+
 class RowChecksum:
     """Order-independent checksum of rows: count + sum mod 2^64 of a 64-bit hash of each row.
 
     A row's text is its fields in column-name order joined by ',', each field ``N`` for NULL or
     ``"`` + canonical text with ``"`` doubled + ``"``; its hash is :func:`pg_hash64` of the UTF-8
-    bytes, so Postgres computes the same in SQL with ``hashtextextended``.
+    bytes, so Postgres computes the same in SQL with ``hashtextextended``. ``chained``: the form
+    two Postgres sides compare in, :func:`chained_row_hash` of the fields (CHAINED_SCHEME).
     """
 
-    __slots__ = ("_order", "count", "total")
+    __slots__ = ("_chained", "_order", "count", "total")
 
-    def __init__(self, columns: Sequence[str]) -> None:
+    def __init__(self, columns: Sequence[str], chained: bool = False) -> None:
         self._order = checksum_order(columns)
+        self._chained = chained
         self.count = 0
         self.total = 0
 
     def add(self, row: Sequence[object]) -> None:
-        parts = []
-        for i in self._order:
-            text = canonical_text(row[i])
-            parts.append("N" if text is None else '"' + text.replace('"', '""') + '"')
-        self.total = (self.total + pg_hash64(",".join(parts).encode("utf-8"))) & _MASK64
+        if self._chained:
+            value = chained_row_hash([canonical_text(row[i]) for i in self._order])
+        else:
+            parts = []
+            for i in self._order:
+                text = canonical_text(row[i])
+                parts.append("N" if text is None else '"' + text.replace('"', '""') + '"')
+            value = pg_hash64(",".join(parts).encode("utf-8"))
+        self.total = (self.total + value) & _MASK64
         self.count += 1
 
     def add_many(self, rows: Sequence[Sequence[object]]) -> None:
@@ -959,4 +1002,5 @@ class RowChecksum:
             self.add(row)
 
     def value(self) -> str:
-        return format_checksum(self.count, self.total)
+        scheme = CHAINED_SCHEME if self._chained else CHECKSUM_SCHEME
+        return format_checksum(self.count, self.total, scheme)

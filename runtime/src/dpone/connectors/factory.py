@@ -106,9 +106,10 @@ def pair_checksums(
     upper: base.Bound | None = None,
     columns: Sequence[str] | None = None,
 ) -> tuple[str, str]:
-    """The checksums of the same rows on two sides, each a ``(dsn, table)``, in the portable
-    canonical-text form: what the read-back gate and ``dpone verify`` compare, and what the
-    ledger records. Arguments as :func:`table_checksum`."""
+    """The checksums of the same rows on two sides, each a ``(dsn, table)``, in the form both
+    agree on: what the read-back gate and ``dpone verify`` compare, and what the ledger records
+    (chained between two Postgres databases, ADR 0027; the joined canonical text otherwise).
+    Arguments as :func:`table_checksum`."""
     window = _scope(column, lower, upper, "pair_checksums")
     picked = tuple(columns) if columns else None
     sides = [
@@ -116,4 +117,5 @@ def pair_checksums(
         for dsn, table in (source, target)
     ]
     with sides[0] as one, sides[1] as other:
+        base.Source.agree_both(one, other)
         return one.checksum(window), other.checksum(window)
