@@ -182,8 +182,10 @@ DEMO = ("--catalog", str(DEMO_CATALOG), "--workload", "orders_history")
         ["ledger", "status", *DEMO, "--format", "json", "--format", "text"],
         ["verify", "--catalog", str(DEMO_CATALOG), "--catalog", str(DEMO_CATALOG)],
         ["check", str(DEMO_CATALOG), "--format", "json", "--format=json"],
+        ["ledger", "restate", *DEMO, "--chunks", "4", "--chunk", "5", "--reason", "r"],
+        ["ledger", "status", *DEMO, "--form", "json", "--format", "text"],
     ],
-    ids=["run", "restate", "status", "verify", "check"],
+    ids=["run", "restate", "status", "verify", "check", "abbreviated", "abbreviated-first"],
 )
 def test_an_option_of_one_value_given_twice_is_a_usage_error(args: list[str]) -> None:
     """Regression: the last one was kept silently (`--chunks 4 --chunks 5` restated chunk 5

@@ -173,6 +173,18 @@ def test_a_raw_slash_or_at_in_the_password_is_a_configuration_error_not_an_outag
         assert len(piece) < 3 or piece not in stderr, piece
 
 
+@pytest.mark.parametrize("side", ["dst", "led"])
+def test_an_encoded_at_in_the_database_name_stays_an_outage(
+    project: dict[str, Any], side: str
+) -> None:
+    """A percent-encoded '@' (a database named ``a@b``) is no password written raw: with the
+    server down, the run is retried, never refused as a configuration error."""
+    code, stderr = dpone("run", project, **{side: "postgresql://postgres@127.0.0.1:1/a%40b"})
+    record = last_error(stderr)
+    assert record["code"] == errors.CONNECTION_FAILED and record["retryable"] is True, stderr
+    assert code == 4 and "password" not in record["message"], record["message"]
+
+
 def test_an_unknown_host_stays_retryable_and_says_so(project: dict[str, Any]) -> None:
     code, stderr = dpone("run", project, dst="postgresql://postgres@dpone-nohost.invalid:5432/x")
     record = last_error(stderr)

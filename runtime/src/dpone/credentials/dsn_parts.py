@@ -107,16 +107,18 @@ def driver_secrets(dsn: str) -> frozenset[str]:
 
 
 def unencoded_userinfo(dsn: str) -> bool:
-    """True when libpq reads a Postgres URL DSN's user or password into its host or database:
-    the password holds a raw ``@`` (libpq ends the userinfo at the first one) or a raw ``/``
-    (libpq then reads no userinfo at all), so ``postgresql://u:p/w@host/db`` tries the host
-    ``u`` and the database ``w@host/db``: the connection can never work as written. Read as
-    an ``@`` in the host or the database libpq parsed; a percent-encoded password (``%40``,
-    ``%2F``) is read whole, and a raw ``?`` or ``#`` is read right."""
-    if "://" not in dsn:
+    """True when a Postgres URL DSN's password, as written, holds a raw ``@`` or ``/`` that
+    libpq splits it at: two ``@`` before the host part ends (libpq ends the userinfo at the
+    first), or an ``@`` past it that a ``/`` follows (a raw ``/`` ended the host part early:
+    ``postgresql://u:p/w@host/db`` tries the host ``u``). Read on the text as written, so a
+    percent-encoded ``@`` (``%40``) anywhere, or one in a parameter's value, is never one."""
+    _, sep, rest = dsn.strip().partition("://")
+    if not sep:
         return False
-    view = libpq_view(dsn.strip())
-    return view is not None and any("@" in view.get(key, "") for key in ("host", "dbname"))
+    before_query = rest.split("?", 1)[0]
+    authority = before_query.split("/", 1)[0]
+    path = before_query[len(authority) :]
+    return authority.count("@") > 1 or re.search(r"@[^/]*/", path) is not None
 
 
 def register_driver_secrets(dsn: str) -> None:

@@ -124,17 +124,26 @@ class CommandParser(argparse.ArgumentParser):
         """argparse's, refusing an option that takes one value given twice (``--chunks 4
         --chunks 5`` kept the last silently, as if the first had not been typed)."""
         given = list(sys.argv[1:] if args is None else args)
-        seen: dict[argparse.Action, str] = {}
+        seen: set[argparse.Action] = set()
         for token in given:
             if token == "--":
                 break
-            action = self._option_string_actions.get(token.split("=", 1)[0])
+            action = self._option_of(token.split("=", 1)[0])
             if not isinstance(action, argparse._StoreAction):
                 continue
             if action in seen:
-                self.error(f"{token.split('=', 1)[0]} is given twice: give it once")
-            seen[action] = token
+                self.error(f"{action.option_strings[-1]} is given twice: give it once")
+            seen.add(action)
         return super().parse_known_args(given, namespace)
+
+    def _option_of(self, name: str) -> argparse.Action | None:
+        """The option ``name`` stands for, as argparse reads it: its own name, or a long
+        option's unambiguous prefix (``--chunk`` for ``--chunks``)."""
+        found = self._option_string_actions.get(name)
+        if found is not None or not name.startswith("--") or not self.allow_abbrev:
+            return found
+        matches = {a for o, a in self._option_string_actions.items() if o.startswith(name)}
+        return matches.pop() if len(matches) == 1 else None
 
     def add_catalog(self, help_text: str) -> None:
         """The catalog as a positional argument or as ``--catalog`` (the form of `run`,
