@@ -68,6 +68,22 @@ def test_a_torn_last_line_is_ignored_and_cut(tmp_path: Path) -> None:
     store.close()
 
 
+def _disk_with_room(room: int) -> Any:
+    """os.write on a "disk" with ``room`` bytes left: a short count, then ENOSPC (what a full
+    tmpfs answers)."""
+    real_write = os.write
+    left = [room]
+
+    def full_disk(fd: int, data: bytes) -> int:
+        if left[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        count = real_write(fd, data[: left[0]])
+        left[0] -= count
+        return count
+
+    return full_disk
+
+
 def test_a_full_file_system_fails_the_record_and_leaves_none_of_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -82,16 +98,7 @@ def test_a_full_file_system_fails_the_record_and_leaves_none_of_it(
     lease = store.acquire_lease(shape, shape.chunks[0], "a", 30).lease
     assert lease is not None
     real_write = os.write
-    room = [10]  # bytes left on the "disk"
-
-    def full_disk(fd: int, data: bytes) -> int:
-        if room[0] <= 0:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        count = real_write(fd, data[: room[0]])
-        room[0] -= count
-        return count
-
-    monkeypatch.setattr(os, "write", full_disk)
+    monkeypatch.setattr(os, "write", _disk_with_room(10))
     with pytest.raises(DponeError) as caught:
         store.complete(lease, shape.chunks[0], ChunkResult(committed=True, rows=7))
     monkeypatch.setattr(os, "write", real_write)
@@ -128,7 +135,7 @@ def test_a_restatement_the_disk_cannot_hold_records_none_of_its_chunks(
     journal = tmp_path / "measured" / "ledger.json.journal"
     before = journal.stat().st_size
     assert measured.restate(shape, [2, 3, 4, 5, 6], "fix", "ana") == [2, 3, 4, 5, 6]
-    room = [(journal.stat().st_size - before) // 2]  # half of what the restatement writes
+    room = (journal.stat().st_size - before) // 2  # half of what the restatement writes
     measured.close()
 
     path = tmp_path / "full" / "ledger.json"
@@ -136,15 +143,7 @@ def test_a_restatement_the_disk_cannot_hold_records_none_of_its_chunks(
     journal = path.with_name("ledger.json.journal")
     before = journal.stat().st_size
     real_write = os.write
-
-    def full_disk(fd: int, data: bytes) -> int:
-        if room[0] <= 0:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        count = real_write(fd, data[: room[0]])
-        room[0] -= count
-        return count
-
-    monkeypatch.setattr(os, "write", full_disk)
+    monkeypatch.setattr(os, "write", _disk_with_room(room))
     with pytest.raises(DponeError) as caught:
         store.restate(shape, [2, 3, 4, 5, 6], "fix", "ana")
     monkeypatch.setattr(os, "write", real_write)
