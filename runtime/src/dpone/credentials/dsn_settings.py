@@ -3,9 +3,10 @@
 libpq refuses an unknown ``sslmode``, a port that is not a number and a missing root certificate
 before it sends a byte; the server refuses a bad ``options`` (``-c name=value``) at startup. None of
 these heals by itself, so they are DPONE_CONFIG_INVALID (not retryable) instead of the retryable
-DPONE_CONNECTION_FAILED; nor does a URL DSN whose password holds a raw ``@`` or ``/``. Messages name the setting, never its value or the DSN. Any other failed
-connect is described by a coarse reason shared by the connectors and the ledger, never by libpq's
-text (it names the user and the database).
+DPONE_CONNECTION_FAILED; nor does a URL DSN whose password holds a raw ``@`` or ``/``. Messages
+name the setting, never its value or the DSN. Any other failed connect is described by a coarse
+reason shared by the connectors and the ledger, never by libpq's text (it names the user and the
+database).
 """
 
 from __future__ import annotations
