@@ -38,7 +38,7 @@ processes:
       strategy: {{mode: backfill}}{accept}{read_back}
     backfill:
       chunk: {{column: ts, type: timestamp, start: "2024-01-01T00:00:00Z", end: "2024-01-04T00:00:00Z", unit: day}}
-      inner_mode: replace
+      inner_mode: {mode}
       lease_seconds: 30
     state: {state}
 """
@@ -64,7 +64,9 @@ def project(
     monkeypatch.setenv("DPONE_XCOM_PATH", str(tmp_path / "xcom.json"))
     monkeypatch.setenv("DPONE_EVIDENCE_DIR", str(tmp_path / "evidence"))
 
-    def write(read_back: str | None, ledger: str, accept: bool = True) -> str:
+    def write(
+        read_back: str | None, ledger: str, accept: bool = True, mode: str = "replace"
+    ) -> str:
         state = (
             f"{{backend: audit_schema, connection: wh, schema: {schema}_audit}}"
             if ledger == "audit_schema"
@@ -75,6 +77,7 @@ def project(
         (tmp_path / "events.yaml").write_text(
             MANIFEST.format(
                 s=schema,
+                mode=mode,
                 read_back=line,
                 state=state,
                 # the type preflight refuses timestamp(6) -> timestamp(0) unless accepted
@@ -126,6 +129,24 @@ def test_the_rounding_run_fails_instead_of_passing(
     assert by_index[3]["source_checksum"] == by_index[3]["checksum"]
     assert _target_ids(str(project["dsn"]), str(project["schema"])) == [5]
     assert errors.READ_BACK_MISMATCH in json.dumps(result)
+
+
+@pytest.mark.parametrize("ledger", ["audit_schema", "local_file"])
+def test_an_append_whose_rows_the_target_moves_into_another_chunk_fails(
+    project: dict[str, object], capsys: pytest.CaptureFixture[str], ledger: str
+) -> None:
+    """An append reads back the rows it added in the chunk's range: a row the target rounded
+    into the next day is missing there, as with replace, though every added row is found."""
+    write = project["write"]
+    assert callable(write)
+    code, result, out = _run(write(None, ledger, mode="append"), capsys)
+    assert code == 1 and result["status"] != "passed"
+    assert "failed — 1 committed" in out
+    evidence = _evidence(Path(str(project["tmp"])))
+    by_index = {c["index"]: c for c in evidence["chunks"]}
+    assert by_index[1]["error_code"] == by_index[2]["error_code"] == errors.READ_BACK_MISMATCH
+    assert by_index[3]["status"] == "committed"
+    assert _target_ids(str(project["dsn"]), str(project["schema"])) == [5]
 
 
 def test_the_narrowing_is_refused_before_any_chunk_unless_accepted(

@@ -120,8 +120,9 @@ def _columns_sql(columns: Sequence[str]) -> sql.Composed:
     return sql.SQL(", ").join(ident(c, "column") for c in columns)
 
 
-def _where(window: ChunkWindow | None) -> sql.Composable:
-    """`` WHERE <chunk predicate>`` on the ``dpone_src`` alias; nothing without a window."""
+def _where(window: ChunkWindow | None, keyword: str = "WHERE") -> sql.Composable:
+    """`` WHERE <chunk predicate>`` on the ``dpone_src`` alias (``keyword`` ``AND``: one more
+    condition of a WHERE); nothing without a window."""
     if window is None:
         return sql.SQL("")
     name = check_identifier(
@@ -131,7 +132,7 @@ def _where(window: ChunkWindow | None) -> sql.Composable:
         max_bytes=MAX_IDENTIFIER_BYTES,
     )
     col = sql.Identifier("dpone_src", name)
-    return sql.SQL(" WHERE {} >= %s AND {} < %s").format(col, col)
+    return sql.SQL(" " + keyword + " {} >= %s AND {} < %s").format(col, col)
 
 
 def _params(window: ChunkWindow | None) -> tuple[object, object] | None:
@@ -1370,15 +1371,17 @@ class PostgresSink(Sink):
             # read by their row versions in a statement of their own: RETURNING shows a row
             # before AFTER triggers, and a row such a trigger changed or deleted is not found
             # here (the gate then counts it missing). The table's oid pins a version to its
-            # partition.
+            # partition. Only those in the chunk's range count: a row the target moved into
+            # another chunk (an accepted narrowing of the chunk column) is missing here too.
             cur.execute(sql.SQL("{} RETURNING ctid::text, tableoid::text").format(insert))
             versions = cur.fetchall()
             self._check_deferred(cur)
             added = sql.SQL(
-                "(SELECT {} FROM {} WHERE ctid = ANY(%s::tid[]) "
-                "AND tableoid::text || ':' || ctid::text = ANY(%s::text[])) AS dpone_added"
-            ).format(_columns_sql(hashed), self._table)
-            params = [[v[0] for v in versions], [f"{v[1]}:{v[0]}" for v in versions]]
+                "(SELECT {} FROM {} AS dpone_src WHERE ctid = ANY(%s::tid[]) "
+                "AND tableoid::text || ':' || ctid::text = ANY(%s::text[]){}) AS dpone_added"
+            ).format(_columns_sql(hashed), self._table, _where(window, "AND"))
+            params: list[object] = [[v[0] for v in versions], [f"{v[1]}:{v[0]}" for v in versions]]
+            params += _params(window) or ()
             checksum = relation_checksum(cur, added, typed, params, chained=self._chained)
             rows = checksum_rows(checksum)
             cur.execute(sql.SQL("DROP TABLE {}").format(stage))
