@@ -268,6 +268,22 @@ def test_a_mysql_float_with_decimals_is_a_decimal() -> None:
     assert (plain.family, plain.bits) == ("float", 53)
 
 
+def test_a_mysql_float_with_decimals_keeps_only_a_floats_digits() -> None:
+    # Regression: FLOAT(12,2) was taken for DECIMAL(12,2), so a decimal(10,2) went in and
+    # 12345678.91 came back as 12345679.00 (a single float keeps 6 digits exactly)
+    single = mysql_column_type("float", "float(12,2)", None, 12, 2, None, None)
+    double = mysql_column_type("double", "double(20,2)", None, 20, 2, None, None)
+    assert (single.family, single.bits, double.bits) == ("decimal", 24, 53)
+    assert "6 significant digits" in (narrowing(my("decimal(10,2)"), single) or "")
+    assert "15 significant digits" in (narrowing(my("decimal(18,2)"), double) or "")
+    assert narrowing(my("int"), single) is not None  # 10 digits
+    assert narrowing(my("decimal(6,2)"), single) is None
+    assert narrowing(my("smallint"), single) is None
+    assert narrowing(my("decimal(15,2)"), double) is None
+    assert narrowing(single, single) is None and narrowing(single, double) is None
+    assert narrowing(mysql_column_type("double", "double(10,2)", None, 10, 2, None, None), single)
+
+
 def test_an_unsigned_bigint_does_not_fit_sqlites_integers() -> None:
     # Regression: SQLite NUMERIC keeps 64-bit signed integers; 2**64 - 1 overflowed at the write
     numeric = sqlite_column_type("NUMERIC")

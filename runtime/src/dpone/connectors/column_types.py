@@ -178,6 +178,28 @@ def _to_integer(source: ColumnType, target: ColumnType) -> str | None:
 
 
 def _to_decimal(source: ColumnType, target: ColumnType) -> str | None:
+    fits = _decimal_fits_exactly(source, target)
+    if fits is not None or target.bits is None:
+        return fits
+    # a decimal kept in a binary float (MySQL FLOAT(M,D) / DOUBLE(M,D)): exact to so many digits
+    digits = _FLOAT_DIGITS.get(target.bits, 6)
+    if source.bits is not None and source.bits <= target.bits:
+        return None  # a float of at most as many bits, rounded to fitting decimals: kept
+    held: int | None = None
+    if source.family == "decimal":
+        held = source.precision
+    elif source.family == "integer":
+        held = _integer_digits(source)
+    if held is None or held > digits:
+        shown = "any number of" if held is None else str(held)
+        return (
+            f"the target stores each value in a binary float of {target.bits} mantissa bits, "
+            f"exact to {digits} significant digits; the source has {shown} digits"
+        )
+    return None
+
+
+def _decimal_fits_exactly(source: ColumnType, target: ColumnType) -> str | None:
     if source.family == "decimal":
         return _decimal_fits(source, target)
     if source.family == "integer":

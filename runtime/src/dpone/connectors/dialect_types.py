@@ -101,8 +101,12 @@ def mysql_column_type(
     if kind in ("decimal", "numeric"):
         return ColumnType(declared, "decimal", precision=numeric_precision, scale=numeric_scale)
     if kind in ("float", "double", "real") and numeric_scale is not None and "," in column_type:
-        # FLOAT(M,D) / DOUBLE(M,D) round every value to D decimals within M digits: a decimal
-        return ColumnType(declared, "decimal", precision=numeric_precision, scale=numeric_scale)
+        # FLOAT(M,D) / DOUBLE(M,D) round every value to D decimals within M digits: a decimal,
+        # stored in a binary float of ``bits`` mantissa bits (FLOAT single, DOUBLE double)
+        bits = 24 if kind == "float" else 53
+        return ColumnType(
+            declared, "decimal", bits=bits, precision=numeric_precision, scale=numeric_scale
+        )
     if kind in ("float", "double", "real"):
         return ColumnType(declared, "float", bits=24 if kind == "float" else 53)
     if kind in ("char", "varchar"):
