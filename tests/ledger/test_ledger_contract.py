@@ -166,8 +166,12 @@ def test_cancellation_is_read_before_every_lease(backend: Backend) -> None:
     store.complete(lease, shape.chunks[0], ChunkResult(committed=True))  # running work may finish
     ledger = store.load(shape.run_key)
     assert ledger is not None and ledger.cancelled and ledger.cancel_reason == "operator stop"
-    store.cancel(shape.run_key, "resume", undo=True)
+    assert store.cancel(shape.run_key, "resume", undo=True) is True
     assert store.acquire_lease(shape, shape.chunks[1], "a", 30).status is LeaseStatus.ACQUIRED
+    # nothing left to lift: nothing written, and the campaign stays as it was
+    assert store.cancel(shape.run_key, "again", undo=True) is False
+    ledger = store.load(shape.run_key)
+    assert ledger is not None and not ledger.cancelled and ledger.cancel_reason is None
     with pytest.raises(DponeError) as caught:
         store.cancel("bf-unknown", "x")
     assert caught.value.code == errors.USAGE

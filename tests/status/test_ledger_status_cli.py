@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from dpone.ledger.factory import open_store
 from dpone.ledger.port import CampaignShape, ChunkResult, LeaseStatus
@@ -162,6 +163,37 @@ def test_cancel_and_undo(campaign: tuple[Path, dict[str, str]]) -> None:
     assert doc["cancelled"] is False and doc["cancel_reason"] is None
 
 
+def test_a_cancellation_records_who_and_an_undo_with_nothing_to_lift_writes_nothing(
+    campaign: tuple[Path, dict[str, str]], pg_dsn: str
+) -> None:
+    cwd, env = campaign
+    found = re.search(r"schema: (dpone_status_\w+)", (cwd / "payments.yaml").read_text())
+    assert found is not None
+    audit = found.group(1)
+
+    def snapshots() -> list[tuple[bool, str | None, str]]:
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute(
+                f"SELECT cancelled, cancel_reason, created_by FROM {audit}.campaign"  # type: ignore[call-overload]
+                " WHERE process = 'payments' ORDER BY seq"
+            ).fetchall()
+        return [(bool(r[0]), r[1], str(r[2])) for r in rows]
+
+    before = snapshots()
+    idle = ledger(env, cwd, "cancel", "--process", "payments", "--undo", "--by", "ops@example")
+    assert idle.returncode == 0, idle.stderr
+    assert "is not cancelled: nothing to resume" in idle.stdout and "resumed" not in idle.stdout
+    assert snapshots() == before, "an undo with nothing to lift writes no snapshot"
+    done = ledger(env, cwd, "cancel", "--process", "payments", "--reason", "bad", "--by", "ann@ops")
+    assert done.returncode == 0, done.stderr
+    assert "cancelled by ann@ops" in done.stdout
+    assert snapshots()[-1] == (True, "bad", "ann@ops")
+    lifted = ledger(env, cwd, "cancel", "--process", "payments", "--undo", "--by", "bob@ops")
+    assert "resumed by bob@ops" in lifted.stdout
+    assert snapshots()[-1][0] is False and snapshots()[-1][2] == "bob@ops"
+    assert len(snapshots()) == len(before) + 2
+
+
 @pytest.mark.parametrize("damage", ["chunk_count", "chunk_row"])
 def test_cancel_refuses_a_ledger_status_and_run_refuse(
     campaign: tuple[Path, dict[str, str]], pg_dsn: str, damage: str
@@ -293,6 +325,23 @@ def test_restate_json_names_the_inner_mode_and_says_what_moving_again_does(
     assert doc["schema"] == "dpone.ledger-restate.v1" and doc["inner_mode"] == "merge"
     assert doc["moving_again"].startswith("upserts on the keys")
     assert doc["requested_by"] == "ana" and doc["restated"] == [1]
+    assert doc["cancelled"] is False
+
+
+def test_a_restatement_of_a_cancelled_campaign_says_nothing_moves_until_the_undo(
+    campaign: tuple[Path, dict[str, str]],
+) -> None:
+    cwd, env = campaign
+    assert ledger(env, cwd, "cancel", "--process", "payments").returncode == 0
+    done = ledger(env, cwd, "restate", "--process", "payments", "--chunks", "1", "--reason", "r")
+    assert done.returncode == 0, done.stderr
+    assert "the campaign is cancelled: no chunk moves" in done.stdout
+    assert "next: lift the cancellation, then run the campaign again" in done.stdout
+    as_json = ledger(
+        env, cwd, "restate", "--process", "payments", "--chunks", "2", "--reason", "r",
+        "--format", "json",
+    )  # fmt: skip
+    assert json.loads(as_json.stdout)["cancelled"] is True
 
 
 def _schema_exists(dsn: str, schema: str) -> bool:

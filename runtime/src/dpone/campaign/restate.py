@@ -226,6 +226,8 @@ def restate_command(
             "requested_by": who,
             "inner_mode": plan.config.backfill.inner_mode,
             "moving_again": note,
+            # a cancelled campaign starts no chunk: the restated ones wait for `cancel --undo`
+            "cancelled": bool(ledger.cancelled),
         }
     )
     if args.format == "json":
@@ -254,9 +256,16 @@ def render_text(doc: dict[str, Any]) -> str:
         )
     lines.append(f"  reason: {doc['reason']} (by {doc['requested_by']})")
     lines.append(f"  moving again ({doc['inner_mode']}): {doc['moving_again']}")
+    if doc["cancelled"]:
+        lines.append(
+            "  the campaign is cancelled: no chunk moves, these included, until "
+            "`dpone ledger cancel --undo`"
+        )
     if doc["restated"] and not doc["dry_run"]:
         lines.append(
-            "  next: run the campaign again (internal), or clear its mapped items; "
+            "  next: "
+            + ("lift the cancellation, then " if doc["cancelled"] else "")
+            + "run the campaign again (internal), or clear its mapped items; "
             "`dpone ledger status` prints the `airflow tasks clear` command"
         )
     return "\n".join(lines) + "\n"

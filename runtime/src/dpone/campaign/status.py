@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
-from dpone.campaign.restate import stored_shape
-from dpone.credentials.redaction import redact_document
+from dpone.campaign.restate import requested_by, stored_shape
+from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import DponeError
 from dpone.ledger.port import (
     Amendment,
@@ -942,6 +942,11 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
                 help=f"recorded with the cancellation (at most {REASON_MAX} characters of text)",
             )
             p.add_argument("--undo", action="store_true", help="lift a cancellation")
+            p.add_argument(
+                "--by",
+                type=requester,
+                help=f"who asked (default: user@host; at most {REASON_MAX} characters of text)",
+            )
     args = parser.parse_args(list(argv))
     if args.action == "list":
         return _list_campaigns(args)
@@ -967,11 +972,17 @@ def ledger_command(argv: Sequence[str], parser_class: type[argparse.ArgumentPars
                 ledger = store.load(plan.run_key)
                 if ledger is not None:
                     _require_same_campaign(pack, plan, ledger)
-                store.cancel(plan.run_key, args.reason, undo=args.undo)
+                who = requested_by(args.by)
+                changed = store.cancel(plan.run_key, args.reason, undo=args.undo, by=who)
             finally:
                 store.close()
+            if not changed:
+                print(
+                    f"dpone: campaign {plan.run_key} ({plan.name}) is not cancelled: nothing to resume"
+                )
+                continue
             verb = "resumed" if args.undo else "cancelled"
-            print(f"dpone: campaign {plan.run_key} ({plan.name}) {verb}")
+            print(redact_text(f"dpone: campaign {plan.run_key} ({plan.name}) {verb} by {who}"))
         return 0
     if args.html:
         _check_html_target(args.html)

@@ -674,17 +674,20 @@ class LocalFileLedger(StoreBase):
             self._append(_transition_json(self._last_seq + 1, lease.run_key, record, now))
         return port.Lease(lease.run_key, lease.chunk_index, lease.owner, lease.attempt, expires)
 
-    def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
+    def cancel(self, run_key: str, reason: str, undo: bool = False, by: str | None = None) -> bool:
         self._check_writable()
         with self._locked(self.lock_timeout_s):
             campaign = self._campaigns.get(run_key)
             if campaign is None:
                 raise DponeError(errors.USAGE, f"no campaign {run_key!r} in {self.path}")
             head = campaign.head
+            if undo and not head.cancelled:
+                return False
             updated = replace(
-                head.cancelling(reason, undo), seq=self._last_seq + 1, created_at=self._clock()
+                head.cancelling(reason, undo, by), seq=self._last_seq + 1, created_at=self._clock()
             )
             self._append(_campaign_json(updated.seq, updated, None))
+            return True
 
     def list_campaigns(self, workload: str | None = None) -> list[str]:
         with self._locked():

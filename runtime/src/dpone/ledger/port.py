@@ -203,7 +203,8 @@ class LedgerStore(Protocol):
       record is appended (CAS-checked) in a fresh transaction and the exception propagates.
       Stores that cannot do that raise NotImplementedError.
     - renew: extend an owned lease (CAS on owner and attempt) for chunks that run long.
-    - cancel: mark the campaign cancelled (or undo it); acquire_lease reads it before every lease.
+    - cancel: mark the campaign cancelled (or undo it), recording who asked; acquire_lease reads
+      it before every lease. False when there was nothing to undo (nothing written).
     - extend: under the campaign lock, grow the stored campaign to ``shape`` when its chunks are
       the first chunks of ``shape`` (same bounds and keys) and ``config_hash_at(stored end)`` is
       the stored config_hash: append the new chunk rows, a new campaign snapshot (new plan_hash,
@@ -270,7 +271,9 @@ class LedgerStore(Protocol):
 
     def renew(self, lease: Lease, lease_seconds: float) -> Lease: ...
 
-    def cancel(self, run_key: str, reason: str, undo: bool = False) -> None: ...
+    def cancel(
+        self, run_key: str, reason: str, undo: bool = False, by: str | None = None
+    ) -> bool: ...
 
     def list_campaigns(self, workload: str | None = None) -> list[str]: ...
 

@@ -278,9 +278,13 @@ class CampaignHead:
             created_by=owner,
         )
 
-    def cancelling(self, reason: str, undo: bool) -> CampaignHead:
-        """The snapshot with the cancelled flag set (``undo``: cleared) for ``reason``."""
-        return replace(self, cancelled=not undo, cancel_reason=stored_text(reason))
+    def cancelling(self, reason: str, undo: bool, by: str | None = None) -> CampaignHead:
+        """The snapshot with the cancelled flag set (``undo``: cleared) for ``reason``, written
+        by ``by`` (who asked; None: the snapshot's writer is kept)."""
+        writer = self.created_by if by is None else redact_text(by)[:ERROR_MESSAGE_LIMIT]
+        return replace(
+            self, cancelled=not undo, cancel_reason=stored_text(reason), created_by=writer
+        )
 
 
 @record
@@ -1400,8 +1404,9 @@ class SqlLedger(StoreBase):
         self._verified_shapes[(run_key, head.plan_hash)] = shape
         return merge_ledger(head, shape, state.latest, state.now, state.marks)
 
-    def cancel(self, run_key: str, reason: str, undo: bool = False) -> None:
-        """Append a snapshot with the cancelled flag flipped (under the campaign lock)."""
+    def cancel(self, run_key: str, reason: str, undo: bool = False, by: str | None = None) -> bool:
+        """Append a snapshot with the cancelled flag flipped (under the campaign lock); False,
+        and nothing written, when ``undo`` finds the campaign not cancelled."""
         with self._transaction("cancel", TxMode.CAMPAIGN) as tx:
             tx.lock_campaign(run_key, self.lock_timeout_s)
             head = tx.campaign_head(run_key)
@@ -1409,7 +1414,10 @@ class SqlLedger(StoreBase):
                 raise DponeError(
                     errors.USAGE, f"no campaign {run_key!r} in audit schema {self.schema!r}"
                 )
-            tx.insert_campaign(head.cancelling(reason, undo))
+            if undo and not head.cancelled:
+                return False
+            tx.insert_campaign(head.cancelling(reason, undo, by))
+            return True
 
     def list_campaigns(self, workload: str | None = None) -> list[str]:
         if self.absent:
