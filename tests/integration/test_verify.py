@@ -268,3 +268,93 @@ def test_verify_never_prints_a_dsn(
     captured = capsys.readouterr()
     assert "nosuch-secret-path" not in captured.out + captured.err
     assert "DPONE_CONFIG_INVALID" in captured.err and "'x.db' does not exist" in captured.err
+
+
+@pytest.mark.postgres
+def test_a_long_verify_groups_its_chunks_and_reports_its_progress(
+    pg_project: tuple[str, str], pg_dsn: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """750 integer chunks of 4 ids: both sides sum consecutive chunks in grouped statements,
+    each chunk's value the one its own checksum gives (a selection with gaps included), and
+    stderr says how far the check is at each tenth, as text or JSON, or not at all."""
+    catalog, schema = pg_project
+    manifest = Path(catalog).parent / "orders.yaml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            "{column: order_date, type: date, start: 2023-01-01, end: 2023-01-31}",
+            "{column: order_id, type: integer, start: 1, end: 3001, step: 4}",
+        )
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {schema}.orders SELECT * FROM {schema}.raw_orders")
+        conn.execute(f"UPDATE {schema}.orders SET note = 'x' WHERE order_id IN (6, 2990)")
+    verify = ["verify", "--catalog", catalog, "--workload", "orders", "--format", "json"]
+    assert main(verify) == 1
+    captured = capfd.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["chunks_checked"] == 750
+    assert [c["index"] for c in doc["mismatches"]] == [2, 748]
+    lines = [line for line in captured.err.splitlines() if "chunk(s) checked" in line]
+    assert lines[-1] == "dpone verify: orders/orders: 750 of 750 chunk(s) checked, 2 mismatched"
+    # a line at each further tenth reached, after each group of up to 200 chunks
+    assert [line.split(": ")[2].split(" of")[0] for line in lines] == ["200", "400", "600", "750"]
+
+    spec = SourceSpec(connection="wh", table=TableRef(schema, "raw_orders"))
+    moved = ("amount", "note", "order_date", "order_id")  # not the target's loaded_at
+    target = SourceSpec(
+        connection="wh", table=TableRef(schema, "orders"), columns=moved, role="target"
+    )
+    picked = [1, 2, 3, 200, 201, 202, 748, 750]
+    assert main([*verify, "--chunks", ",".join(map(str, picked)), "--no-progress"]) == 1
+    captured = capfd.readouterr()
+    assert "chunk(s) checked" not in captured.err
+    chunks = json.loads(captured.out)["chunks"]
+    from dpone.connectors.base import ChunkWindow, Source
+
+    source_side, target_side = PostgresSource(spec, pg_dsn), PostgresSource(target, pg_dsn)
+    try:
+        Source.agree_both(source_side, target_side)
+        for chunk in chunks:
+            window = ChunkWindow("order_id", "integer", chunk["lower"], chunk["upper"])
+            assert chunk["source_checksum"] == source_side.checksum(window)
+            assert chunk["target_checksum"] == target_side.checksum(window)
+    finally:
+        source_side.close()
+        target_side.close()
+    assert [c["index"] for c in chunks] == picked
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DPONE_LOG_FORMAT", "json")
+        assert main(verify) == 1
+    err = capfd.readouterr().err.splitlines()
+    events = [json.loads(line) for line in err]  # every stderr line is JSON
+    progress = [e for e in events if e.get("event") == "verify"]
+    assert progress[-1] == {
+        "schema": "dpone.progress.v1",
+        "event": "verify",
+        "label": "orders/orders",
+        "done": 750,
+        "total": 750,
+        "mismatched": 2,
+    }
+
+
+def test_on_a_terminal_verify_rewrites_one_progress_line() -> None:
+    import io
+
+    from dpone.campaign.reconcile import VerifyProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    progress = VerifyProgress(screen, json_lines=False, workload="w")
+    progress.start("p", 3)
+    for done in (1, 2, 3):
+        progress.advance(done, done - 1)
+    assert screen.getvalue() == (
+        "\r\x1b[Kdpone verify: w/p: 1 of 3 chunk(s) checked, 0 mismatched"
+        "\r\x1b[Kdpone verify: w/p: 2 of 3 chunk(s) checked, 1 mismatched"
+        "\r\x1b[Kdpone verify: w/p: 3 of 3 chunk(s) checked, 2 mismatched\n"
+    )

@@ -168,6 +168,7 @@ def _verify_parser() -> CommandParser:
         "--chunks", metavar="RANGES", help="only these chunks: 1-40, 7 or 1-5,9 (default: all)"
     )
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output (text)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
 
 
