@@ -141,7 +141,7 @@ def _dpone_k8s(value, kind):
         return value
     if kind.startswith("list["):
         return [_dpone_k8s(item, kind[5:-1]) for item in value]
-    if kind.startswith("dict("):
+    if kind.startswith(("dict(", "dict[")):  # kubernetes < 35: dict(str, X); later: dict[str, X]
         inner = kind[5:-1].split(", ", 1)[1]
         return {key: _dpone_k8s(item, inner) for key, item in value.items()}
     model = getattr(k8s, kind)

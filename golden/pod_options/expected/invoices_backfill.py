@@ -141,7 +141,7 @@ def _dpone_k8s(value, kind):
         return value
     if kind.startswith("list["):
         return [_dpone_k8s(item, kind[5:-1]) for item in value]
-    if kind.startswith("dict("):
+    if kind.startswith(("dict(", "dict[")):  # kubernetes < 35: dict(str, X); later: dict[str, X]
         inner = kind[5:-1].split(", ", 1)[1]
         return {key: _dpone_k8s(item, inner) for key, item in value.items()}
     model = getattr(k8s, kind)
@@ -271,6 +271,17 @@ POD_OPTIONS = {
                 ],
             },
         },
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "dpone", "team": "finance"}},
+                    },
+                },
+            ],
+        },
     },
     "labels": {"team": "finance", "cost-center": "cc-4711"},
     "annotations": {
@@ -284,6 +295,14 @@ POD_OPTIONS = {
         {
             "name": "ca-bundle",
             "configMap": {"name": "corporate-ca", "items": [{"key": "ca.pem", "path": "ca.pem"}]},
+        },
+        {
+            "name": "warehouse-certs",
+            "csi": {
+                "driver": "secrets-store.csi.k8s.io",
+                "readOnly": True,
+                "volumeAttributes": {"secretProviderClass": "invoices-warehouse"},
+            },
         },
     ],
     "volume_mounts": [
