@@ -9,7 +9,9 @@ from dpone.credentials.postgres_errors import describe_postgres_error
 
 
 class _Refused(Exception):
-    def __init__(self, sqlstate: str, context: str | None, primary: str = "x") -> None:
+    def __init__(
+        self, sqlstate: str, context: str | None, primary: str = "x", source: str | None = None
+    ) -> None:
         super().__init__(primary)
         self.sqlstate = sqlstate
         self.diag = SimpleNamespace(
@@ -18,7 +20,29 @@ class _Refused(Exception):
             datatype_name=None,
             message_primary=primary,
             context=context,
+            source_file=source,
         )
+
+
+@pytest.mark.parametrize(
+    ("context", "source"),
+    [
+        ("PL/pgSQL function a.trg() line 3 at RAISE", "pl_exec.c"),
+        ("PL/pgSQL function a.trg() line 4 at EXECUTE", "parse_relation.c"),
+        ('PL/Python function "trg"', "plpy_elog.c"),
+        (None, "pl_exec.c"),
+    ],
+)
+def test_a_message_a_database_function_raised_is_withheld_whatever_its_class(
+    context: str | None, source: str
+) -> None:
+    for state in ("42501", "40001", "0A000", "55000"):
+        text = describe_postgres_error(_Refused(state, context, "customer Secret-77", source))
+        assert f"(SQLSTATE {state})" in text and "Secret" not in text
+        assert "message withheld" in text
+    # the server's own message of the same class is kept: it names objects
+    kept = describe_postgres_error(_Refused("42501", None, "permission denied for table t"))
+    assert kept.endswith("permission denied for table t")
 
 
 @pytest.mark.parametrize(

@@ -218,7 +218,8 @@ CHUNK_BUSY = _register(
     "transaction held what its write needs.",
     "Another task is running the same chunk, a crashed attempt's lease has not expired yet, or "
     "another session held rows of the chunk's range past DPONE_FENCE_LOCK_TIMEOUT (or "
-    "deadlocked with its write).",
+    "deadlocked with its write), or the server cancelled a statement as a serialization failure "
+    "(SQLSTATE 40001, also a standby's conflict with recovery).",
     "Wait for the lease to expire or the other transaction to end (see `dpone ledger status`) "
     "and retry the task.",
     retryable=True,

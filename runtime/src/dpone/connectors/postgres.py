@@ -186,6 +186,15 @@ def translate_error(
                 f"{what}: the server ended a deadlock with another transaction by rolling this "
                 "chunk back; the chunk is busy, a later attempt moves it",
             )
+        if isinstance(exc, psycopg.errors.SerializationFailure):
+            # 40001: a concurrent update under a stricter isolation, or a standby cancelling a
+            # read that conflicts with its recovery: transient, as the server's hint says
+            return DponeError(
+                errors.CHUNK_BUSY,
+                f"{what}: the server cancelled the statement (SQLSTATE 40001: a serialization "
+                "failure, or a conflict with recovery on a standby); the chunk is busy, a later "
+                "attempt moves it",
+            )
         return DponeError(code, f"{what} failed: {describe_error(exc)}")
     return DponeError(code, f"{what} failed: {type(exc).__name__}")
 

@@ -3,8 +3,10 @@
 A driver's message can carry row values: DETAIL lines always may, and so may the primary
 message of a data exception (22), a constraint violation (23) or a PL/pgSQL ``RAISE`` (P0)
 that a target's trigger formats with ``NEW``. Only the SQLSTATE classes whose primary message
-names objects keep it. The connectors and the Postgres ledger describe errors this one way
-(docs/security.md).
+names objects keep it, and only when the server wrote it: an error raised inside a function of a
+procedural language (a trigger's ``RAISE .. USING ERRCODE = '42501'``) says what its author
+formatted, whatever its class. The connectors and the Postgres ledger describe errors this one
+way (docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from typing import Any
 SAFE_MESSAGE_CLASSES = frozenset(
     {"08", "0A", "25", "28", "3D", "3F", "40", "42", "53", "54", "55", "57"}
 )
+
+#: A context line of an error raised in a procedural-language function (``PL/pgSQL function
+#: f() line 3 at RAISE``, ``PL/Python function "f"``): user code, whose message may hold values.
+_IN_USER_FUNCTION = re.compile(r"\bPL/[A-Za-z0-9]+ function\b")
+#: The server's source files of the procedural languages' own errors (RAISE, plpy.error, ...).
+_USER_CODE_FILES = ("pl_", "plpy", "plperl", "pltcl")
 
 #: The column of a COPY context line (``COPY t, line 3, column v: "<value>"``): the line's first
 #: ", line N" is the row's (a row-level context, ``COPY t, line 3: "<row>"``, then has no
@@ -45,10 +53,20 @@ def describe_postgres_error(exc: Any) -> str:
     if diag.datatype_name:
         parts.append(f'type "{diag.datatype_name}"')
     if state and state[:2] in SAFE_MESSAGE_CLASSES and diag.message_primary:
-        parts.append(diag.message_primary)
+        if _raised_by_user_code(diag):
+            parts.append("message withheld: raised by a database function, it may hold row values")
+        else:
+            parts.append(diag.message_primary)
     if state is None:  # psycopg's, not the server's: a value it cannot load into Python
         parts.extend(_unloadable(str(exc)))
     return ", ".join(parts)
+
+
+def _raised_by_user_code(diag: Any) -> bool:
+    """True when a procedural-language function (a trigger's, a view's) raised the error or
+    was running when it was raised: its text is not the server's own."""
+    source = (diag.source_file or "").rsplit("/", 1)[-1]
+    return source.startswith(_USER_CODE_FILES) or bool(_IN_USER_FUNCTION.search(diag.context or ""))
 
 
 def _copy_column(context: str | None) -> str | None:
