@@ -25,6 +25,7 @@ EXPECTED_CODE = {
     "conflicting_policy": "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
     "duplicate_dag_id": "DPONE_GENERATE_CONFLICT",
     "duplicate_key": "DPONE_YAML_INVALID",
+    "octal_file_mode": "DPONE_YAML_INVALID",
     "env_credential": "DPONE_AIRFLOW_ENV_CREDENTIAL",
     "float_for_integer": "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
     "flavour_credential_forms": "DPONE_CATALOG_INVALID",

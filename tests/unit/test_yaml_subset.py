@@ -30,6 +30,7 @@ PROJECT_YAML = sorted(
 LEFT_TO_RUAMEL = {
     "golden/gitops_policy/workloads.yaml",
     "tests/invalid_catalogs/duplicate_key/workloads.yaml",
+    "tests/invalid_catalogs/octal_file_mode/workloads.yaml",
     "tests/invalid_catalogs/pod_options_invalid/workloads.yaml",
     "tests/invalid_catalogs/yaml_tag/workloads.yaml",
     "tests/invalid_catalogs/yaml_syntax_error/workloads.yaml",
@@ -197,3 +198,29 @@ def test_a_reused_anchor_is_read_without_a_warning(tmp_path: Path) -> None:
     )
     assert done.stdout.strip() == "{'a': 1, 'b': 2, 'c': 2}"
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("m: 0o400\n", 256),
+        ('m: "0400"\n', "0400"),
+        ("m: 0\n", 0),
+        ("m: -0\n", 0),
+        ("m: 400\n", 400),
+    ],
+)
+def test_an_integer_without_a_leading_zero_reads_as_written(text: str, value: object) -> None:
+    data, _ = ruamel(text) if parse_subset(text) is None else parse_subset(text)  # type: ignore[misc]
+    assert data == {"m": value}
+
+
+@pytest.mark.parametrize("text", ["m: 0400\n", "m: {x: 0644}\n", "m: [-012]\n", "m: 08\n"])
+def test_an_integer_with_a_leading_zero_is_refused_where_it_is(text: str) -> None:
+    """kubectl and other YAML 1.1 readers take 0400 for octal 256, YAML 1.2 for 400: a file
+    mode copied from a pod manifest would reach the pod with another value."""
+    assert parse_subset(text) is None
+    outcome = yaml_ruamel.parse(text, "doc.yaml")
+    assert isinstance(outcome, ErrorRecord) and outcome.code == "DPONE_YAML_INVALID"
+    assert "leading zero" in outcome.message and outcome.location is not None
+    assert outcome.location.line == 1 and outcome.location.column > 3

@@ -25,6 +25,10 @@ from dpone.errors import ErrorRecord, Location
 MAX_NODES = 200_000
 MAX_FLOW_DEPTH = 64
 TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+INT_TAG = "tag:yaml.org,2002:int"
+#: A plain integer with a leading zero: YAML 1.2 reads ``0400`` as 400, YAML 1.1 (kubectl, PyYAML,
+#: a Kubernetes manifest's ``defaultMode: 0400``) as octal 256.
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 MERGE_TAG = "tag:yaml.org,2002:merge"
 # YAML 1.2's core schema: the only tags a catalog or manifest may carry, implicitly or written out.
 # Any other tag (``!!binary``, ``!!set``, ``!!python/...``, ``!local``) would turn a value into
@@ -96,6 +100,12 @@ class _ForbiddenTag(Exception):
         self.node = node
 
 
+class _AmbiguousInteger(Exception):
+    def __init__(self, node: ScalarNode) -> None:
+        super().__init__(node.value)
+        self.node = node
+
+
 class _DuplicateKey(Exception):
     def __init__(self, key: object, node: Node, first: Node | None = None) -> None:
         super().__init__(key)
@@ -131,6 +141,8 @@ class _Builder:
             return str(node.value)
         if node.tag == MERGE_TAG:
             return "<<"
+        if node.tag == INT_TAG and node.style is None and _LEADING_ZERO.fullmatch(node.value):
+            raise _AmbiguousInteger(node)
         return _plain_scalar(self.constructor.construct_object(node, deep=True))
 
     def build(self, node: Node, path: tuple[str | int, ...]) -> Any:
@@ -188,6 +200,24 @@ def parse(text: str, display: str) -> tuple[Any, Positions] | ErrorRecord:
             message = f"duplicate key {dup.key!r}{first}"
         where = Location(display, dup_line, dup_col)
         return ErrorRecord(errors.YAML_INVALID, message, where)
+    except _AmbiguousInteger as bad:
+        text = str(bad.node.value)
+        sign = "-" if text.startswith("-") else ""
+        digits = text.lstrip("+-").replace("_", "")
+        decimal = int(text.replace("_", ""))
+        if set(digits) <= set("01234567"):
+            octal = f"{sign}0o{digits.lstrip('0') or '0'}"
+            theirs = f"octal {text} ({int(octal, 8)})"
+            ways = f"write {decimal}, or {octal} for the octal value, or quote it for text"
+        else:
+            theirs = f"the text {text!r}"
+            ways = f"write {decimal}, or quote it for text"
+        message = (
+            f"the integer {text!r} has a leading zero: dpone (YAML 1.2) reads it as {decimal}, "
+            f"kubectl and other YAML 1.1 tools as {theirs}; {ways}"
+        )
+        at_line, at_col = _mark(bad.node)
+        return ErrorRecord(errors.YAML_INVALID, message, Location(display, at_line, at_col))
     except _ForbiddenTag as bad:
         tag_line, tag_col = _mark(bad.node)
         tag = str(bad.node.tag).replace("tag:yaml.org,2002:", "!!")
