@@ -231,3 +231,62 @@ def test_a_busy_chunk_stays_retryable(project: Project, neg_db: str, tmp_path: P
     assert result is not None, stderr
     assert result["error"]["code"] == errors.CHUNK_BUSY and result["error"]["retryable"] is True
     assert code == 4 and result["backfill"]["chunks_busy"] == 1
+
+
+def _context_env(project: Project, item: int) -> str:
+    from dpone.task.airflow_context import CONTEXT_SCHEMA
+
+    identity = json.loads(str(project.identity_env()[negkit.ENV_IDENTITY]))
+    return json.dumps(
+        {
+            "schema": CONTEXT_SCHEMA,
+            "dag_id": identity["dag_id"],
+            "task_id": "run_copy",
+            "run_id": "scheduled__2026-01-02T00:00:00+00:00",
+            "try_number": 3,
+            "map_index": item,
+            "logical_date": "2026-01-02T00:00:00+00:00",
+            "data_interval_start": None,
+            "data_interval_end": None,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "refusal", ["tampered item", "missing connection", "plan mismatch", "bad read-ahead"]
+)
+def test_a_refusal_records_the_airflow_run_it_failed(
+    project: Project, neg_db: str, tmp_path: Path, refusal: str
+) -> None:
+    """Once DPONE_AIRFLOW_CONTEXT is read (the first thing a run reads), a refusal's result says
+    which run, try and map index failed, as a run's own result does; outside Airflow it says so."""
+    env = {**env_of(project, neg_db), "DPONE_AIRFLOW_CONTEXT": _context_env(project, 1)}
+    code_expected = {
+        "tampered item": errors.MAPPING_ITEM_INVALID,
+        "missing connection": errors.CONNECTION_MISSING,
+        "plan mismatch": errors.PACK_MISMATCH,
+        "bad read-ahead": errors.CONFIG_INVALID,
+    }[refusal]
+    if refusal == "tampered item":
+        item = json.loads(env[negkit.ENV_ITEM])
+        item["last_chunk_index"] += 1
+        env[negkit.ENV_ITEM] = json.dumps(item)
+    elif refusal == "missing connection":
+        del env["DPONE_CONN_NEG"]
+    elif refusal == "plan mismatch":
+        project.process["backfill"]["chunk"]["end"] = "2023-01-14"
+        project.write()
+    else:
+        env["DPONE_READ_AHEAD_MB"] = "abc"
+    code, result, stderr = run(project.run_argv(), env, tmp_path / "return.json")
+    result = assert_final_refusal(code, result, stderr, code_expected)
+    assert result["airflow"] == {
+        "outside_airflow": False,
+        **{k: v for k, v in json.loads(env["DPONE_AIRFLOW_CONTEXT"]).items() if k != "schema"},
+    }
+    local = {k: v for k, v in env.items() if k not in ("DPONE_AIRFLOW_CONTEXT",)}
+    local.pop(negkit.ENV_ITEM)
+    local.pop(negkit.ENV_IDENTITY)
+    code, result, stderr = run(project.run_argv(), local, tmp_path / "local.json")
+    if refusal != "tampered item":  # without an item there is nothing to tamper with
+        assert result is not None and result["airflow"] == {"outside_airflow": True}, stderr

@@ -7,7 +7,9 @@ plan mismatch, a tampered item, an unreadable catalog, a missing connection, a u
 mismatch fails the task at once, a busy campaign stays retryable. The result path comes from the
 environment (DPONE_XCOM_PATH or Airflow's sidecar folder), never from the catalog, so this works when
 the catalog itself cannot be read. What is not known yet at the refusal (the pack's fingerprint
-before it compiled, the mode before the item parsed) is null.
+before it compiled, the mode before the item parsed) is null; the Airflow run it served (or that
+it ran outside Airflow) is recorded from the moment DPONE_AIRFLOW_CONTEXT was read, the first
+thing a run reads.
 
 Once a process entered the data path its own result (with its counts) is the one written, so the
 refusal result is off from then on.
@@ -37,6 +39,8 @@ class RefusalScope:
     mode: str | None = None
     pack_fingerprint: str | None = None
     run_key: str | None = None
+    #: dpone.task.airflow_context.airflow_section, once the context was read
+    airflow: dict[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
     #: a process entered the data path: it writes its own result from then on
     entered: bool = False
@@ -45,14 +49,14 @@ class RefusalScope:
         """Forget a previous run of this process (tests call `dpone run` in one interpreter)."""
         vars(self).update(vars(RefusalScope()))
 
-    def note(self, **facts: str | None) -> None:
+    def note(self, **facts: Any) -> None:
         """Record facts as they become known (None leaves a fact as it was)."""
         for key, value in facts.items():
             if value is not None:
                 setattr(self, key, value)
 
     def document(self, record: ErrorRecord) -> dict[str, Any]:
-        return {
+        document = {
             "schema": RESULT_SCHEMA,
             "status": "failed",
             "workload": _bounded(self.workload),
@@ -79,6 +83,9 @@ class RefusalScope:
                 "campaign_complete": None,
             },
         }
+        if self.airflow is not None:
+            document["airflow"] = self.airflow
+        return document
 
     def write(self, record: ErrorRecord) -> None:
         """Write the refusal's result where the run's result goes; an unwritable destination

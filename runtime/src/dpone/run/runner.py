@@ -81,15 +81,26 @@ def read_env_inputs() -> tuple[ParsedItem | None, RunIdentity | None]:
     return item, identity
 
 
+def env_airflow_context() -> AirflowContext | None:
+    """DPONE_AIRFLOW_CONTEXT, parsed; None outside Airflow."""
+    raw = os.environ.get(ENV_CONTEXT)
+    return None if raw is None else parse_airflow_context(raw)
+
+
 def read_airflow_context(
     item: ParsedItem | None, identity: RunIdentity | None
 ) -> AirflowContext | None:
     """DPONE_AIRFLOW_CONTEXT, parsed and held to the task's own DAG and map index (the operator
     reads it from the same task instance); None outside Airflow."""
-    raw = os.environ.get(ENV_CONTEXT)
-    if raw is None:
+    return held_to_task(env_airflow_context(), item, identity)
+
+
+def held_to_task(
+    context: AirflowContext | None, item: ParsedItem | None, identity: RunIdentity | None
+) -> AirflowContext | None:
+    """``context`` when it names the identity's DAG and the item's map index."""
+    if context is None:
         return None
-    context = parse_airflow_context(raw)
     if identity is not None and context.dag_id != identity.dag_id:
         raise DponeError(
             errors.AIRFLOW_CONTEXT_INVALID,
@@ -407,12 +418,18 @@ def run_mapped_item(args: argparse.Namespace) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     install_handlers()
+    if getattr(args, "item", None) is not None:
+        session_limits()  # a bad session limit variable is refused before any I/O
+        read_ahead_budget()  # so is a bad read-ahead budget
+        refusal.SCOPE.note(airflow=airflow_section(None))
+        return run_mapped_item(args)
+    # the Airflow run first: from here on a refusal's result says which run and try it failed
+    context = env_airflow_context()
+    refusal.SCOPE.note(airflow=airflow_section(context))
+    item, identity = read_env_inputs()
+    airflow = held_to_task(context, item, identity)  # before any catalog is read, like the rest
     session_limits()  # a bad session limit variable is refused before any I/O
     read_ahead_budget()  # so is a bad read-ahead budget
-    if getattr(args, "item", None) is not None:
-        return run_mapped_item(args)
-    item, identity = read_env_inputs()
-    airflow = read_airflow_context(item, identity)  # before any catalog is read, like the rest
     if item is not None and identity is None:
         raise DponeError(
             errors.RUN_IDENTITY_INVALID,
