@@ -587,6 +587,26 @@ def test_an_output_path_of_the_wrong_kind_is_refused_before_any_io(
     assert_refused_before_io(neg_db)
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("into", ["a missing folder", "/proc"])
+def test_a_result_link_into_an_unusable_folder_is_refused_before_any_io(
+    project: Project, neg_db: str, tmp_path: Path, into: str
+) -> None:
+    """A symbolic link is written through: its own folder being writable proves nothing."""
+    link = tmp_path / "xcom.json"
+    if into == "/proc":
+        link.symlink_to("/proc/dpone-result.json")
+    else:
+        link.symlink_to(tmp_path / "gone" / "xcom.json")
+    env = {**project.identity_env(), negkit.ENV_ITEM: project.item(1), **conn_env(neg_db)}
+    result = run_cli(project.run_argv(), {**env, "DPONE_XCOM_PATH": str(link)})
+    record = result.error()
+    assert result.code == 3 and record["code"] == errors.OUTPUT_UNWRITABLE, result.stderr
+    assert "DPONE_XCOM_PATH" in record["message"]
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+    assert_refused_before_io(neg_db)
+
+
 #: mount a 64 KiB tmpfs on the folder "$0" in a private mount namespace (a user namespace too,
 #: so no root is needed where unprivileged ones are allowed), fill it, then run "$@" there
 FULL_TMPFS = (

@@ -143,7 +143,16 @@ def check_outputs_writable() -> None:
                 errors.OUTPUT_UNWRITABLE,
                 f"the result file (DPONE_XCOM_PATH) {str(target)!r} {problem}; nothing was moved",
             )
-        targets.append(("the result file (DPONE_XCOM_PATH)", target.parent))
+        folder = target.parent
+        if target.is_symlink():  # written through (write_text_atomic): its folder is the probe's
+            folder = Path(os.path.realpath(target)).parent
+            if not folder.is_dir():
+                raise DponeError(
+                    errors.OUTPUT_UNWRITABLE,
+                    f"the result file (DPONE_XCOM_PATH) {str(target)!r} is a link into a folder "
+                    f"that does not exist ({str(folder)!r}); nothing was moved",
+                )
+        targets.append(("the result file (DPONE_XCOM_PATH)", folder))
     evidence_dir = os.environ.get("DPONE_EVIDENCE_DIR")
     if evidence_dir:
         targets.append(("the evidence folder (DPONE_EVIDENCE_DIR)", Path(evidence_dir)))
