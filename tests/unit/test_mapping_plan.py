@@ -302,3 +302,17 @@ def test_item_env_value_is_bounded_and_parses_back(
     )
     assert parsed.chunks_count == item.chunks_count
     assert parsed.to_mapping_section()["plan_fingerprint"] == plan.plan_fingerprint
+
+
+def test_airflows_default_pool_is_refused_for_a_mapped_task() -> None:
+    """The pools file sets a mapped task's pool to max_active slots: Airflow's default_pool,
+    shared by every task of the deployment, would be shrunk with it."""
+    from dpone.plan.mapping import normalize_policy
+
+    for mode in ("visible", "summary"):
+        policy, problems = normalize_policy({"mode": mode, "pool": "default_pool"})
+        assert policy is None
+        assert [(p.field, p.code) for p in problems] == [("pool", errors.MAPPING_POOL_REQUIRED)]
+        assert "default_pool" in problems[0].message
+    policy, problems = normalize_policy({"mode": "internal", "pool": "default_pool"})
+    assert problems == [] and policy is not None  # an internal task uses no pool of dpone's

@@ -157,8 +157,9 @@ MAPPING_TASK_LIMIT_EXCEEDED = _register(
 MAPPING_POOL_REQUIRED = _register(
     "DPONE_AIRFLOW_MAPPING_POOL_REQUIRED",
     "visible/summary has no valid Airflow pool.",
-    "pool is null, empty, or not an Airflow identifier (letters, digits, _ . -); a mapping "
-    "that leaves pool out takes the default pool dpone_backfill.",
+    "pool is null, empty, or not an Airflow identifier (letters, digits, _ . -), or it is "
+    "Airflow's default_pool, which the pools file would resize for every task; a mapping that "
+    "leaves pool out takes the default pool dpone_backfill.",
     "Set mapping.pool to a pool name; `dpone generate` writes the pools file.",
 )
 MAPPING_PARALLELISM_MULTIPLIER = _register(

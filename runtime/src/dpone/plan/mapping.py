@@ -21,6 +21,8 @@ HARD_MAX_ACTIVE = 64
 DEFAULT_MAX_ITEMS = 200
 DEFAULT_MAX_ACTIVE = 16
 DEFAULT_POOL = "dpone_backfill"
+#: Airflow's own pool of every task: a backfill sizing it would throttle the whole deployment
+AIRFLOW_DEFAULT_POOL = "default_pool"
 ITEM_MAX_BYTES = 8 * 1024
 POOL_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,249}$")
 POLICY_FIELDS = ("mode", "max_items", "max_active", "pool")
@@ -106,6 +108,15 @@ def normalize_policy(raw: object) -> tuple[MappingPolicy | None, list[PolicyProb
                 code,
                 f"pool must be a non-empty Airflow identifier (letters, digits, _ . -), "
                 f"got {pool!r}",
+            )
+        )
+    elif pool == AIRFLOW_DEFAULT_POOL and mode in MAPPED_MODES:
+        problems.append(
+            PolicyProblem(
+                "pool",
+                errors.MAPPING_POOL_REQUIRED,
+                f"pool {pool!r} is Airflow's pool of every task: the pools file would set its "
+                "slots to this workload's max_active; name a pool of the backfill's own",
             )
         )
     if problems:
