@@ -111,6 +111,40 @@ def test_missing_or_empty_file_is_refused_without_its_content(tmp_path: Path) ->
         assert "DPONE_CONN_WH_PASSWORD_FILE" in str(caught.value)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device", "too large"])
+def test_a_file_that_is_no_credential_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    """A pipe used to block the run before its signal handlers could end it; /dev/zero was read
+    until memory ran out."""
+    import os
+    import threading
+
+    path = tmp_path / "password"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path.write_bytes(b"x" * (64 * 1024 + 1))
+    env = {"DPONE_CONN_WH": "postgresql://a@h/d", "DPONE_CONN_WH_PASSWORD_FILE": str(path)}
+    outcome: list[BaseException] = []
+
+    def resolve() -> None:
+        try:
+            resolve_dsn("wh", env)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=resolve, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "reading the file blocked"
+    (caught,) = outcome
+    assert isinstance(caught, DponeError) and caught.code == errors.CONNECTION_MISSING
+    assert "DPONE_CONN_WH_PASSWORD_FILE" in str(caught)
+
+
 def test_parts_for_odbc_and_scheme_beside_dsn_are_refused() -> None:
     cases = [
         {"DPONE_CONN_WH": "odbc://DRIVER={x};SERVER=h", "DPONE_CONN_WH_PASSWORD": "secret-Pw1"},

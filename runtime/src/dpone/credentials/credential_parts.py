@@ -19,6 +19,7 @@ is registered for redaction before anything can print it.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -31,6 +32,8 @@ from dpone.errors import DponeError
 FIELDS = ("scheme", "host", "port", "user", "password", "dbname")
 #: the parts whose value is a secret (registered for redaction as they are read)
 SECRET_FIELDS = frozenset({"password"})
+#: a credential file larger than this is not a credential (a device, a wrong path)
+MAX_FILE_BYTES = 64 * 1024
 _URL_SCHEMES = frozenset({"postgres", "postgresql", "mysql", "mariadb", "mssql", "mssql+pyodbc"})
 
 
@@ -56,8 +59,30 @@ def _read_file(variable: str, path: str) -> str:
     """The file's text without its final line break (``kubectl create secret --from-file`` keeps
     one), read now: a rotated file is seen by the next connection."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        # non-blocking: a pipe (or a FIFO left where the secret should be) must not hang the run
+        # before its signal handlers can end it; fstat then refuses anything but a file
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise DponeError(
+                    errors.CONNECTION_MISSING,
+                    f"{variable} names {path!r}, which is not a regular file (a folder, a pipe "
+                    "or a device)",
+                )
+            data = b""
+            while len(data) <= MAX_FILE_BYTES:
+                block = os.read(fd, MAX_FILE_BYTES + 1 - len(data))
+                if not block:
+                    break
+                data += block
+        finally:
+            os.close(fd)
+        if len(data) > MAX_FILE_BYTES:
+            raise DponeError(
+                errors.CONNECTION_MISSING,
+                f"{variable} names {path!r}, which holds more than {MAX_FILE_BYTES} bytes",
+            )
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
         raise DponeError(
