@@ -160,3 +160,24 @@ def test_the_default_catalog_path_is_where_the_containerfile_puts_the_catalog() 
         paths = re.findall(r"catalog_path: (\S+)", catalog.read_text(encoding="utf-8"))
         for path in paths:  # kubernetes golden examples use the image's path
             assert path == in_image or not path.startswith("/"), (catalog, path)
+
+
+def test_a_manifest_two_workloads_share_reports_each_problem_once(tmp_path: Path) -> None:
+    """Each workload's check of a shared manifest found the same problem: printed once, not
+    once per workload, and counted once."""
+    manifest = (REPO / "tests/invalid_catalogs/duplicate_key/orders.yaml").read_text()
+    (tmp_path / "orders.yaml").write_text(
+        manifest.replace("inner_mode: replace", "inner_mode: replace\n      bogus: 1")
+    )
+    entry = "{image: x/y:1, secrets: [{connection: warehouse, secret: s, key: dsn}]"
+    (tmp_path / "workloads.yaml").write_text(
+        "schema: dpone.workload-catalog.v1\nworkloads:\n"
+        f"  a:\n    manifest: orders.yaml\n    airflow: {entry}}}\n"
+        f"  b:\n    manifest: orders.yaml\n    airflow: {entry}, dag_id: other}}\n"
+    )
+    from dpone.packing.pack import load_and_compile
+
+    _, _, problems = load_and_compile(str(tmp_path / "workloads.yaml"))
+    assert [(p.code, p.location and p.location.line) for p in problems] == [
+        ("DPONE_MANIFEST_INVALID", 14)
+    ]

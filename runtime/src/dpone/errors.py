@@ -510,17 +510,25 @@ class DponeError(Exception):
 
 @dataclass
 class ErrorCollector:
-    """Collects records so validation can report every problem at once."""
+    """Collects records so validation can report every problem at once; a record equal to one
+    already held (a manifest two workloads share, checked for each) is one problem, kept once."""
 
     records: list[ErrorRecord] = field(default_factory=list)
+    _held: set[ErrorRecord] = field(default_factory=set, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._held.update(self.records)
 
     def add(self, code: str, message: str, location: Location | None = None) -> None:
         if code not in REGISTRY:
             raise ValueError(f"unregistered error code {code!r}")
-        self.records.append(ErrorRecord(code, message, location))
+        self.extend([ErrorRecord(code, message, location)])
 
     def extend(self, records: Iterable[ErrorRecord]) -> None:
-        self.records.extend(records)
+        for problem in records:
+            if problem not in self._held:
+                self._held.add(problem)
+                self.records.append(problem)
 
     def __bool__(self) -> bool:
         return bool(self.records)
