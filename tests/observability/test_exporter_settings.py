@@ -5,6 +5,8 @@ database needed)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +30,8 @@ from dpone.observability.metrics import (
 from dpone.observability.metrics import settings_problem as metrics_problem
 
 from .receiver import receiver
+from .runproject import DPONE
+from .sqliteproject import sqlite_project
 
 LABELS = RunLabels(workload="w", process="p", mode="internal", item="internal")
 
@@ -197,3 +201,31 @@ def test_the_protocol_warning_names_the_variable_that_set_it() -> None:
         worker.drain()
         observer._provider.shutdown(timeout_millis=1000)  # type: ignore[attr-defined]
     assert warned[0].startswith("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='grpc'"), warned
+
+
+def test_a_process_with_no_home_runs_with_lineage_off(tmp_path: Path) -> None:
+    """A pod's uid may have no passwd entry and no HOME: looking for ~/.openlineage/ must not
+    fail the run (it raised RuntimeError, DPONE_INTERNAL), lineage being off. The child process
+    is a real `dpone run` whose passwd lookup finds no entry, as for such a uid."""
+    project = sqlite_project(tmp_path)
+    no_passwd_entry = (
+        "import pwd, sys\n"
+        "def missing(uid):\n"
+        "    raise KeyError(f'getpwuid(): uid not found: {uid}')\n"
+        "pwd.getpwuid = missing\n"
+        "from dpone.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {"PATH": os.environ["PATH"], "DPONE_CONN_DEMO": project["dsn"]}  # no HOME
+    argv = ["run", "--catalog", project["catalog"], "--workload", "orders", "--no-progress"]
+    done = subprocess.run(
+        [str(Path(DPONE).with_name("python")), "-c", no_passwd_entry, *argv],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "passed" in done.stdout + done.stderr and "warning" not in done.stderr

@@ -99,14 +99,25 @@ def lineage_requested(environ: Mapping[str, str], cwd: str | None = None) -> boo
         return True
     if any(key.startswith("OPENLINEAGE__TRANSPORT") for key in environ):
         return True
-    config = environ.get("OPENLINEAGE_CONFIG", "")
-    if config.strip():  # asked for, even when the file is missing (that is a warning)
+    if environ.get("OPENLINEAGE_CONFIG", "").strip():  # asked for, even when it is missing
         return True
-    folder = Path(cwd or os.getcwd())
-    home = Path(environ.get("HOME") or Path.home())
+    return lineage_config_file(environ, cwd) is not None
+
+
+def lineage_config_file(environ: Mapping[str, str], cwd: str | None = None) -> Path | None:
+    """The OpenLineage config file the client would read: OPENLINEAGE_CONFIG, then
+    ./openlineage.yml, then ~/.openlineage/openlineage.yml. A process with no home (no HOME and
+    no passwd entry for its uid, as some pods run) has no file there, and no error."""
+    config = environ.get("OPENLINEAGE_CONFIG", "")
     candidates = [Path(config)] if config else []
-    candidates += [folder / "openlineage.yml", home / ".openlineage" / "openlineage.yml"]
-    return any(path.is_file() for path in candidates)
+    candidates.append(Path(cwd or os.getcwd()) / "openlineage.yml")
+    home = environ.get("HOME")
+    if not home:
+        with contextlib.suppress(RuntimeError, KeyError, OSError):
+            home = str(Path.home())
+    if home:
+        candidates.append(Path(home) / ".openlineage" / "openlineage.yml")
+    return next((path for path in candidates if path.is_file()), None)
 
 
 class RunLineage:

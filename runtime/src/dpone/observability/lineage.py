@@ -40,6 +40,7 @@ from dpone.observability.exporting import (
     ExportWorker,
     RunLineage,
     build_client,
+    lineage_config_file,
     lineage_requested,
     one_line_warnings,
     register_exporter_secrets,
@@ -222,18 +223,6 @@ def _positive(value: object) -> bool:
     return 0 < number < float("inf")
 
 
-def config_file(environ: Mapping[str, str], cwd: str | None = None) -> Path | None:
-    """The OpenLineage config file the client would read (OPENLINEAGE_CONFIG first)."""
-    config = environ.get("OPENLINEAGE_CONFIG", "")
-    home = Path(environ.get("HOME") or Path.home())
-    candidates = [Path(config)] if config else []
-    candidates += [
-        Path(cwd or os.getcwd()) / "openlineage.yml",
-        home / ".openlineage" / "openlineage.yml",
-    ]
-    return next((path for path in candidates if path.is_file()), None)
-
-
 def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str | None:
     """What is wrong with the OpenLineage settings, naming the setting, or None.
 
@@ -274,7 +263,7 @@ def settings_problem(environ: Mapping[str, str], cwd: str | None = None) -> str 
     config_given = environ.get("OPENLINEAGE_CONFIG", "")
     if config_given and not Path(config_given).is_file():
         return "OPENLINEAGE_CONFIG names no readable file"
-    path = config_file(environ, cwd)
+    path = lineage_config_file(environ, cwd)
     if path is not None:
         where = f"the OpenLineage config file {path}"
         try:
@@ -442,7 +431,7 @@ def transport_setting(environ: Mapping[str, str]) -> str:
         return "OPENLINEAGE__TRANSPORT"
     if (kind := environ.get("OPENLINEAGE__TRANSPORT__TYPE")) is not None:
         return f"OPENLINEAGE__TRANSPORT__TYPE={kind.strip()[:40]!r}"
-    path = config_file(environ)
+    path = lineage_config_file(environ)
     if path is not None:
         return f"the transport of the OpenLineage config file {path}"
     return "OPENLINEAGE_URL"
