@@ -124,6 +124,30 @@ def require_tables(
         )
     assert not isinstance(target, str)
     check_types(plan, source_types, target[1], target_dsn)
+    check_chunk_order(plan, ((source_types, source_dsn), (target[1], target_dsn)))
+
+
+def check_chunk_order(plan: ProcessPlan, sides: tuple[tuple[Types, str], ...]) -> None:
+    """DPONE_PREFLIGHT_FAILED for a timestamp chunk over a SQLite DATE column: SQLite compares
+    the column's text with the bound's ('2024-01-01' < '2024-01-01 00:00:00'), so each day's
+    rows fall into the chunk before theirs, on both sides alike, and no read-back sees it."""
+    cfg = plan.config
+    chunk = cfg.backfill.chunk if cfg.backfill is not None else None
+    if chunk is None or chunk.type != "timestamp":
+        return
+    for types, dsn in sides:
+        if dsn_kind(dsn) != "sqlite":
+            continue
+        kind = {_key(n, dsn): t for n, t in types.items()}.get(_key(chunk.column, dsn))
+        if kind is not None and kind.family == "date":
+            raise DponeError(
+                errors.PREFLIGHT_FAILED,
+                f"process {plan.name!r}: the timestamp chunk column {chunk.column!r} is "
+                f"{kind.declared} in SQLite, which compares its text with each bound's "
+                "('2024-01-01' < '2024-01-01 00:00:00'): every day's rows would fall into the "
+                "chunk before theirs; chunk it with type: date; nothing was moved",
+                cfg.location,
+            )
 
 
 def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str) -> None:
