@@ -215,7 +215,9 @@ def test_an_integer_without_a_leading_zero_reads_as_written(text: str, value: ob
     assert data == {"m": value}
 
 
-@pytest.mark.parametrize("text", ["m: 0400\n", "m: {x: 0644}\n", "m: [-012]\n", "m: 08\n"])
+@pytest.mark.parametrize(
+    "text", ["m: 0400\n", "m: {x: 0644}\n", "m: [-012]\n", "m: 08\n", "m: !!int '0400'\n"]
+)
 def test_an_integer_with_a_leading_zero_is_refused_where_it_is(text: str) -> None:
     """kubectl and other YAML 1.1 readers take 0400 for octal 256, YAML 1.2 for 400: a file
     mode copied from a pod manifest would reach the pod with another value."""

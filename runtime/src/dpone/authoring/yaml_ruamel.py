@@ -141,7 +141,8 @@ class _Builder:
             return str(node.value)
         if node.tag == MERGE_TAG:
             return "<<"
-        if node.tag == INT_TAG and node.style is None and _LEADING_ZERO.fullmatch(node.value):
+        # plain, or quoted under an explicit !!int (YAML 1.1 tools read both as octal)
+        if node.tag == INT_TAG and _LEADING_ZERO.fullmatch(node.value):
             raise _AmbiguousInteger(node)
         return _plain_scalar(self.constructor.construct_object(node, deep=True))
 
