@@ -217,3 +217,36 @@ def test_ledger_list_refuses_a_path_that_is_no_regular_file(
             Path(path).write_text("{}", encoding="utf-8")
     assert main(["ledger", "list", "--path", path]) == 3
     assert "not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.postgres
+def test_ledger_list_counts_a_chunk_moving_in_one_transaction_as_running(
+    project: tuple[str, str], pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the ledger in the sink's database a chunk being moved has no committed running
+    record: its lock is its lease (ADR 0021). `ledger list` counts it as `ledger status` does."""
+    from dpone.ledger.sql import chunk_lock_class
+
+    catalog, schema = project
+    assert main(["run", "--catalog", catalog, "--workload", "returns", "--no-progress"]) == 0
+    run_key = json.loads(_status_json(catalog, "returns", capsys))["run_key"]
+    assert main(["run", "--catalog", catalog, "--workload", "orders", "--item", "0"]) == 0
+    capsys.readouterr()
+    with psycopg.connect(pg_dsn) as holder:  # a pod moving chunk 9 (item 1's) right now
+        orders = json.loads(_status_json(catalog, "orders", capsys))
+        key = chunk_lock_class(f"{schema}_audit", orders["run_key"])
+        holder.execute("SELECT pg_advisory_xact_lock(%s, 9)", (key,))
+        status = json.loads(_status_json(catalog, "orders", capsys))
+        base = ["ledger", "list", "--connection", "wh", "--schema", f"{schema}_audit"]
+        assert main([*base, "--format", "json"]) == 0
+        listed = {c["workload"]: c for c in json.loads(capsys.readouterr().out)["campaigns"]}
+        holder.rollback()
+    assert status["counts"]["running"] == 1
+    assert listed["orders"]["counts"] == status["counts"]
+    assert listed["returns"]["run_key"] == run_key and listed["returns"]["counts"]["running"] == 0
+
+
+def _status_json(catalog: str, workload: str, capsys: pytest.CaptureFixture[str]) -> str:
+    argv = ["ledger", "status", "--catalog", catalog, "--workload", workload]
+    assert main([*argv, "--format", "json"]) == 0
+    return capsys.readouterr().out

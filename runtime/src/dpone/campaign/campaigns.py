@@ -9,7 +9,7 @@ comes from ``--catalog`` when given and is ``null`` otherwise.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from dpone.credentials.redaction import redact_document
@@ -20,9 +20,15 @@ LIST_SCHEMA = "dpone.ledger-list.v1"
 STATES = ("committed", "running", "failed", "pending")
 
 
-def campaign_summary(ledger: Ledger, mode: str | None) -> dict[str, Any]:
+def campaign_summary(
+    ledger: Ledger, mode: str | None, held: Collection[int] = ()
+) -> dict[str, Any]:
+    """One campaign's row; ``held``: chunks whose lock a live transaction holds (the one-commit
+    placement's lease, ADR 0021), counted as running as `ledger status` counts them."""
     shape = ledger.shape
-    counts = Counter(ledger.state_of(chunk.index).value for chunk in shape.chunks)
+    states = {chunk.index: ledger.state_of(chunk.index).value for chunk in shape.chunks}
+    states.update({i: "running" for i in held if states.get(i, "committed") != "committed"})
+    counts = Counter(states.values())
     stuck = sum(
         1
         for record in ledger.records.values()
@@ -53,10 +59,12 @@ def list_document(
     """Every campaign of ``store`` (of one workload when given), most recent activity first;
     ``where`` names the ledger for people, ``modes`` maps run keys to a catalog's modes."""
     campaigns = []
+    holders = getattr(store, "chunk_lock_holders", None)
     for run_key in store.list_campaigns(workload):
         ledger = store.load(run_key)
         if ledger is not None:
-            campaigns.append(campaign_summary(ledger, modes.get(run_key)))
+            held = holders(run_key) if holders is not None else {}
+            campaigns.append(campaign_summary(ledger, modes.get(run_key), held))
     campaigns.sort(key=lambda c: (c["last_activity"] or "", c["run_key"]), reverse=True)
     # a cancel reason is text a ledger row holds: redacted as `ledger status` shows it
     document: dict[str, Any] = redact_document(
