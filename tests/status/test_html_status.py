@@ -329,6 +329,19 @@ def test_extensions_and_cancel_reason_in_text_json_and_html(tmp_path: Path) -> N
     page = render_html(doc)
     assert "(&lt;i&gt;source&lt;/i&gt; reloaded)" in page and "<i>source" not in page
     assert "<h3>Extensions</h3>" in page and "200 &rarr; 240" in page
+    # an extending run's lease owner is said as `moved_by` says it
+    by_airflow = Amendment(
+        plan.run_key or "", "sha256:old", "sha256:new", 200, 240,
+        "airflow try=2 map=5 run=scheduled__2026 on vm:1:abc", NOW,
+    )  # fmt: skip
+    locally = Amendment(
+        plan.run_key or "", "sha256:new", "sha256:more", 240, 250, "local on vm:1:abc", NOW
+    )
+    text = render_text(status_document(pack, plan, ledger, [by_airflow, locally]), colour=False)
+    assert (
+        "240 chunks at " + NOW.isoformat() + " by run scheduled__2026, try 2, map index 5" in text
+    )
+    assert "250 chunks at " + NOW.isoformat() + " outside Airflow" in text
     plain = render_html(status_document(pack, plan, _ledger(plan)))
     assert "Extensions" not in plain and "extended:" not in render_text(
         status_document(pack, plan, _ledger(plan)), colour=False

@@ -439,9 +439,12 @@ def render_text(doc: dict[str, Any], colour: bool, glyph: dict[str, str] = GLYPH
             f"  ... {len(restated) - RESTATED_SHOWN} more restated chunk(s) in --format json"
         )
     for amendment in doc.get("amendments", ()):
+        # the run that extended it, in the words of `moved_by` (the raw owner when older)
+        who = attribution(amendment["amended_by"])
+        by = describe_attribution(who) if who is not None else f"by {amendment['amended_by']}"
         lines.append(
             f"  extended: {amendment['old_chunk_count']} -> {amendment['new_chunk_count']} "
-            f"chunks at {amendment['amended_at']} by {amendment['amended_by']}"
+            f"chunks at {amendment['amended_at']} {by}"
         )
     lines.extend(_clear_lines(doc.get("airflow_clear")))
     legend = "  legend: " + "  ".join(f"{paint(s, glyph[s])} {s}" for s in STATE_COLOURS)
