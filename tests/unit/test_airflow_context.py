@@ -19,7 +19,13 @@ from dpone.errors import DponeError
 from dpone.observability.lineage import airflow_facet, parent_of
 from dpone.packing.pack import load_workload_pack
 from dpone.run.orchestrator import new_owner
-from dpone.run.runner import environment, mapped_task_env, read_airflow_context, read_env_inputs
+from dpone.run.runner import (
+    env_airflow_context,
+    environment,
+    held_to_task,
+    mapped_task_env,
+    read_env_inputs,
+)
 from dpone.task.airflow_context import (
     CONTEXT_SCHEMA,
     attribution,
@@ -318,15 +324,15 @@ def test_a_context_of_another_dag_or_map_index_is_refused(
     assert item is not None and identity is not None
     own = _context(dag_id=identity.dag_id, map_index=3)
     monkeypatch.setenv("DPONE_AIRFLOW_CONTEXT", json.dumps(own))
-    context = read_airflow_context(item, identity)
+    context = held_to_task(env_airflow_context(), item, identity)
     assert context is not None and context.map_index == 3
     for wrong in ({"dag_id": "another_dag"}, {"map_index": 4}):
         monkeypatch.setenv("DPONE_AIRFLOW_CONTEXT", json.dumps({**own, **wrong}))
         with pytest.raises(DponeError) as caught:
-            read_airflow_context(item, identity)
+            held_to_task(env_airflow_context(), item, identity)
         assert caught.value.code == errors.AIRFLOW_CONTEXT_INVALID, wrong
     monkeypatch.delenv("DPONE_AIRFLOW_CONTEXT")
-    assert read_airflow_context(item, identity) is None
+    assert held_to_task(env_airflow_context(), item, identity) is None
 
 
 def test_item_refuses_an_inherited_context(demo: tuple[Path, dict[str, str]]) -> None:

@@ -87,18 +87,11 @@ def env_airflow_context() -> AirflowContext | None:
     return None if raw is None else parse_airflow_context(raw)
 
 
-def read_airflow_context(
-    item: ParsedItem | None, identity: RunIdentity | None
-) -> AirflowContext | None:
-    """DPONE_AIRFLOW_CONTEXT, parsed and held to the task's own DAG and map index (the operator
-    reads it from the same task instance); None outside Airflow."""
-    return held_to_task(env_airflow_context(), item, identity)
-
-
 def held_to_task(
     context: AirflowContext | None, item: ParsedItem | None, identity: RunIdentity | None
 ) -> AirflowContext | None:
-    """``context`` when it names the identity's DAG and the item's map index."""
+    """``context`` when it names the task's own DAG and map index (the operator reads it from
+    the same task instance as the item and the identity)."""
     if context is None:
         return None
     if identity is not None and context.dag_id != identity.dag_id:
