@@ -9,7 +9,7 @@ comes from ``--catalog`` when given and is ``null`` otherwise.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpone.credentials.redaction import redact_document
@@ -20,14 +20,20 @@ LIST_SCHEMA = "dpone.ledger-list.v1"
 STATES = ("committed", "running", "failed", "pending")
 
 
+def moving_held(states: Mapping[int, str], held: Mapping[int, str]) -> dict[int, str]:
+    """The chunks of ``held`` (whose lock a live transaction holds: the one-commit placement's
+    lease, ADR 0021) that are not committed, with their holders: those are being moved now, and
+    `ledger status` and `ledger list` count them as running."""
+    return {i: who for i, who in held.items() if states.get(i, "committed") != "committed"}
+
+
 def campaign_summary(
-    ledger: Ledger, mode: str | None, held: Collection[int] = ()
+    ledger: Ledger, mode: str | None, held: Mapping[int, str] | None = None
 ) -> dict[str, Any]:
-    """One campaign's row; ``held``: chunks whose lock a live transaction holds (the one-commit
-    placement's lease, ADR 0021), counted as running as `ledger status` counts them."""
+    """One campaign's row; ``held``: see moving_held."""
     shape = ledger.shape
     states = {chunk.index: ledger.state_of(chunk.index).value for chunk in shape.chunks}
-    states.update({i: "running" for i in held if states.get(i, "committed") != "committed"})
+    states.update({i: "running" for i in moving_held(states, held or {})})
     counts = Counter(states.values())
     stuck = sum(
         1

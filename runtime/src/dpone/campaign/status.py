@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
+from dpone.campaign.campaigns import moving_held
 from dpone.campaign.restate import requested_by, stored_shape
 from dpone.credentials.redaction import redact_document, redact_text
 from dpone.errors import DponeError
@@ -120,7 +121,7 @@ def status_document(
     states = {
         c.index: (ledger.state_of(c.index).value if ledger else "pending") for c in plan.chunks
     }
-    held = {i: who for i, who in (held or {}).items() if states.get(i, "committed") != "committed"}
+    held = moving_held(states, held or {})
     states.update({index: "running" for index in held})
     counts = Counter(states.values())
     leases: list[dict[str, Any]] = []
