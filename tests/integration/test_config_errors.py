@@ -78,8 +78,11 @@ def project(tmp_path: Path, pg_dsn: str) -> Iterator[dict[str, Any]]:
         conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
-def dpone(command: str, project: dict[str, Any], **conns: str) -> tuple[int, str]:
+def dpone(
+    command: str, project: dict[str, Any], env_extra: dict[str, str] | None = None, **conns: str
+) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
+    env.update(env_extra or {})
     url = project["url"]
     env.update({"DPONE_CONN_SRC": url, "DPONE_CONN_DST": url, "DPONE_CONN_LED": url})
     env.update({f"DPONE_CONN_{name.upper()}": dsn for name, dsn in conns.items()})
@@ -241,6 +244,29 @@ def test_a_malformed_dsn_of_any_kind_names_the_side_that_uses_it(
     record = last_error(stderr)
     assert record["code"] == errors.CONFIG_INVALID and code == 3, stderr
     assert record["message"].startswith(who) and "malformed" in record["message"], record
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        'postgresql://u:Pw1front"Pw1tail end@127.0.0.1:5432/db',
+        'postgresql://u@127.0.0.1:5432/db?password=Pw1front%zz"Pw1tail',
+    ],
+)
+@pytest.mark.parametrize("side", ["src", "led"])
+def test_a_password_libpq_cannot_parse_leaves_no_piece_in_any_output(
+    project: dict[str, Any], tmp_path: Path, dsn: str, side: str
+) -> None:
+    """libpq quotes the fragment it refuses, quotes inside it included; no piece of it, before
+    or after such a quote, reaches stderr, the result or the evidence."""
+    out = tmp_path / "out"
+    env = {"DPONE_XCOM_PATH": str(out / "xcom.json"), "DPONE_EVIDENCE_DIR": str(out / "ev")}
+    code, stderr = dpone("run", project, env, **{side: dsn})
+    assert code == 3 and last_error(stderr)["code"] == errors.CONFIG_INVALID, stderr
+    written = [stderr] + [p.read_text() for p in sorted(out.rglob("*")) if p.is_file()]
+    assert len(written) >= 3, written  # stderr, the result and the evidence were all written
+    for text in written:
+        assert "Pw1front" not in text and "Pw1tail" not in text, text
 
 
 @pytest.mark.parametrize(("side", "who"), [("dst", "target 'dst'"), ("led", "the ledger database")])

@@ -153,3 +153,41 @@ def test_an_openlineage_auth_object_is_redacted_from_every_output() -> None:
         {"OPENLINEAGE__TRANSPORT__AUTH": json.dumps({"type": "api_key", "apiKey": key})}
     )
     assert key not in redact_text(f"the endpoint refused {key}")
+
+
+#: DSNs libpq refuses, each quoting a fragment that holds a quote of its own: the fragment is a
+#: piece of the password (tagged Zk<n>), and no part of it, before or after its quotes, may show
+QUOTED_FRAGMENTS = {
+    "userinfo_quote_space": 'postgresql://u:Zk1front"Zk1tail end@db:5432/app',
+    "query_quote_space": 'postgresql://u@db/app?password=Zk2front "Zk2tail',
+    "query_bad_percent_quote": 'postgresql://u@db/app?password=Zk3front%zz"Zk3tail',
+    "keyword_quote": 'host=db password=Zk4front"="Zk4tail" Zk4more',
+    "query_key_quote": 'postgresql://u@db/app?Zk5front"Zk5tail=1',
+}
+
+
+@pytest.mark.parametrize("form", sorted(QUOTED_FRAGMENTS))
+def test_libpq_parse_errors_hide_fragments_that_hold_quotes(form: str) -> None:
+    """libpq quotes the piece it could not read as it is, inner quotes included: masking stops at
+    no quote inside it (the real parser's messages, nothing registered)."""
+    import psycopg.conninfo
+    from dpone.credentials.dsn_settings import postgres_parse_problem
+
+    dsn = QUOTED_FRAGMENTS[form]
+    tag = dsn[dsn.index("Zk") : dsn.index("Zk") + 3]
+    with pytest.raises(psycopg.ProgrammingError) as refused:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    assert tag in str(refused.value)  # the driver's own text quotes the secret: it must be hidden
+    shown = postgres_parse_problem(refused.value)
+    assert tag not in shown and '"***"' in shown, shown
+
+
+def test_libpq_own_quoted_words_stay_readable() -> None:
+    mask = redaction.mask_quoted
+    assert mask('missing "=" after "pw" in connection info string') == (
+        'missing "=" after "***" in connection info string'
+    )
+    assert mask('looking for matching "]" in IPv6 host address in URI: "x"y"') == (
+        'looking for matching "]" in IPv6 host address in URI: "***"'
+    )
+    assert mask('a lone quote "then the rest') == 'a lone quote "***"'

@@ -40,7 +40,7 @@ _SERVER_OPTION = (
 )
 _SERVER_PARAMETER = r"[a-z_][a-z0-9_.]*"
 #: libpq's refusals that quote only a parameter's name (never its value)
-_UNKNOWN_PARAMETER = r'(?:invalid URI query parameter:|invalid connection option) "([^"\n]*)"'
+_UNKNOWN_PARAMETER = r'(?:invalid URI query parameter:|invalid connection option) "([^"\n]*)"$'
 _PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _VERIFYING = ("verify-ca", "verify-full")
 

@@ -391,9 +391,26 @@ def redact_text(text: str) -> str:
     )
 
 
+#: quoted words of libpq's own in its DSN parse errors, never a piece of the DSN
+_DRIVER_OWN_QUOTES = ('"="', '"]"')
+
+
 def mask_quoted(text: str) -> str:
-    """A driver's DSN parse error with every quoted fragment masked (they are DSN pieces)."""
-    return re.sub(r'"[^"\n]*"', '"' + MASK + '"', text)
+    """A driver's DSN parse error with every quoted fragment masked (they are DSN pieces).
+
+    A fragment may hold quotes itself (``unexpected spaces found in "pa"ss word"``), so a line is
+    masked from its first quote to its last (to its end when one quote is left), keeping only
+    libpq's own quoted words."""
+    kept: list[str] = []
+
+    def keep(match: re.Match[str]) -> str:
+        kept.append(match.group(0))
+        return f"\x00{len(kept) - 1}\x00"
+
+    own = "|".join(re.escape(word) for word in _DRIVER_OWN_QUOTES)
+    masked = re.sub(own, keep, text.replace("\x00", ""))
+    masked = re.sub(r'"[^\n]*"|"[^\n]*', '"' + MASK + '"', masked)
+    return re.sub(r"\x00(\d+)\x00", lambda m: kept[int(m.group(1))], masked)
 
 
 def redact_document(value: Any) -> Any:
