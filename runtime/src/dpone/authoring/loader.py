@@ -590,6 +590,8 @@ def _env_credentials(
             what = "holds a connection string with a password"
         elif secret_env_name(str(key), text):
             what = "names a secret (a password, token or key)"
+        elif (name := secret_assignment(text)) is not None:
+            what = f"sets {name}, a variable named as a secret, to a value"
         elif secrets := json_secrets(text):
             what = f"is JSON whose field {secrets[0][0]!r} holds a secret"
         else:
