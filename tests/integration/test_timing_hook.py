@@ -123,12 +123,18 @@ def test_timing_reports_every_phase_of_every_chunk(
     assert phases[outer][2] >= sum(phases[n][1] for n in ("lease", "completion"))
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
 def test_a_timing_file_that_cannot_be_written_is_one_warning_first_never_a_traceback(
-    project: tuple[str, dict[str, str]], tmp_path: Path
+    project: tuple[str, dict[str, str]], tmp_path: Path, kind: str
 ) -> None:
-    # Regression: the exit-time report raised in an atexit callback, after the run's last line
+    # Regression: the exit-time report raised in an atexit callback, after the run's last line;
+    # a FIFO with no reader blocked the run before its first chunk
     catalog, env = project
-    done = run(catalog, {**env, "DPONE_TIMING": str(tmp_path), "DPONE_LOG_FORMAT": "text"})
+    target = tmp_path
+    if kind == "fifo":
+        target = tmp_path / "timing.fifo"
+        os.mkfifo(target)
+    done = run(catalog, {**env, "DPONE_TIMING": str(target), "DPONE_LOG_FORMAT": "text"})
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
     lines = done.stderr.strip().splitlines()

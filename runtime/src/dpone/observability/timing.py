@@ -17,6 +17,7 @@ import functools
 import importlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -209,12 +210,17 @@ def _warn(message: str) -> None:
 
 def install(path: str) -> None:
     """Wrap every phase of ``PHASES`` and report to ``path`` at exit (idempotent per process);
-    a path that cannot be appended to is one warning now, and no timing at all."""
+    a path that cannot be appended to, or is no regular file (a FIFO would block the run until
+    a reader came), is one warning now, and no timing at all."""
     if _state["installed"]:
         return
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(0, "not a regular file")
+        finally:
+            os.close(fd)
     except OSError as exc:
         _warn(
             f"{ENV_TIMING}={path}: cannot be written "
