@@ -701,6 +701,51 @@ def test_a_source_of_unknown_type_into_a_fixed_width_column_is_refused(
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("direction", "types", "query", "refused"),
+    [
+        ("sqlite->postgres", ("REAL", "numeric(10,2)"), True, True),
+        ("sqlite->postgres", ("", "numeric(10,2)"), False, True),
+        ("sqlite->postgres", ("", "text"), False, True),
+        ("sqlite->sqlite", ("", ""), True, False),
+    ],
+    ids=["query->numeric", "untyped->numeric", "untyped->text", "untyped->untyped"],
+)
+def test_a_source_of_unknown_type_needs_the_checksum_gate(
+    sides: dict[str, Side],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+    types: tuple[str, str],
+    query: bool,
+    refused: bool,
+) -> None:
+    """Regression: a column of unknown type is not compared by the preflight because the gate
+    sees its values; under read_back: count a SQLite query's 1.239 passed as 1.24 in a Postgres
+    numeric(10,2). Into another column of unknown type it is stored as bound, and runs."""
+    ids = ("integer", "" if direction.endswith("sqlite") else "bigint")
+    source, target = _prepare(sides, tmp_path, monkeypatch, direction, types, "1.239", ids=ids)
+    if query:
+        text = (tmp_path / "moves.yaml").read_text()
+        select = f"SELECT id, v FROM {source.qualified('src')}"
+        text = text.replace(f"table: {source.table('src')}}}", f'query: "{select}"}}')
+        (tmp_path / "moves.yaml").write_text(text)
+    _with_read_back_count(tmp_path)
+    code = _run(tmp_path)
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 3, err
+        last = json.loads(err.strip().splitlines()[-1])
+        assert last["code"] == "DPONE_PREFLIGHT_FAILED" and last["line"] == TABLE_LINE, last
+        assert "column 'v'" in last["message"] and "'count'" in last["message"], last
+        assert _transitions(sides) == 0 and _target_ids(target) == [99]
+        return
+    assert code == 0, err
+    assert _held(target, "dst", "typeof(v) || quote(v)") == ["text'1.239'"] * 3
+
+
+@pytest.mark.postgres
 @pytest.mark.parametrize("declared", ["", "BLOB"], ids=["untyped", "blob"])
 def test_an_integer_chunk_column_in_an_untyped_sqlite_column_runs(
     sides: dict[str, Side],

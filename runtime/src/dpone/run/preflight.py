@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from dpone import errors
+from dpone.authoring.models import SinkConfig
 from dpone.connectors.base import SinkSpec, Source, SourceSpec
 from dpone.connectors.column_types import ColumnType, narrowing
 from dpone.credentials.connections import dsn_kind
@@ -174,7 +175,7 @@ def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str
         target_type = by_name.get(_key(name, target_dsn))
         if source_type is None or target_type is None or _key(name, target_dsn) in accepted:
             continue
-        reason = narrowing(source_type, target_type)
+        reason = narrowing(source_type, target_type) or _unseen(source_type, target_type, sink)
         if reason is not None:
             problems.append(
                 f"column {name!r}: source type {source_type.declared} -> target type "
@@ -201,6 +202,19 @@ def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str
                 "store it in an integer column; nothing was moved",
                 sink.table_location or cfg.location,
             )
+
+
+def _unseen(source: ColumnType, target: ColumnType, sink: SinkConfig) -> str | None:
+    """A source column of unknown kind (a SQLite query's result, an untyped SQLite column) is let
+    through by narrowing() because the read-back gate sees its values; at a level that does not
+    compare values, nothing would see a target that rounds them (1.239 into numeric(10,2))."""
+    if source.family != "any" or target.family == "any" or sink.read_back == "checksum":
+        return None
+    return (
+        f"the source's type is unknown (no declared type), so only the read-back gate could "
+        f"see the target change a value, and sink.read_back {sink.read_back!r} does not compare "
+        "values (keep read_back checksum, or move a table column of declared type)"
+    )
 
 
 #: the target families that order an integer chunk column's values as numbers
