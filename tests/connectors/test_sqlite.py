@@ -611,3 +611,41 @@ def test_floats_of_an_untyped_column_into_a_text_column_fail_the_chunk(
     dst.execute("DELETE FROM t WHERE id < 100")  # append would add the moved rows again
     write(SinkOptions(accept_narrowing=("v",)))
     assert dst.execute("SELECT v FROM t WHERE id = 3").fetchone() == ("0.3",)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("mode", [*MODES, "full_refresh"])
+def test_a_float_nan_into_sqlite_fails_the_chunk(sqlite_db: MakeDb, pg: Pg, mode: str) -> None:
+    """Regression: SQLite stores a float NaN as NULL, and under read_back: count (equal row
+    counts) a Postgres double 'NaN' passed as NULL. The chunk fails, rolled back, naming the
+    column; infinities move as they are, and an accepted column stores NULL. Read with sqlite3."""
+    schema = pg.schema()
+    pg.run(f"CREATE TABLE {schema}.s (id integer PRIMARY KEY, v double precision)")
+    pg.run(f"INSERT INTO {schema}.s VALUES (1, 'Infinity'), (2, 1.5), (3, 'NaN'), (4, NULL)")
+    dst_dsn, dst = sqlite_db("dst")
+    dst.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v REAL)")
+    dst.execute("INSERT INTO t VALUES (500, 0.5)")
+
+    def write(options: SinkOptions) -> None:
+        with (
+            open_source(SourceSpec("src", TableRef(schema, "s")), pg.dsn) as source,
+            _sink(dst_dsn, mode, table="t", options=options) as sink,
+        ):
+            if mode == "full_refresh":
+                sink.write_all(source)
+            else:
+                sink.write_chunk(source, ChunkWindow("id", "integer", 1, 100))
+
+    with pytest.raises(DponeError) as caught:
+        write(SinkOptions(read_back="count"))
+    assert caught.value.code == errors.SINK_FAILED
+    assert "column 'v'" in caught.value.message and "NaN" in caught.value.message
+    assert dst.execute("SELECT id, v FROM t ORDER BY id").fetchall() == [(500, 0.5)]
+    pg.run(f"DELETE FROM {schema}.s WHERE id = 3")
+    write(SinkOptions(read_back="count"))
+    moved = dst.execute("SELECT id, v FROM t WHERE id < 100 ORDER BY id").fetchall()
+    assert moved == [(1, float("inf")), (2, 1.5), (4, None)]
+    pg.run(f"INSERT INTO {schema}.s VALUES (3, 'NaN')")
+    dst.execute("DELETE FROM t WHERE id < 100")  # append would add the moved rows again
+    write(SinkOptions(read_back="count", accept_narrowing=("v",)))
+    assert dst.execute("SELECT v FROM t WHERE id = 3").fetchone() == (None,)

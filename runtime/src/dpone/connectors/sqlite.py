@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import math
 import os
 import pathlib
 import re
@@ -392,6 +393,8 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
                     for name, i in texts.items():
                         if float in set(map(type, map(itemgetter(i), values))):
                             raise self._floats_into_text(name, window)
+                    if convert is not None:  # a SQLite source holds no NaN: it stores NULL
+                        self._refuse_nan(columns, values, window)
                     try:
                         conn.executemany(insert, values)
                     except OverflowError:
@@ -421,6 +424,25 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
             for i, column in enumerate(columns)
             if column not in accepted and _text_affinity(declared.get(column, ""))
         }
+
+    def _refuse_nan(
+        self, columns: tuple[str, ...], rows: Sequence[Sequence[object]], window: base.Scope
+    ) -> None:
+        """SQLite stores a float NaN as NULL, which only a row count would not see: a column
+        that holds one fails the chunk (named, never the value), unless accepted as narrowing."""
+        accepted = set(self.options.accept_narrowing)
+        for i, name in enumerate(columns):
+            values = list(map(itemgetter(i), rows))
+            if name in accepted or float not in set(map(type, values)):
+                continue
+            if any(math.isnan(value) for value in values if type(value) is float):
+                raise DponeError(
+                    errors.SINK_FAILED,
+                    f"{self.spec.display()}: writing {base.scope_display(window)} (rolled "
+                    f"back): column {name!r}: the source sent a float NaN, which SQLite stores "
+                    f"as NULL; store it as text, or list {name!r} in sink.accept_narrowing to "
+                    "store NULL",
+                )
 
     def _floats_into_text(self, name: str, window: base.Scope) -> DponeError:
         return DponeError(
