@@ -346,6 +346,10 @@ def test_mssql_system_type_names() -> None:
         (my("binary(16)"), pg("bytea"), False),  # read as exactly 16 bytes
         (my("binary(16)"), my("varbinary(15)"), True),
         (pg("character(5)"), pg("character varying(5)"), True),  # a cast trims the padding
+        # MariaDB's own INSERT .. SELECT writes a ZEROFILL decimal's text padded: '00000042'
+        (my("decimal(8,0) unsigned zerofill"), my("longtext"), True),
+        (my("int(8) unsigned zerofill"), my("varchar(20)"), True),
+        (my("int(8) unsigned zerofill"), my("bigint(20)"), False),
     ],
     ids=lambda v: getattr(v, "declared", v),
 )

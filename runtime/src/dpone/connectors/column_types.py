@@ -400,6 +400,11 @@ def _as_text(source: ColumnType, target: ColumnType) -> str | None:
             "a decimal with digits after the point stored as text keeps or drops its trailing "
             "zeros by the write path (2.10 as '2.10' or '2.1'): store it in a decimal column"
         )
+    if "zerofill" in source.declared.lower():
+        return (
+            "a MySQL ZEROFILL number's text is zero-padded where the server copies it itself "
+            "(42 as '00000042'): store it in a number column"
+        )
     longest, shortest = _text_width(source)
     if longest is None and target.charset is not None:
         return f"the target's character set {target.charset} cannot hold every character"
