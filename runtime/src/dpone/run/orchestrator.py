@@ -472,7 +472,8 @@ class ChunkMover:
                 errors.CHUNK_LEASE_LOST,
                 f"{exc.message}; the sink had committed this attempt's {written.rows} row(s) "
                 f"under fence attempt {lease.attempt} before the lease was lost: the newer "
-                "attempt's fenced transaction replaces them",
+                "attempt's fenced transaction replaces them (the next run's, if that attempt "
+                "fails)",
             ) from None
         return result
 
