@@ -364,12 +364,18 @@ def test_errors_are_registered_and_secret_free(my: My) -> None:
         with pytest.raises(DponeError) as dup:
             dst.write_chunk(src, ChunkWindow("id", "integer", 1, 5))
     assert dup.value.code == errors.SINK_FAILED and SECRET not in dup.value.message
+    assert dup.value.key_conflict  # LOAD DATA LOCAL skipped the row: its warning says why
     assert my.rows(f"SELECT count(*) FROM `{db}`.target") == [(1,)]  # rolled back
+    with source(my.dsn(db)) as src, sink(my.dsn(db), "append") as dst:  # INSERT .. SELECT
+        with pytest.raises(DponeError) as dup_select:
+            dst.write_chunk(src, ChunkWindow("id", "integer", 1, 5))
+    assert dup_select.value.code == errors.SINK_FAILED and dup_select.value.key_conflict
     del poisoned
     with source(other) as src, sink(my.dsn(db), "replace", "missing") as dst:
         with pytest.raises(DponeError) as missing:
             dst.write_chunk(src, window)
     assert missing.value.code == errors.SINK_FAILED and "1146" in missing.value.message
+    assert not missing.value.key_conflict
     assert "doesn't exist" in missing.value.message
     wrong = my.server_dsn.replace("root@", "root:Hunter2-pw@") + db
     with source(wrong) as src:
@@ -385,6 +391,7 @@ def test_errors_are_registered_and_secret_free(my: My) -> None:
         with pytest.raises(DponeError) as truncated:
             dst.write_chunk(src, ChunkWindow("id", "integer", 0, 5))
     assert truncated.value.code == errors.SINK_FAILED and "xxxxx" not in truncated.value.message
+    assert not truncated.value.key_conflict
     assert my.rows(f"SELECT count(*) FROM `{db}`.narrow") == [(0,)]
 
 

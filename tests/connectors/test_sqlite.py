@@ -138,7 +138,28 @@ def test_sqlite_constraint_violation_rolls_back(sqlite_db: MakeDb) -> None:
     assert caught.value.code == errors.SINK_FAILED
     assert "amount_cap" in caught.value.message and "orders" in caught.value.message
     assert SECRET not in caught.value.message and "9999" not in caught.value.message
+    assert not caught.value.key_conflict  # a CHECK constraint: no retry gives it back
     assert sqlite_rows(dst) == before
+
+
+@pytest.mark.parametrize("same_file", [False, True], ids=["two-files", "same-file"])
+def test_a_key_the_target_holds_is_a_key_conflict(sqlite_db: MakeDb, same_file: bool) -> None:
+    """The run moves such a chunk again after its others (a row the source moved to an earlier
+    chunk is still held by the later chunk's old rows): the error says it is a key conflict."""
+    src_dsn, src = sqlite_db("src")
+    dst_dsn, dst = (src_dsn, src) if same_file else sqlite_db("dst")
+    src.execute("CREATE TABLE s (id INTEGER PRIMARY KEY, d TEXT NOT NULL, v INTEGER)")
+    src.executemany("INSERT INTO s VALUES (?, ?, ?)", [(1, "2024-01-02", 1), (2, "2024-01-02", 2)])
+    dst.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, d TEXT NOT NULL, v INTEGER)")
+    dst.execute("INSERT INTO t VALUES (2, '2024-01-09', 2)")  # another chunk's range
+    with (
+        open_source(SourceSpec("src", TableRef(None, "s")), src_dsn) as source,
+        _sink(dst_dsn, "replace", table="t") as sink,
+    ):
+        with pytest.raises(DponeError) as caught:
+            sink.write_chunk(source, ChunkWindow("d", "date", "2024-01-02", "2024-01-03"))
+    assert caught.value.code == errors.SINK_FAILED and caught.value.key_conflict
+    assert dst.execute("SELECT id, d FROM t").fetchall() == [(2, "2024-01-09")]
 
 
 def test_sqlite_hostile_identifiers_and_bound(sqlite_db: MakeDb) -> None:

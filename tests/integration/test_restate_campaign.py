@@ -396,3 +396,63 @@ def test_a_secret_typed_into_the_reason_is_printed_redacted(project: Project) ->
             assert "reason: see *** and *** (by ***)" in done.stdout
     stored = project.query(f"SELECT reason, requested_by FROM {s}_audit.chunk_restatement")
     assert stored and all(row == ("see *** and ***", "***") for row in stored)
+
+
+@pytest.mark.parametrize("ledger", ["sink_database", "local_file"])
+def test_a_row_the_source_moved_to_an_earlier_chunk_is_repaired_by_one_run(
+    project: Project, ledger: str
+) -> None:
+    """Regression: the runbook's repair (verify, restate, run, verify) failed its run when the
+    source moved a row to an earlier chunk: that chunk's insert met the row's key, still held by
+    the later chunk's old rows (UniqueViolation), until a second run. A chunk whose write meets
+    a key the target holds is moved again after the run's other chunks, in the same run; its
+    first attempt stays in the history as failed. Both placements: one transaction a chunk
+    (ledger in the sink's database) and the fenced write (a local-file ledger)."""
+    s = project.schema
+    project.write("internal")
+    if ledger == "local_file":
+        manifest = project.root / "orders.yaml"
+        text = manifest.read_text(encoding="utf-8")
+        start = text.index("    state:")
+        manifest.write_text(
+            text[:start] + "    state: {backend: local_file, path: ledger.json}\n",
+            encoding="utf-8",
+        )
+    run = project.dpone("run", *LEDGER, "--no-progress")
+    assert run.returncode == 0, run.stderr
+    # order 11 moves from 2024-01-12 (chunk 12) to 2024-01-03 (chunk 3)
+    with psycopg.connect(project.dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE {s}.raw_orders SET order_date = '2024-01-03' WHERE order_id = 11")
+    found = project.dpone("verify", *LEDGER, "--no-progress")
+    assert found.returncode == 1 and "--chunks 3,12 " in found.stdout, found.stdout
+    hint = found.stdout.strip().splitlines()[-1].strip()
+    restated = project.dpone(*shlex.split(hint)[1:])
+    assert restated.returncode == 0, restated.stderr
+    repaired = project.dpone("run", *LEDGER, "--no-progress")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "passed — 2 committed, 10 already committed, 0 failed" in repaired.stderr
+    assert project.dpone("verify", *LEDGER, "--no-progress").returncode == 0
+    source = project.query(f"SELECT * FROM {s}.raw_orders ORDER BY order_id")
+    assert project.query(f"SELECT * FROM {s}.orders ORDER BY order_id") == source
+    if ledger == "sink_database":  # the deferred attempt is history: failed, then committed
+        states = [t[1] for t in project.transitions(3)]
+        assert states[-4:] == ["running", "failed", "running", "committed"], states
+
+
+def test_a_key_no_other_chunk_gives_back_fails_its_chunk_after_one_more_attempt(
+    project: Project,
+) -> None:
+    """A target row outside the window holds a key the chunk inserts: the chunk is moved again
+    once after the others, fails again, and the run reports it failed (exit 1, the sink's
+    error), with both attempts in its history; every other chunk commits."""
+    s = project.schema
+    project.write("internal")
+    with psycopg.connect(project.dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {s}.orders VALUES (11, '2023-12-31', 0)")  # order 11: chunk 12
+    run = project.dpone("run", *LEDGER, "--no-progress")
+    assert run.returncode == 1, run.stderr
+    assert "11 committed, 0 already committed, 1 failed" in run.stderr, run.stderr
+    last = json.loads(run.stderr.strip().splitlines()[-1])
+    assert last["code"] == "DPONE_SINK_FAILED" and "UniqueViolation" in last["message"], last
+    states = [t[1] for t in project.transitions(12)]
+    assert states == ["running", "failed", "running", "failed"], states

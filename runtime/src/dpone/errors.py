@@ -465,6 +465,11 @@ class ErrorRecord:
 class DponeError(Exception):
     """The root of every dpone failure; carries one or more records (``records[0]`` is primary)."""
 
+    #: set by a sink whose write met a unique key the target already holds: when another chunk's
+    #: rows hold it (a row the source moved to an earlier chunk), the chunk can be moved once
+    #: that chunk has been, so a run tries it again after its other chunks
+    key_conflict: bool = False
+
     def __init__(
         self,
         code: str,

@@ -76,6 +76,8 @@ _FILE_OPTIONS = frozenset({"ssl_ca", "ssl_cert", "ssl_key"})
 #: Connection-level error numbers: client 20xx, and the server's shutdown/killed notices.
 _CONNECTION_LOSS = frozenset({0, 1053, 1077, 1152, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
 _LOCK_WAIT_TIMEOUT, _DEADLOCK = 1205, 1213
+#: ER_DUP_ENTRY: a key the table already holds (an error, or a row LOAD DATA LOCAL skips)
+_DUPLICATE_KEY = 1062
 #: ER_NET_PACKET_TOO_LARGE: a statement over the server's max_allowed_packet (the server then
 #: closes the connection, or resets it while the client is still sending: error 2006/2013).
 _PACKET_TOO_LARGE = 1153
@@ -738,7 +740,9 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
                 errors.CHUNK_BUSY,
                 f"{what}: {describe_error(exc)} (after {attempt} attempt(s)); nothing was written",
             )
-        return super()._failure(exc, what, attempt)
+        error = super()._failure(exc, what, attempt)
+        error.key_conflict = error.key_conflict or _errno(exc) == _DUPLICATE_KEY
+        return error
 
     # fence --------------------------------------------------------------------------------------
     def _ensure_fence_table(self, conn: pymysql.connections.Connection[Any]) -> None:
@@ -896,12 +900,16 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
         found = cur.fetchone()
         warnings = int(found[0]) if found else 0
         if warnings or loaded != len(batch):
-            raise DponeError(
+            cur.execute("SHOW WARNINGS")  # LOAD DATA LOCAL skips a duplicate key's row: why?
+            codes = {int(row[1]) for row in cur.fetchall()}
+            error = DponeError(
                 errors.SINK_FAILED,
                 f"{self.spec.display()}: the server loaded {loaded} of {len(batch)} rows with "
                 f"{warnings} warning(s) (a value that does not fit its column, or a duplicate "
                 "key); the chunk was rolled back",
             )
+            error.key_conflict = codes == {_DUPLICATE_KEY}
+            raise error
 
     def _no_warnings(self, warnings: int, path: str) -> None:
         """Strict mode makes a value that does not fit an error, but the server still rounds

@@ -195,7 +195,11 @@ def translate_error(
                 "failure, or a conflict with recovery on a standby); the chunk is busy, a later "
                 "attempt moves it",
             )
-        return DponeError(code, f"{what} failed: {describe_error(exc)}")
+        error = DponeError(code, f"{what} failed: {describe_error(exc)}")
+        error.key_conflict = code == errors.SINK_FAILED and isinstance(
+            exc, psycopg.errors.UniqueViolation
+        )
+        return error
     return DponeError(code, f"{what} failed: {type(exc).__name__}")
 
 

@@ -91,6 +91,10 @@ def to_sqlite(value: object) -> object:
     return str(value)
 
 
+#: SQLITE_CONSTRAINT_PRIMARYKEY and SQLITE_CONSTRAINT_UNIQUE: a key the table already holds
+_KEY_CONFLICT_CODES = frozenset({1555, 2067})
+
+
 def locked(exc: BaseException) -> TypeGuard[sqlite3.OperationalError]:
     """True when ``exc`` is SQLite's "the file (or a table) is locked by another connection"."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -298,7 +302,9 @@ class SqliteSink(sql_base.SqlSink[sqlite3.Connection]):
         """The file's lock held by another process past the wait: CHUNK_BUSY (retryable)."""
         if locked(exc):
             return DponeError(errors.CHUNK_BUSY, self.db.locked_message(what, exc))
-        return super()._failure(exc, what, attempt)
+        error = super()._failure(exc, what, attempt)
+        error.key_conflict = getattr(exc, "sqlite_errorcode", None) in _KEY_CONFLICT_CODES
+        return error
 
     def _ensure_fence_table(self, conn: sqlite3.Connection) -> None:
         conn.execute(

@@ -551,6 +551,10 @@ class _Tally:
     observer: RunObserver = field(default_factory=RunObserver)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
+    #: chunks whose write met a key the target holds (DponeError.key_conflict), with how they
+    #: failed: moved again once the run's other chunks have moved, then recorded as they end
+    deferred: list[tuple[Chunk, int, DponeError, float]] = field(default_factory=list)
+    retrying: bool = False
 
     def record(self, timing: ChunkTiming) -> None:
         with self.lock:
@@ -950,6 +954,12 @@ def _lease_refused(outcome: LeaseOutcome, chunk: Chunk, tally: _Tally) -> bool |
 def _chunk_failed(
     exc: DponeError, chunk: Chunk, attempt: int, started: float, tally: _Tally
 ) -> bool:
+    if exc.key_conflict and not tally.retrying and not STOP.requested:
+        # Another chunk's rows may hold the key (the source moved a row to an earlier chunk,
+        # and the later one, restated too, still holds it): try again after the others.
+        with tally.lock:
+            tally.deferred.append((chunk, attempt, exc, started))
+        return True
     status = {
         errors.CHUNK_LEASE_LOST: "lease_lost",
         errors.CHUNK_BUSY: "busy",
@@ -1191,6 +1201,15 @@ def run_backfill(ctx: RunContext, outcome: RunOutcome) -> RunOutcome:
 
         collect_from_here()  # start-up is over: its objects stay out of later collections
         move_queued()
+        deferred, tally.deferred[:] = sorted(tally.deferred, key=lambda d: d[0].index), []
+        tally.retrying = True
+        if deferred and not (STOP.requested or tally.stop.is_set()):
+            for chunk, *_ in deferred:
+                work.put(chunk)
+            move_queued()
+        else:  # a stop came first: each ends as its first attempt did
+            for chunk, attempt, exc, since in deferred:
+                _chunk_failed(exc, chunk, attempt, since, tally)
         moving = {chunk.index for chunk in pending}
         skipped = [chunk for chunk in ctx.selection.chunks if chunk.index not in moving]
         for last_pass in (False, False, True):
