@@ -37,6 +37,7 @@ EXPECTED_CODE = {
     "one_pass": "DPONE_MANIFEST_INVALID",
     "parallelism_multiplier": "DPONE_AIRFLOW_MAPPING_PARALLELISM_MULTIPLIER",
     "pod_options_invalid": "DPONE_CATALOG_INVALID",
+    "pod_shape": "DPONE_CATALOG_INVALID",
     "policy_invalid": "DPONE_AIRFLOW_MAPPING_POLICY_INVALID",
     "pool_required": "DPONE_AIRFLOW_MAPPING_POOL_REQUIRED",
     "provider_owned_env": "DPONE_AIRFLOW_PROVIDER_OWNED_ENV",

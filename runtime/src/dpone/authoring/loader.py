@@ -699,6 +699,66 @@ def _quantities(
     return tuple(found)
 
 
+#: the labels the KubernetesPodOperator sets on every pod it starts (and would overwrite)
+OPERATOR_LABELS = frozenset(
+    {
+        "dag_id",
+        "task_id",
+        "run_id",
+        "map_index",
+        "try_number",
+        "parent_dag_id",
+        "kubernetes_pod_operator",
+        "airflow_version",
+        "airflow_kpo_in_cluster",
+        "already_checked",
+    }
+)
+
+
+def _pod_shape(
+    name: str,
+    pod: Any,
+    doc: YamlDocument,
+    wpath: tuple[str | int, ...],
+    out: ErrorCollector,
+) -> None:
+    """What the schema cannot say of airflow.pod: a label the operator sets itself (it would
+    replace the catalog's value without a word) and a volume without exactly one source (the
+    API server refuses it when the task starts). Located in the workload or in defaults."""
+    if not isinstance(pod, dict):
+        return
+
+    def where(*rest: str | int, key: bool = False) -> Any:
+        own = (*wpath, "airflow", "pod", *rest)
+        found = (*own, "__key__") in doc.positions or own in doc.positions
+        return doc.locate(own if found else ("defaults", "airflow", "pod", *rest), key=key)
+
+    labels = pod.get("labels")
+    for label in (
+        sorted(k for k in labels if k in OPERATOR_LABELS) if isinstance(labels, dict) else ()
+    ):
+        out.add(
+            errors.CATALOG_INVALID,
+            f"workload {name!r}: airflow.pod.labels.{label} is a label the KubernetesPodOperator "
+            "sets on every pod, replacing the catalog's value: name the label otherwise",
+            where("labels", label, key=True),
+        )
+    volumes = pod.get("volumes")
+    for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
+        if not isinstance(volume, dict):
+            continue
+        sources = sorted(str(k) for k in volume if k != "name")
+        if len(sources) != 1:
+            out.add(
+                errors.CATALOG_INVALID,
+                f"workload {name!r}: airflow.pod.volumes.{index} has "
+                f"{len(sources)} sources ({', '.join(sources) or 'none'}): a volume takes "
+                "exactly one (configMap, csi, emptyDir, secret, ...)",
+                where("volumes", index),
+            )
+
+
 def _airflow(
     name: str,
     raw: dict[str, Any],
@@ -712,6 +772,8 @@ def _airflow(
     flavour = raw.get("flavour", "kubernetes")
     pod = raw.get("pod", {})
     secrets = raw.get("secrets", [])
+    if flavour == "kubernetes":
+        _pod_shape(name, pod, doc, wpath, out)
     if flavour != "kubernetes":
         if (*wpath, "airflow", "pod", "__key__") in doc.positions:
             out.add(
