@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
+from dpone.authoring.kubernetes_fields import unknown_keys
 from dpone.authoring.models import (
     DEFAULT_COALESCE_CHUNKS,
     DEFAULT_COALESCE_ROWS,
@@ -46,6 +47,7 @@ from dpone.errors import ErrorCollector, ErrorRecord, Location
 from dpone.ledger.sql import SCHEMA_NAME
 from dpone.plan.chunks import ChunkPlanError, ChunkSpec, canonical_bound
 from dpone.plan.mapping import MappingPolicy, normalize_policy
+from dpone.suggest import did_you_mean
 from dpone.task.item import PROVIDER_OWNED_ENV
 
 CATALOG_SCHEMA = "workload-catalog.v1.schema.json"
@@ -744,6 +746,17 @@ def _pod_shape(
             "sets on every pod, replacing the catalog's value: name the label otherwise",
             where("labels", label, key=True),
         )
+    for field, kind in (("affinity", "V1Affinity"), ("volumes", "list[V1Volume]")):
+        if field not in pod:
+            continue
+        for inner, key, known in unknown_keys(pod[field], kind):
+            shown = ".".join(str(part) for part in (field, *inner, key))
+            out.add(
+                errors.CATALOG_INVALID,
+                f"workload {name!r}: airflow.pod.{shown}: Kubernetes has no field {key!r} "
+                f"here{did_you_mean(key, known)}; the DAG file could not build the pod",
+                where(field, *inner, key, key=True),
+            )
     volumes = pod.get("volumes")
     for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
         if not isinstance(volume, dict):
