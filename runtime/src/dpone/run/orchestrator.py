@@ -471,9 +471,9 @@ class ChunkMover:
             raise DponeError(
                 errors.CHUNK_LEASE_LOST,
                 f"{exc.message}; the sink had committed this attempt's {written.rows} row(s) "
-                f"under fence attempt {lease.attempt} before the lease was lost: the newer "
-                "attempt's fenced transaction replaces them (the next run's, if that attempt "
-                "fails)",
+                f"under fence attempt {lease.attempt}, its fence claimed before the newer "
+                "attempt's: the newer attempt's fenced transaction replaces them (the next "
+                "run's, if that attempt fails)",
             ) from None
         return result
 
