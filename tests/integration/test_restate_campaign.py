@@ -456,3 +456,28 @@ def test_a_key_no_other_chunk_gives_back_fails_its_chunk_after_one_more_attempt(
     assert last["code"] == "DPONE_SINK_FAILED" and "UniqueViolation" in last["message"], last
     states = [t[1] for t in project.transitions(12)]
     assert states == ["running", "failed", "running", "failed"], states
+
+
+def test_a_mapped_item_moves_a_key_conflict_again_after_its_other_chunks(
+    project: Project,
+) -> None:
+    """The same repair within one mapped item (chunks 4-6): the row moves from chunk 6 to chunk
+    4, whose write meets the key chunk 6 still holds. The item does not stop there: it moves
+    chunk 6, then chunk 4 again, and passes."""
+    s = project.schema
+    plan = project.write("summary")
+    assert all(project.run_item(plan, index).returncode == 0 for index in range(4))
+    # order 5 moves from 2024-01-06 (chunk 6) to 2024-01-04 (chunk 4): both in item 1
+    with psycopg.connect(project.dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE {s}.raw_orders SET order_date = '2024-01-04' WHERE order_id = 5")
+    restated = project.dpone(
+        "ledger", "restate", *LEDGER, "--chunks", "4,6", "--reason", "order 5 moved"
+    )
+    assert restated.returncode == 0, restated.stderr
+    item = project.run_item(plan, 1)
+    assert item.returncode == 0, item.stderr
+    assert "passed — 2 committed, 1 already committed, 0 failed" in item.stderr, item.stderr
+    source = project.query(f"SELECT * FROM {s}.raw_orders ORDER BY order_id")
+    assert project.query(f"SELECT * FROM {s}.orders ORDER BY order_id") == source
+    states = [t[1] for t in project.transitions(4)]
+    assert states[-4:] == ["running", "failed", "running", "committed"], states
