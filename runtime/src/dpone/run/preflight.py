@@ -13,6 +13,7 @@ DPONE_CONNECTION_FAILED (exit 4, retry).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 
 from dpone import errors
@@ -23,6 +24,7 @@ from dpone.credentials.connections import dsn_kind
 from dpone.errors import DponeError
 from dpone.lifecycle.interrupt import STOP
 from dpone.packing.pack import ProcessPlan
+from dpone.plan.chunks import parse_timestamp
 
 OpenSource = Callable[[SourceSpec, str], Source]
 Types = Mapping[str, ColumnType | None]
@@ -129,18 +131,30 @@ def require_tables(
 
 
 def check_chunk_order(plan: ProcessPlan, sides: tuple[tuple[Types, str], ...]) -> None:
-    """DPONE_PREFLIGHT_FAILED for a timestamp chunk over a SQLite DATE column: SQLite compares
-    the column's text with the bound's ('2024-01-01' < '2024-01-01 00:00:00'), so each day's
-    rows fall into the chunk before theirs, on both sides alike, and no read-back sees it."""
+    """DPONE_PREFLIGHT_FAILED for a timestamp chunk over a DATE column where the database
+    compares them so that a chunk takes other days' rows, on both sides alike, which no
+    read-back sees: SQLite compares the column's text with the bound's ('2024-01-01' <
+    '2024-01-01 00:00:00'); Postgres reads a bound as a date, dropping its time of day, which
+    matters once an edge is not at midnight."""
     cfg = plan.config
     chunk = cfg.backfill.chunk if cfg.backfill is not None else None
     if chunk is None or chunk.type != "timestamp":
         return
     for types, dsn in sides:
-        if dsn_kind(dsn) != "sqlite":
-            continue
         kind = {_key(n, dsn): t for n, t in types.items()}.get(_key(chunk.column, dsn))
-        if kind is not None and kind.family == "date":
+        if kind is None or kind.family != "date":
+            continue
+        if dsn_kind(dsn) == "postgres" and not _midnight_edges(plan):
+            raise DponeError(
+                errors.PREFLIGHT_FAILED,
+                f"process {plan.name!r}: the timestamp chunk column {chunk.column!r} is "
+                f"{kind.declared} in Postgres, which reads each bound as a date, dropping its "
+                "time of day (2024-03-10T23:00:00Z as 2024-03-10): a chunk whose edge is not at "
+                "midnight would take another day's rows; chunk it with type: date; nothing was "
+                "moved",
+                cfg.location,
+            )
+        if dsn_kind(dsn) == "sqlite":
             raise DponeError(
                 errors.PREFLIGHT_FAILED,
                 f"process {plan.name!r}: the timestamp chunk column {chunk.column!r} is "
@@ -149,6 +163,15 @@ def check_chunk_order(plan: ProcessPlan, sides: tuple[tuple[Types, str], ...]) -
                 "chunk before theirs; chunk it with type: date; nothing was moved",
                 cfg.location,
             )
+
+
+def _midnight_edges(plan: ProcessPlan) -> bool:
+    """Every chunk edge of the plan falls on a day's start (a timestamp chunk of whole days)."""
+    return all(
+        parse_timestamp(edge).time() == dt.time(0)
+        for chunk in plan.chunks
+        for edge in (chunk.start, chunk.end)
+    )
 
 
 def check_types(plan: ProcessPlan, source: Types, target: Types, target_dsn: str) -> None:
