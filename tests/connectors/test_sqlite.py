@@ -670,3 +670,31 @@ def test_a_float_nan_into_sqlite_fails_the_chunk(sqlite_db: MakeDb, pg: Pg, mode
     dst.execute("DELETE FROM t WHERE id < 100")  # append would add the moved rows again
     write(SinkOptions(read_back="count", accept_narrowing=("v",)))
     assert dst.execute("SELECT v FROM t WHERE id = 3").fetchone() == (None,)
+
+
+@pytest.mark.parametrize("same_file", [False, True], ids=["two-files", "same-file"])
+def test_integer_windows_past_64_bits_take_the_extreme_ids(
+    sqlite_db: MakeDb, same_file: bool
+) -> None:
+    """Regression: the end 2**63, the only one that takes the largest 64-bit id in, failed every
+    write and verify with OverflowError (SQLite binds 64-bit integers only). Bounds past 64 bits
+    hold the rows they say, at both ends; compared with sqlite3, outside dpone."""
+    top, bottom = 2**63 - 1, -(2**63)
+    src_dsn, src = sqlite_db("src")
+    dst_dsn, dst = (src_dsn, src) if same_file else sqlite_db("dst")
+    src.execute("CREATE TABLE s (id INTEGER PRIMARY KEY, v TEXT)")
+    src.executemany(
+        "INSERT INTO s VALUES (?, ?)",
+        [(bottom, "min"), (bottom + 1, "min1"), (0, "zero"), (top - 1, "max1"), (top, "max")],
+    )
+    dst.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+    with (
+        open_source(SourceSpec("src", TableRef(None, "s")), src_dsn) as source,
+        _sink(dst_dsn, "replace", table="t") as sink,
+    ):
+        for lower, upper in ((top - 7, 2**63), (-(2**64), bottom + 1)):
+            window = ChunkWindow("id", "integer", lower, upper)
+            written = sink.write_chunk(source, window)
+            assert written.checksum == source.checksum(window)
+    moved = dst.execute("SELECT id, v FROM t ORDER BY id").fetchall()
+    assert moved == [(bottom, "min"), (top - 1, "max1"), (top, "max")]

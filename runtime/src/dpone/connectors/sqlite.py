@@ -71,6 +71,15 @@ class SqliteDialect(sql_base.SqlDialect):
 
     max_chars = MAX_IDENTIFIER_CHARS
 
+    @staticmethod
+    def bound(window: base.ChunkWindow, value: base.Bound) -> object:
+        """SQLite binds 64-bit integers only: an integer bound beyond them (the end 2**63 that
+        takes the largest id in) is bound as the float ±2**63, which SQLite compares with every
+        integer exactly, so the chunk holds the same rows."""
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            return float(2**63) if value > 0 else -float(2**63)
+        return base.sql_text_bound(window, value)
+
 
 quote = SqliteDialect.quote
 _columns_sql = SqliteDialect.columns_sql
