@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from dpone import errors
-from dpone.authoring.kubernetes_fields import unknown_keys
 from dpone.authoring.models import (
     DEFAULT_COALESCE_CHUNKS,
     DEFAULT_COALESCE_ROWS,
@@ -749,6 +748,9 @@ def _pod_shape(
     for field, kind in (("affinity", "V1Affinity"), ("volumes", "list[V1Volume]")):
         if field not in pod:
             continue
+        # imported here: a pod whose catalog has no such structure (a no-op item) never needs it
+        from dpone.authoring.kubernetes_fields import unknown_keys
+
         for inner, key, known in unknown_keys(pod[field], kind):
             shown = ".".join(str(part) for part in (field, *inner, key))
             out.add(
