@@ -815,3 +815,33 @@ def test_an_unsigned_bigint_beyond_sqlite_integers_fails_naming_its_column(
     assert str(2**64 - 1) not in message and "OverflowError" not in message
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT id, v FROM target").fetchall() == [(50, "kept")]
+
+
+@pytest.mark.parametrize("mode", [*MODES, "full_refresh"])
+@pytest.mark.parametrize("path", ["load-data", "insert-select"])
+def test_a_dsn_without_a_database_writes_schema_qualified_tables(
+    my: My, mode: str, path: str
+) -> None:
+    """Regression: connectors.md says the DSN's database is optional when every table names its
+    database; replace and full_refresh failed every chunk with 1046 (No database selected):
+    MariaDB resolves the alias of a multi-table DELETE in the default database."""
+    src_db, dst_db = my.database(), my.database()
+    create_my(my, src_db)
+    create_my(my, dst_db, "target", rows=ROWS[:5])
+    src_dsn = my.server_dsn + ("?connect_timeout=9" if path == "load-data" else "")
+    keys = ("id",) if mode == "merge" else ()
+    spec = SinkSpec("dst", TableRef(dst_db, "target"), mode, keys)  # type: ignore[arg-type]
+    window = WINDOWS["integer"]
+    with (
+        open_source(SourceSpec("src", TableRef(src_db, "orders")), src_dsn) as src,
+        open_sink(spec, my.server_dsn) as dst,
+    ):
+        if mode == "full_refresh":
+            written = dst.write_all(src)
+            want = my_rows(my, src_db)
+        else:
+            my.run(f"DELETE FROM `{dst_db}`.target")
+            written = dst.write_chunk(src, window)
+            want = expected(window)
+    assert written.method == path
+    assert sorted(my_rows(my, dst_db, "target")) == sorted(want)

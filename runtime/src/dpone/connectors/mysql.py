@@ -960,7 +960,13 @@ class MysqlSink(sql_base.SqlSink["pymysql.connections.Connection[Any]"]):
         return handle
 
     def _delete_sql(self, window: base.Scope) -> str:
-        return f"DELETE `dpone_src` FROM {self._table} AS `dpone_src`{MysqlDialect.where(window)}"
+        """A single-table DELETE without an alias: MariaDB resolves the alias of the multi-table
+        form (``DELETE a FROM db.t AS a``) in the default database, which a DSN without one
+        lacks (1046), and takes no alias in the single-table form."""
+        if window is None:
+            return f"DELETE FROM {self._table}"
+        column, mark = quote(window.column, "chunk column"), MysqlDialect.marker
+        return f"DELETE FROM {self._table} WHERE {column} >= {mark} AND {column} < {mark}"
 
     def _create_stage(self, handle: Any, columns: Sequence[str]) -> str:
         stage = self._stage_prefix + quote(f"dpone_stage_{uuid.uuid4().hex[:16]}", "stage")
