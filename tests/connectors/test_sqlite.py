@@ -589,6 +589,20 @@ def test_a_value_postgres_cannot_store_fails_the_chunk_naming_its_column_not_the
     assert _t_rows(pg, schema) == ([_KEPT] if target == "text" else [])
 
 
+def _write_s_into_t(
+    spec: SourceSpec, src_dsn: str, dst_dsn: str, mode: str, options: SinkOptions
+) -> None:
+    """The source into SQLite table t: the whole of it (full_refresh) or its ids [1, 100)."""
+    with (
+        open_source(spec, src_dsn) as source,
+        _sink(dst_dsn, mode, table="t", options=options) as sink,
+    ):
+        if mode == "full_refresh":
+            sink.write_all(source)
+        else:
+            sink.write_chunk(source, ChunkWindow("id", "integer", 1, 100))
+
+
 @pytest.mark.parametrize("same_file", [False, True], ids=["two-files", "same-file"])
 @pytest.mark.parametrize("mode", [*MODES, "full_refresh"])
 def test_floats_of_an_untyped_column_into_a_text_column_fail_the_chunk(
@@ -607,14 +621,7 @@ def test_floats_of_an_untyped_column_into_a_text_column_fail_the_chunk(
     src.executemany("INSERT INTO s VALUES (?, ?)", [(1, "text"), (2, 7), (3, 0.1 + 0.2)])
 
     def write(options: SinkOptions) -> None:
-        with (
-            open_source(SourceSpec("src", TableRef(None, "s")), src_dsn) as source,
-            _sink(dst_dsn, mode, table="t", options=options) as sink,
-        ):
-            if mode == "full_refresh":
-                sink.write_all(source)
-            else:
-                sink.write_chunk(source, ChunkWindow("id", "integer", 1, 100))
+        _write_s_into_t(SourceSpec("src", TableRef(None, "s")), src_dsn, dst_dsn, mode, options)
 
     with pytest.raises(DponeError) as caught:
         write(SinkOptions())
@@ -648,14 +655,7 @@ def test_a_float_nan_into_sqlite_fails_the_chunk(sqlite_db: MakeDb, pg: Pg, mode
     dst.execute("INSERT INTO t VALUES (500, 0.5)")
 
     def write(options: SinkOptions) -> None:
-        with (
-            open_source(SourceSpec("src", TableRef(schema, "s")), pg.dsn) as source,
-            _sink(dst_dsn, mode, table="t", options=options) as sink,
-        ):
-            if mode == "full_refresh":
-                sink.write_all(source)
-            else:
-                sink.write_chunk(source, ChunkWindow("id", "integer", 1, 100))
+        _write_s_into_t(SourceSpec("src", TableRef(schema, "s")), pg.dsn, dst_dsn, mode, options)
 
     with pytest.raises(DponeError) as caught:
         write(SinkOptions(read_back="count"))

@@ -551,6 +551,26 @@ def _held(side: Side, table: str, read: str = "v") -> list[Any]:
     return [row[0] for row in rows]
 
 
+def _read_by_query(root: Path, source: Side) -> None:
+    """The manifest's source as a query of the same table (its columns carry no declared type
+    on SQLite)."""
+    text = (root / "moves.yaml").read_text()
+    select = f"SELECT id, v FROM {source.qualified('src')}"
+    text = text.replace(f"table: {source.table('src')}}}", f'query: "{select}"}}')
+    (root / "moves.yaml").write_text(text)
+
+
+def _refused_before_any_lease(
+    code: int, err: str, sides: dict[str, Side], target: Side, said: str
+) -> None:
+    """The preflight refused column v at the sink's table: no transition, the target as it was."""
+    assert code == 3, err
+    last = json.loads(err.strip().splitlines()[-1])
+    assert last["code"] == "DPONE_PREFLIGHT_FAILED" and last["line"] == TABLE_LINE, last
+    assert "column 'v'" in last["message"] and said in last["message"], last
+    assert _transitions(sides) == 0 and _target_ids(target) == [99]
+
+
 def _with_read_back_count(root: Path) -> None:
     manifest = root / "moves.yaml"
     text = manifest.read_text().replace(
@@ -683,18 +703,11 @@ def test_a_source_of_unknown_type_into_a_fixed_width_column_is_refused(
     ids = ("integer", "integer" if direction.endswith("sqlite") else "bigint")
     source, target = _prepare(sides, tmp_path, monkeypatch, direction, types, "ab", ids=ids)
     if query:
-        text = (tmp_path / "moves.yaml").read_text()
-        select = f"SELECT id, v FROM {source.qualified('src')}"
-        text = text.replace(f"table: {source.table('src')}}}", f'query: "{select}"}}')
-        (tmp_path / "moves.yaml").write_text(text)
+        _read_by_query(tmp_path, source)
     code = _run(tmp_path)
     err = capsys.readouterr().err
     if refused:
-        assert code == 3, err
-        last = json.loads(err.strip().splitlines()[-1])
-        assert last["code"] == "DPONE_PREFLIGHT_FAILED" and last["line"] == TABLE_LINE, last
-        assert "column 'v'" in last["message"] and "unknown" in last["message"], last
-        assert _transitions(sides) == 0 and _target_ids(target) == [99]
+        _refused_before_any_lease(code, err, sides, target, "unknown")
         return
     assert code == 0, err
     assert _held(target, "dst") == _held(source, "src") == ["ab"] * 3
@@ -727,19 +740,12 @@ def test_a_source_of_unknown_type_needs_the_checksum_gate(
     ids = ("integer", "" if direction.endswith("sqlite") else "bigint")
     source, target = _prepare(sides, tmp_path, monkeypatch, direction, types, "1.239", ids=ids)
     if query:
-        text = (tmp_path / "moves.yaml").read_text()
-        select = f"SELECT id, v FROM {source.qualified('src')}"
-        text = text.replace(f"table: {source.table('src')}}}", f'query: "{select}"}}')
-        (tmp_path / "moves.yaml").write_text(text)
+        _read_by_query(tmp_path, source)
     _with_read_back_count(tmp_path)
     code = _run(tmp_path)
     err = capsys.readouterr().err
     if refused:
-        assert code == 3, err
-        last = json.loads(err.strip().splitlines()[-1])
-        assert last["code"] == "DPONE_PREFLIGHT_FAILED" and last["line"] == TABLE_LINE, last
-        assert "column 'v'" in last["message"] and "'count'" in last["message"], last
-        assert _transitions(sides) == 0 and _target_ids(target) == [99]
+        _refused_before_any_lease(code, err, sides, target, "'count'")
         return
     assert code == 0, err
     assert _held(target, "dst", "typeof(v) || quote(v)") == ["text'1.239'"] * 3
